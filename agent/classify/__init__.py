@@ -1,0 +1,65 @@
+"""Log classifiers: turn the lines that matter into incidents.
+
+Classifiers are listed explicitly in ``CLASSIFIERS`` (no discovery by folder scan); the
+registry refuses two with one name. ``classify_event`` runs them all over one log event.
+"""
+
+from __future__ import annotations
+
+from fleetscope.agent.classify._base import Classifier, Finding
+from fleetscope.agent.records import IncidentRecord, LogEvent
+
+__all__ = ["Classifier", "Finding", "classify_text", "classify_event", "registry"]
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._items: dict[str, Classifier] = {}
+
+    def add(self, classifier: Classifier) -> None:
+        if classifier.name in self._items:
+            raise ValueError(f"a classifier named {classifier.name!r} is already registered")
+        self._items[classifier.name] = classifier
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._items.values())
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+
+def _default_registry() -> Registry:
+    from fleetscope.agent.classify.tensorrt import TensorRtClassifier
+    from fleetscope.agent.classify.xid import XidClassifier
+
+    reg = Registry()
+    for c in (XidClassifier(), TensorRtClassifier()):
+        reg.add(c)
+    return reg
+
+
+_registry: Registry | None = None
+
+
+def registry() -> Registry:
+    global _registry
+    if _registry is None:
+        _registry = _default_registry()
+    return _registry
+
+
+def classify_text(text: str) -> list[Finding]:
+    out: list[Finding] = []
+    for c in registry():
+        out.extend(c.classify(text))
+    return out
+
+
+def classify_event(event: LogEvent) -> list[IncidentRecord]:
+    return [
+        IncidentRecord(
+            ts_ns=event.ts_ns, kind=f.kind, severity=f.severity, title=f.title, facts=dict(f.facts),
+            source=event.source, excerpt=f.excerpt or event.message[:2000],
+        )
+        for f in classify_text(event.message)
+    ]

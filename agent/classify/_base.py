@@ -1,0 +1,56 @@
+"""What every log classifier returns, and the one interface classifiers share.
+
+A classifier is a pure function of text: it never reads files, clocks or hardware. It is
+given one *event* (a single log line, or a multi-line block such as a Python traceback that
+the log source grouped) and returns the findings in it. A finding becomes an incident on the
+collector; its ``facts`` are what a user queries ("requested bytes", "victim pid", "xid").
+
+Units live in fact names (``requested_bytes``, ``total_capacity_bytes``, ``temp_c``) and sizes
+are converted to integer bytes; the text as printed stays available in ``excerpt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fleetscope.agent.records import FactValue
+
+__all__ = ["FactValue", "Finding", "Classifier"]
+
+# Incident kinds. The strings are part of the stored data and the CLI (`--kind`): never rename.
+KIND_CUDA_OOM = "cuda_oom"  # an accelerator allocation failed (PyTorch, TF, JAX, CUDA, cuBLAS, cuDNN)
+KIND_HOST_OOM = "host_oom"  # kernel OOM killer, cgroup/container OOM, Kubernetes OOMKilled
+KIND_JETSON_MEMORY = "jetson_memory"  # NvMap / nvgpu / CMA allocation failures on Jetson
+KIND_GPU_XID = "gpu_xid"  # NVIDIA Xid (and SXid) driver errors, GPU fallen off the bus
+KIND_TENSORRT_ERROR = "tensorrt_error"  # builder OOM, workspace too small, unsupported precision, ...
+KIND_TRT_BENCHMARK = "trt_benchmark"  # a trtexec performance summary (stored as a benchmark record)
+
+SEVERITIES = ("critical", "error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a classifier recognised in an event."""
+
+    kind: str
+    severity: str
+    title: str  # one line a person reads in a list, e.g. "CUDA OOM on cuda:0: tried to allocate 2.00 GiB"
+    facts: Mapping[str, FactValue] = field(default_factory=dict)
+    excerpt: str = ""  # the line(s) the finding was read from, as printed
+    ts_ns: int | None = None  # time printed in the text itself, when there is one
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+
+class Classifier(Protocol):
+    """One kind of recogniser. ``name`` is unique in the registry."""
+
+    name: str
+
+    def classify(self, text: str) -> list[Finding]:
+        """Return every finding in ``text`` (one event); an empty list when there is none."""
+        ...

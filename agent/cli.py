@@ -1,0 +1,166 @@
+"""The agent's subcommands: ``agent`` (run on a device) and ``simulate`` (a fleet of simulated devices).
+
+Settings precedence, one rule for every key: a flag beats its environment variable
+(``FLEETSCOPE_COLLECTOR``, ``FLEETSCOPE_TOKEN``, ``FLEETSCOPE_NAME``, ``FLEETSCOPE_SPOOL``), which
+beats the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from fleetscope.cli.args import duration_s, label, size_bytes
+
+log = logging.getLogger(__name__)
+
+
+def default_spool_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/fleetscope/agent")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "fleetscope" / "agent"
+
+
+def _env_list(name: str) -> list[str]:
+    value = os.environ.get(name, "")
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "agent",
+        help="run the agent on this device",
+        description="Sample this device (host, NVIDIA GPUs, Jetson), follow logs, spool to disk and stream to collectors.",
+    )
+    p.add_argument("--collector", action="append", default=None, metavar="HOST:PORT",
+                   help="collector address; repeat for failover (env FLEETSCOPE_COLLECTOR, comma-separated)")
+    p.add_argument("--token", default=os.environ.get("FLEETSCOPE_TOKEN", ""), help="token the collector expects (env FLEETSCOPE_TOKEN)")
+    p.add_argument("--name", default=os.environ.get("FLEETSCOPE_NAME", ""), help="device name users query by (default: hostname)")
+    p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE",
+                   help="a label such as site=lab, fleet=drones, drone_id=D12 (repeatable)")
+    p.add_argument("--interval", type=duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
+    p.add_argument("--batch-interval", type=duration_s, default=None, metavar="DURATION",
+                   help="how often samples are batched and sent (default: the sampling interval, at least 1s)")
+    p.add_argument("--spool", type=Path, default=Path(os.environ.get("FLEETSCOPE_SPOOL", default_spool_dir())), metavar="DIR",
+                   help="state directory: agent id and the on-disk spool (default %(default)s)")
+    p.add_argument("--spool-max-size", type=size_bytes, default=256 << 20, metavar="SIZE", help="spool bound (default 256MiB)")
+    p.add_argument("--log-file", action="append", default=[], metavar="PATH",
+                   help="a log file or glob to follow (repeatable), e.g. '/var/log/train/*.log'")
+    p.add_argument("--sdk-socket", default=os.environ.get("FLEETSCOPE_SDK_SOCKET"), metavar="PATH",
+                   help="Unix socket for the in-process SDK (e.g. /run/fleetscope/agent.sock); off by default")
+    p.add_argument("--no-host", action="store_true", help="do not sample the host with psutil")
+    p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: run until stopped)")
+    p.set_defaults(func=run_agent)
+
+    p = sub.add_parser(
+        "simulate",
+        help="run N simulated devices (GPU servers and Jetson drones) through real agents",
+        description="Simulated devices with plausible, varying readings, streamed by real agent code over real gRPC. "
+        "Their data carries the label simulated=true.",
+    )
+    p.add_argument("--collector", action="append", required=True, metavar="HOST:PORT", help="collector address (repeatable)")
+    p.add_argument("--token", default=os.environ.get("FLEETSCOPE_TOKEN", ""), help="collector token (env FLEETSCOPE_TOKEN)")
+    p.add_argument("--devices", type=int, default=10, help="number of devices (default %(default)s)")
+    p.add_argument("--jetson-share", type=float, default=0.5, help="fraction that are Jetson drones (default %(default)s)")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per server (default %(default)s)")
+    p.add_argument("--interval", type=duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
+    p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--incident-every", type=duration_s, default=0.0, metavar="DURATION",
+                   help="each device logs a realistic OOM or Xid line this often (default: never)")
+    p.add_argument("--state-dir", type=Path, default=None, metavar="DIR", help="where the simulated agents keep spools (default: a temp dir)")
+    p.add_argument("--name-prefix", default="sim", help="device names start with this (default %(default)s)")
+    p.set_defaults(func=run_simulate)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def build_samplers(args: argparse.Namespace) -> list:
+    samplers: list = []
+    if not args.no_host:
+        from fleetscope.agent.samplers.host import HostSampler
+
+        samplers.append(HostSampler())
+    return samplers
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    from fleetscope.cli import require
+
+    require("agent", "psutil")
+    from fleetscope.agent.classify import classify_event
+    from fleetscope.agent.runner import Agent, AgentSettings
+
+    collectors = args.collector or _env_list("FLEETSCOPE_COLLECTOR")
+    if not collectors:
+        print("fleetscope agent: give at least one --collector HOST:PORT (or FLEETSCOPE_COLLECTOR)", file=sys.stderr)
+        return 2
+    settings = AgentSettings(
+        collectors=tuple(collectors),
+        spool_dir=args.spool,
+        token=args.token,
+        name=args.name,
+        labels=dict(args.label),
+        interval_s=args.interval,
+        batch_interval_s=args.batch_interval or max(1.0, args.interval),
+        spool_max_bytes=args.spool_max_size,
+        log_files=tuple(args.log_file),
+        sdk_socket=args.sdk_socket,
+    )
+    agent = Agent(settings, samplers=build_samplers(args), classify=classify_event)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    print(f"fleetscope agent {agent.agent_id} ({settings.name or 'hostname'}) -> {', '.join(collectors)}; spool {agent.spool.path}",
+          file=sys.stderr)
+    agent.start()
+    stop.wait(args.duration)
+    agent.stop()
+    st = agent.spool.stats()
+    print(f"agent stopped; {st.batches} batches left in the spool", file=sys.stderr)
+    return 0
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from fleetscope.agent.classify import classify_event
+    from fleetscope.agent.simulate import build_fleet, wait_progress
+
+    if args.devices < 1:
+        print("fleetscope simulate: --devices must be at least 1", file=sys.stderr)
+        return 2
+    tmp = None
+    state_dir = args.state_dir
+    if state_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="fleetscope-sim-")
+        state_dir = Path(tmp.name)
+    fleet = build_fleet(
+        collectors=args.collector, token=args.token, devices=args.devices, state_dir=state_dir,
+        interval_s=args.interval, jetson_share=args.jetson_share, gpus_per_server=args.gpus,
+        incident_every_s=args.incident_every, classify=classify_event, name_prefix=args.name_prefix,
+    )
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    print(f"simulating {args.devices} devices -> {', '.join(args.collector)} (Ctrl-C to stop)", file=sys.stderr)
+    fleet.start()
+    watcher = threading.Thread(target=wait_progress, args=(fleet, args.duration), daemon=True)
+    watcher.start()
+    stop.wait(args.duration)
+    print("stopping simulated devices...", file=sys.stderr)
+    fleet.stop()
+    print(f"done: {fleet.acked()} batches acknowledged, {fleet.spooled()} left in spools", file=sys.stderr)
+    if tmp is not None:
+        tmp.cleanup()
+    return 0

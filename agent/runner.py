@@ -1,0 +1,284 @@
+"""The agent's main loop: sample at the interval, flush batches to the spool, let the uplink send.
+
+Sampling, spooling and sending are decoupled: the loop only ever writes to the local spool,
+and the uplink thread drains it. A collector that is away, slow or refusing never slows the
+sampling; a sampler that raises is counted and skipped for that tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetscope.agent import __version__
+from fleetscope.agent.batcher import Pending, build_batches
+from fleetscope.agent.identity import (
+    detect_kind,
+    host_inventory,
+    hostname,
+    load_or_create_agent_id,
+    read_boot_id,
+)
+from fleetscope.agent.logfiles import FileFollower
+from fleetscope.agent.records import IncidentRecord, LogEvent
+from fleetscope.agent.samplers._base import Sampler, SampleSet
+from fleetscope.agent.spool import Spool, SpoolError
+from fleetscope.agent.uplink import Backoff, Uplink
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+CAPABILITIES = ("columnar-v1", "incidents-v1", "latency-v1", "metrics-v1")
+Classify = Callable[[LogEvent], list[IncidentRecord]]
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    collectors: tuple[str, ...]
+    spool_dir: Path
+    token: str = ""
+    name: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    interval_s: float = 1.0
+    batch_interval_s: float = 1.0
+    spool_max_bytes: int = 256 << 20
+    log_files: tuple[str, ...] = ()
+    sdk_socket: str | None = None
+    window: int = 16
+    drain_timeout_s: float = 5.0
+    max_rows_per_batch: int = 5000
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        samplers: list[Sampler],
+        classify: Classify | None = None,
+        inventory: pb.Inventory | None = None,
+        kind: int | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock  # device wall clock (ns); a parameter so a test can set it an hour off
+        self.agent_id = load_or_create_agent_id(settings.spool_dir)
+        self.boot_id = read_boot_id()
+        self._samplers = samplers
+        self._classify = classify
+        self._followers = FileFollower(list(settings.log_files)) if settings.log_files else None
+        self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
+        self._pending = Pending()
+        self._pending_lock = threading.Lock()
+        self._sampler_errors = 0
+        self._unspooled = 0
+        self._warned: set[str] = set()
+        self._inventory = inventory if inventory is not None else self._build_inventory()
+        self._kind = kind if kind is not None else detect_kind(has_nvidia_gpu=bool(self._inventory.gpus))
+        self.uplink = Uplink(
+            self.spool,
+            addresses=list(settings.collectors),
+            token=settings.token,
+            register_request=self.register_request,
+            window=settings.window,
+            backoff=Backoff(initial_s=settings.backoff_initial_s, maximum_s=settings.backoff_max_s),
+            clock=clock,
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._local_server = None
+
+    def _build_inventory(self) -> pb.Inventory:
+        inv = host_inventory()
+        index = 0
+        for s in self._samplers:
+            for g in s.inventory():
+                inv.gpus.add(
+                    index=index, name=g.name, uuid=g.uuid or "", serial=g.serial or "",
+                    memory_total_bytes=g.memory_total_bytes or 0, compute_capability=g.compute_capability or "",
+                    pci_bus_id=g.pci_bus_id or "", mig_parent_uuid=g.mig_parent_uuid or "",
+                    fp16_tensor_cores=bool(g.fp16_tensor_cores), bf16_tensor_cores=bool(g.bf16_tensor_cores),
+                    int8_tensor_cores=bool(g.int8_tensor_cores),
+                )
+                index += 1
+            driver = getattr(s, "driver_version", None)
+            if callable(driver):
+                driver = driver()
+            if driver:
+                inv.driver_version = str(driver)
+        return inv
+
+    def register_request(self) -> pb.RegisterRequest:
+        req = pb.RegisterRequest(
+            agent_id=self.agent_id,
+            boot_id=self.boot_id,
+            name=self.settings.name or hostname(),
+            hostname=hostname(),
+            kind=self._kind,  # type: ignore[arg-type]
+            agent_version=__version__,
+            capabilities=list(CAPABILITIES),
+        )
+        req.inventory.CopyFrom(self._inventory)
+        req.labels.update(self.settings.labels)
+        return req
+
+    # -- adding records (also used by the SDK's local server) ---------------------------------
+
+    def add(self, records: SampleSet) -> None:
+        with self._pending_lock:
+            p = self._pending
+            p.host.extend(records.host)
+            p.gpu.extend(records.gpu)
+            p.logs.extend(records.logs)
+            p.incidents.extend(records.incidents)
+
+    def add_sdk_report(self, report: pb.SdkReport) -> None:
+        with self._pending_lock:
+            p = self._pending
+            p.latency.extend(report.latency)
+            p.metrics.extend(report.metrics)
+            p.inventory_records.extend(report.inventory_records)
+            p.sdk_logs.extend(report.logs)
+            p.sdk_incidents.extend(report.incidents)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def tick(self, now_ns: int | None = None) -> None:
+        """Sample every source once."""
+        now_ns = self._clock() if now_ns is None else now_ns
+        for sampler in self._samplers:
+            try:
+                self.add(sampler.sample(now_ns))
+            except Exception as exc:  # one broken source must not stop the others
+                self._sampler_errors += 1
+                if sampler.name not in self._warned:
+                    self._warned.add(sampler.name)
+                    log.warning("sampler %s failed: %s (further failures are only counted)", sampler.name, exc)
+        if self._followers is not None:
+            events = self._followers.poll(now_ns)
+            incidents: list[IncidentRecord] = []
+            if self._classify is not None:
+                for ev in events:
+                    incidents.extend(self._classify(ev))
+            self.add(SampleSet(logs=events, incidents=incidents))
+
+    def flush(self, now_ns: int | None = None) -> int:
+        """Move pending records into the spool as batches; returns how many were written."""
+        now_ns = self._clock() if now_ns is None else now_ns
+        with self._pending_lock:
+            pending, self._pending = self._pending, Pending()
+        if pending.empty():
+            return 0
+        built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns)
+        counters = self._counters()
+        written = 0
+        for bb in built:
+            seq = self.spool.reserve_seq()
+            b = bb.batch
+            b.agent_id, b.boot_id, b.seq = self.agent_id, self.boot_id, seq
+            b.counters.CopyFrom(counters)
+            try:
+                self.spool.put(seq, b.SerializeToString(), delivery_class=bb.delivery_class, samples=bb.samples,
+                               logs=bb.logs, incidents=bb.incidents)
+                written += 1
+            except SpoolError as exc:
+                self._unspooled += 1
+                log.error("%s", exc)
+        if written:
+            self.uplink.notify()
+        return written
+
+    def _counters(self) -> pb.AgentCounters:
+        st = self.spool.stats()
+        c = st.counters
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return pb.AgentCounters(
+            spool_batches=st.batches,
+            spool_bytes=st.bytes,
+            dropped_batches=c["dropped_batches"] + self._unspooled,
+            dropped_samples=c["dropped_samples"],
+            dropped_logs=c["dropped_logs"],
+            dropped_incidents=c["dropped_incidents"],
+            reconnects=c["reconnects"],
+            rejected_batches=c["rejected_batches"],
+            last_rejection=st.last_rejection,
+            sampler_errors=self._sampler_errors,
+            rss_bytes=float(_rss_bytes()),
+            cpu_seconds=usage.ru_utime + usage.ru_stime,
+        )
+
+    def run(self) -> None:
+        """Sample and flush until ``stop``; then flush, drain the spool for a moment and close."""
+        self._start_local_server()
+        self.uplink.start()
+        interval = self.settings.interval_s
+        next_sample = time.monotonic()
+        next_flush = next_sample + self.settings.batch_interval_s
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                now = time.monotonic()
+                if now >= next_flush:
+                    self.flush()
+                    next_flush = now + self.settings.batch_interval_s
+                next_sample += interval
+                if next_sample < now:  # fell behind (a slow source, a suspended VM): don't burst
+                    next_sample = now + interval
+                self._stop.wait(max(0.0, next_sample - time.monotonic()))
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        self.flush()
+        if self._local_server is not None:
+            self._local_server.stop(1.0)
+        drained = self.uplink.drain(self.settings.drain_timeout_s)
+        self.uplink.stop()
+        left = self.spool.stats().batches
+        if not drained and left:
+            log.info("%d batches stay in the spool %s and are sent on the next start", left, self.spool.path)
+        for sampler in self._samplers:
+            try:
+                sampler.close()
+            except Exception as exc:  # closing is best effort
+                log.debug("closing %s: %s", sampler.name, exc)
+        self.spool.close()
+
+    def _start_local_server(self) -> None:
+        if not self.settings.sdk_socket:
+            return
+        try:
+            from fleetscope.agent.local_server import LocalReportServer
+
+            self._local_server = LocalReportServer(self.settings.sdk_socket, self.add_sdk_report)
+            self._local_server.start()
+            log.info("SDK socket at %s", self.settings.sdk_socket)
+        except Exception as exc:  # the SDK endpoint is optional; the agent runs without it
+            log.warning("cannot serve the SDK socket %s: %s", self.settings.sdk_socket, exc)
+            self._local_server = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=f"fleetscope-agent-{self.settings.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,36 @@
+"""The one interface every sampler has.
+
+A sampler is built by the agent only when its source exists on the device (``available``
+says so without side effects), returns records on each ``sample`` and is closed once. It
+must never block the agent's loop for long: a source that can hang (NVML on a lost GPU, a
+stuck sysfs read) bounds its own calls with a timeout and returns what it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fleetscope.agent.records import GpuInfo, GpuSample, HostSample, IncidentRecord, LogEvent
+
+
+@dataclass
+class SampleSet:
+    """What one ``sample`` call produced; any list may be empty."""
+
+    host: list[HostSample] = field(default_factory=list)
+    gpu: list[GpuSample] = field(default_factory=list)
+    logs: list[LogEvent] = field(default_factory=list)
+    incidents: list[IncidentRecord] = field(default_factory=list)
+
+
+class Sampler(Protocol):
+    name: str
+
+    def sample(self, now_ns: int) -> SampleSet: ...
+
+    def inventory(self) -> list[GpuInfo]:
+        """The GPUs this sampler knows of (empty for host-only sources)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,284 @@
+"""The one gRPC stream from an agent to its collector.
+
+The uplink runs on its own thread and never raises into the sampling loop. It registers,
+opens ``Ingest/Stream`` and sends spooled batches oldest first with up to ``window`` batches
+in flight; each acknowledgement deletes its batch from the spool. When the stream breaks it
+sleeps (capped exponential backoff with full jitter, on an Event so shutdown interrupts it),
+rebuilds the channel, moves to the next collector address and sends again every batch still in
+the spool: at-least-once on the wire, exactly-once in storage thanks to the collector's check.
+
+Retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL,
+UNKNOWN, CANCELLED by a collector shutting down) are retried quietly; UNAUTHENTICATED and
+PERMISSION_DENIED are logged as errors and retried slowly, since an operator must fix the token
+and the spool keeps everything meanwhile.
+
+Batches are sent as their spooled bytes, with ``sent_ns`` appended as one more encoded field
+(protobuf lets a later occurrence of a scalar field win), so a resend costs no re-encoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+
+from fleetscope.agent.spool import Spool
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+STREAM_METHOD = "/fleetscope.v1.Ingest/Stream"
+REGISTER_METHOD = "/fleetscope.v1.Ingest/Register"
+_SENT_NS_TAG = bytes([5 << 3 | 0])  # field 5 (sent_ns), varint
+_AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 16 << 20),
+    # Reconnect quickly once the collector is back; our own backoff paces attempts.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+]
+
+
+def encode_varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # int64 two's complement, as protobuf encodes negatives
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def with_sent_ns(payload: bytes, sent_ns: int) -> bytes:
+    return payload + _SENT_NS_TAG + encode_varint(sent_ns)
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_s: float = 0.5
+    maximum_s: float = 30.0
+    multiplier: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, min(max, initial * multiplier**attempt)]."""
+        ceiling = min(self.maximum_s, self.initial_s * self.multiplier**attempt)
+        return random.uniform(self.initial_s / 2, max(self.initial_s / 2, ceiling))
+
+
+@dataclass
+class UplinkStatus:
+    connected: bool = False
+    collector: str = ""
+    last_error: str = ""
+    acked: int = 0
+    rejected: int = 0
+    clock_skew_ns: int = 0
+    max_batch_bytes: int = 0
+
+
+class Uplink:
+    def __init__(
+        self,
+        spool: Spool,
+        *,
+        addresses: list[str],
+        token: str,
+        register_request: Callable[[], pb.RegisterRequest],
+        window: int = 16,
+        backoff: Backoff | None = None,
+        ack_timeout_s: float = 60.0,
+        compression: grpc.Compression | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        if not addresses:
+            raise ValueError("at least one collector address is needed")
+        self._spool = spool
+        self._addresses = list(addresses)
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._register_request = register_request
+        self._window = max(1, window)
+        self._backoff = backoff or Backoff()
+        self._ack_timeout_s = ack_timeout_s
+        self._compression = compression
+        self._clock = clock  # the device clock, which may be off: the collector measures the skew
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # set when a new batch is spooled
+        self._thread: threading.Thread | None = None
+        self._address_index = 0
+        self._connects = 0
+        self.status = UplinkStatus()
+        self._call: grpc.Future | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fleetscope-uplink", daemon=True)
+        self._thread.start()
+
+    def notify(self) -> None:
+        """A new batch is in the spool."""
+        self._wake.set()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the spool is empty or ``timeout_s`` passed; True when everything was acked."""
+        deadline = time.monotonic() + timeout_s
+        self._wake.set()
+        while time.monotonic() < deadline:
+            if self._spool.stats().batches == 0:
+                return True
+            time.sleep(0.05)
+        return self._spool.stats().batches == 0
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # -- the connection loop ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            address = self._addresses[self._address_index % len(self._addresses)]
+            acked_before = self.status.acked
+            try:
+                self._session(address)
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                detail = exc.details() if hasattr(exc, "details") else str(exc)
+                self.status.last_error = f"{address}: {getattr(code, 'name', code)}: {detail}"
+                if self._stop.is_set():
+                    break
+                if code in _AUTH_CODES:
+                    log.error("collector %s refused this agent (%s): check --token; data stays spooled", address, detail)
+                    attempt = max(attempt, 4)
+                else:
+                    log.warning("collector %s: %s (%s); retrying", address, getattr(code, "name", code), detail)
+            except Exception as exc:  # never let the uplink thread die: the agent would go silent
+                self.status.last_error = f"{address}: {exc!r}"
+                log.exception("uplink error with %s", address)
+            finally:
+                self.status.connected = False
+                self._call = None
+            if self._stop.is_set():
+                break
+            if self.status.acked > acked_before:
+                attempt = 0  # the last session made progress: start the backoff afresh
+            self._address_index += 1
+            delay = self._backoff.delay(attempt)
+            attempt += 1
+            self._stop.wait(delay)
+
+    def _session(self, address: str) -> None:
+        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS, compression=self._compression) as channel:
+            register = channel.unary_unary(
+                REGISTER_METHOD,
+                request_serializer=pb.RegisterRequest.SerializeToString,
+                response_deserializer=pb.RegisterResponse.FromString,
+            )
+            request = self._register_request()
+            request.sent_ns = self._clock()
+            reply = register(request, metadata=self._metadata, timeout=10.0, wait_for_ready=False)
+            self.status.clock_skew_ns = reply.clock_skew_ns
+            self.status.max_batch_bytes = reply.max_batch_bytes
+            if self._connects:
+                self._spool.count("reconnects")
+            self._connects += 1
+            stream = channel.stream_stream(
+                STREAM_METHOD, request_serializer=_identity, response_deserializer=pb.Ack.FromString
+            )
+            session = _Session()
+            try:
+                call = stream(self._requests(session), metadata=self._metadata)
+                self._call = call
+                self.status.connected = True
+                self.status.collector = address
+                log.info("streaming to collector %s", address)
+                for ack in call:
+                    self._on_ack(session, ack)
+            finally:
+                session.close()
+
+    def _requests(self, session: _Session) -> Iterator[bytes]:
+        """Spooled batches in order, never more than ``window`` unacknowledged.
+
+        Runs on a gRPC thread. It belongs to one session: once that session closed it sends
+        nothing more, so a stale generator cannot interleave with the next connection.
+        """
+        last_sent = 0
+        while not (self._stop.is_set() or session.closed):
+            room = session.wait_for_room(self._window, self._stop)
+            if room <= 0:
+                continue
+            batches = self._spool.after(last_sent, room)
+            if not batches:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            for b in batches:
+                if session.closed:
+                    return
+                session.sent(b.seq)
+                last_sent = b.seq
+                yield with_sent_ns(b.payload, self._clock())
+
+    def _on_ack(self, session: _Session, ack: pb.Ack) -> None:
+        if ack.status == pb.Ack.STATUS_REJECTED:
+            reason = f"batch {ack.seq}: {ack.reason}"
+            log.error("collector rejected %s; it will not be resent", reason)
+            self._spool.count("rejected_batches", reason=reason)
+            self.status.rejected += 1
+        self._spool.delete(ack.seq)
+        self.status.acked += 1
+        session.acked(ack.seq)
+
+
+class _Session:
+    """The in-flight window of one stream."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._inflight: set[int] = set()
+        self.closed = False
+
+    def wait_for_room(self, window: int, stop: threading.Event) -> int:
+        with self._cv:
+            if len(self._inflight) >= window and not (self.closed or stop.is_set()):
+                self._cv.wait(0.5)
+            return window - len(self._inflight)
+
+    def sent(self, seq: int) -> None:
+        with self._cv:
+            self._inflight.add(seq)
+
+    def acked(self, seq: int) -> None:
+        with self._cv:
+            self._inflight.discard(seq)
+            self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()

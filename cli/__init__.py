@@ -1,0 +1,67 @@
+"""The ``fleetscope`` command. Each component owns its subcommands; this only routes.
+
+A component whose extra is not installed still lists its subcommands, and running one says
+which extra to install (``pip install 'fleetscope[collector]'``) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fleetscope.agent import cli as agent_cli
+    from fleetscope.cli import demo
+    from fleetscope.collector import cli as collector_cli
+
+    parser = argparse.ArgumentParser(
+        prog="fleetscope",
+        description="Telemetry and incidents for fleets that train and run AI models.",
+        epilog="Run 'fleetscope COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    agent_cli.register(sub)
+    collector_cli.register(sub)
+    demo.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    if args.command in ("agent", "collector", "demo", "simulate"):
+        level = min(level, logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except MissingExtra as exc:
+        print(f"fleetscope {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the like: stop quietly, as Unix tools do.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+class MissingExtra(RuntimeError):
+    """A subcommand's optional dependencies are not installed."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        super().__init__(f"needs the '{extra}' extra ({module} is not installed): pip install 'fleetscope[{extra}]'")
+
+
+def require(extra: str, module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtra(extra, module)

@@ -1,0 +1,142 @@
+"""``fleetscope demo``: the whole system on this machine on the embedded default (SQLite).
+
+It starts a collector on a SQLite file in a local folder, a real agent for this machine, a few
+simulated devices so the fleet looks like one, and the dashboard when it is installed; prints
+what runs where and how to query it; and stops everything cleanly on Ctrl-C (or after
+``--duration``), printing what was stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fleetscope.cli.args import duration_s
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("demo", help="run collector, an agent for this machine, simulated devices and the dashboard",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dir", type=Path, default=Path("fleetscope-demo"), help="folder for the database and spools (default %(default)s)")
+    p.add_argument("--port", type=int, default=0, help="collector port on 127.0.0.1 (default: any free port)")
+    p.add_argument("--devices", type=int, default=4, help="simulated devices beside this machine (default %(default)s)")
+    p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port on 127.0.0.1 (default %(default)s)")
+    p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard")
+    p.add_argument("--fresh", action="store_true", help="delete the folder's earlier data first")
+    p.set_defaults(func=run_demo)
+
+
+def _dashboard_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("streamlit") is not None and importlib.util.find_spec("fleetscope.dashboard.app") is not None
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from fleetscope.cli import require
+
+    require("collector", "sqlalchemy")
+    require("agent", "psutil")
+    from fleetscope.agent.classify import classify_event
+    from fleetscope.agent.runner import Agent, AgentSettings
+    from fleetscope.agent.samplers.host import HostSampler
+    from fleetscope.agent.simulate import build_fleet, wait_progress
+    from fleetscope.collector.server import Collector, CollectorSettings
+
+    root = args.dir.resolve()
+    if args.fresh and root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    db_url = f"sqlite:///{root / 'fleetscope.db'}"
+    token = secrets.token_urlsafe(16)
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+
+    say(f"[1/4] collector: SQLite at {root / 'fleetscope.db'}")
+    collector = Collector(CollectorSettings(listen=f"127.0.0.1:{args.port}", db_url=db_url, tokens=frozenset([token])))
+    port = collector.start()
+    address = f"127.0.0.1:{port}"
+    say(f"      listening on {address}")
+
+    say("[2/4] agent for this machine")
+    demo_log = root / "demo-app.log"
+    demo_log.touch()
+    agent = Agent(
+        AgentSettings(collectors=(address,), spool_dir=root / "agent", token=token, name=os.uname().nodename,
+                      labels={"site": "local", "role": "demo-host"}, log_files=(str(demo_log),)),
+        samplers=[HostSampler()],
+        classify=classify_event,
+    )
+    agent.start()
+
+    say(f"[3/4] {args.devices} simulated devices (label simulated=true)")
+    fleet = build_fleet(collectors=[address], token=token, devices=args.devices, state_dir=root / "simulated",
+                        incident_every_s=60.0, classify=classify_event, name_prefix="demo")
+    fleet.start()
+
+    dashboard = None
+    if args.no_dashboard:
+        say("[4/4] dashboard: skipped (--no-dashboard)")
+    elif _dashboard_available():
+        dashboard = subprocess.Popen(
+            [sys.executable, "-m", "fleetscope.dashboard", "--db", db_url, "--port", str(args.dashboard_port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        say(f"[4/4] dashboard: http://127.0.0.1:{args.dashboard_port}")
+    else:
+        say("[4/4] dashboard: not installed (pip install 'fleetscope[dashboard]')")
+
+    say(f"""
+fleetscope is running. In another terminal:
+  fleetscope devices --db {db_url}
+  fleetscope metrics --db {db_url} --device {agent.settings.name} --since 5m
+  fleetscope incidents --db {db_url}
+  echo 'RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity)' >> {demo_log}
+{"Stopping after " + str(int(args.duration)) + " s." if args.duration else "Ctrl-C stops everything."}
+""")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    watcher = threading.Thread(target=wait_progress, args=(fleet, args.duration), daemon=True)
+    watcher.start()
+    stop.wait(args.duration)
+
+    say("stopping: agents flush their spools, the collector acknowledges what it has...")
+    agent.stop()
+    fleet.stop()
+    if dashboard is not None:
+        dashboard.terminate()
+        try:
+            dashboard.wait(10)
+        except subprocess.TimeoutExpired:
+            dashboard.kill()
+    collector.stop()
+    time.sleep(0.1)
+    return _summary(db_url)
+
+
+def _summary(db_url: str) -> int:
+    from sqlalchemy.orm import Session
+
+    from fleetscope.collector.query import count_samples, list_devices, list_incidents
+    from fleetscope.collector.storage.engine import make_engine
+
+    engine = make_engine(db_url)
+    now = time.time_ns()
+    with Session(engine) as session:
+        devices = list_devices(session=session, now_ns=now)
+        counts = count_samples(session=session)
+        incidents = list_incidents(session=session, since_ns=0, until_ns=now + 1)
+    engine.dispose()
+    print(f"stored: {len(devices)} devices, {counts['host']} host samples, {counts['gpu']} GPU samples, "
+          f"{len(incidents)} incidents in {db_url}")
+    return 0 if devices and counts["host"] else 1

@@ -1,0 +1,230 @@
+"""The collector's subcommands: ``collector`` (serve) and the queries ``devices``, ``metrics``,
+``logs``, ``incidents``. Parsers are built without importing SQLAlchemy, so ``fleetscope --help``
+works on a drone; a handler checks for the extra first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fleetscope.cli.args import duration_ns, format_ago, format_bytes, format_ns, label, size_bytes, time_ns
+
+DEFAULT_DB = os.environ.get("FLEETSCOPE_DB", "sqlite:///fleetscope-data/fleetscope.db")
+
+
+def _db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=DEFAULT_DB, metavar="URL",
+                   help="database URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB (env FLEETSCOPE_DB; default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON document (for jq) instead of a table")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("collector", help="run a collector: gRPC ingest into SQLite or PostgreSQL",
+                       description="Receive agents' streams over gRPC and store them exactly once in SQL.")
+    p.add_argument("--listen", default=os.environ.get("FLEETSCOPE_LISTEN", "127.0.0.1:4317"), metavar="HOST:PORT",
+                   help="address to listen on (env FLEETSCOPE_LISTEN; default %(default)s; 0.0.0.0:4317 for all interfaces)")
+    p.add_argument("--db", default=DEFAULT_DB, metavar="URL", help="database URL (env FLEETSCOPE_DB; default %(default)s)")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--token", default=os.environ.get("FLEETSCOPE_TOKEN"), help="the token agents must present (env FLEETSCOPE_TOKEN)")
+    auth.add_argument("--tokens-file", type=Path, metavar="FILE", help="file with one accepted token per line")
+    p.add_argument("--max-batch-size", type=size_bytes, default=32 << 20, metavar="SIZE", help="largest batch accepted (default 32MiB)")
+    p.add_argument("--grace", type=duration_ns, default=10 * 10**9, metavar="DURATION",
+                   help="on stop, how long in-flight streams get to finish (default 10s)")
+    p.set_defaults(func=run_collector)
+
+    p = sub.add_parser("devices", help="list registered devices", description="Every device that registered, with its state.")
+    _db_arg(p)
+    p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE", help="only devices with this label")
+    p.set_defaults(func=run_devices)
+
+    p = sub.add_parser("metrics", help="a device's host and GPU samples over a time range")
+    _db_arg(p)
+    p.add_argument("--device", required=True, help="device name (or agent id)")
+    p.add_argument("--since", default="1h", help="start: a duration ago (1h, 7d) or a time (ISO 8601); default 1h")
+    p.add_argument("--until", default="now", help="end: a time or a duration ago; default now")
+    p.add_argument("--limit", type=int, default=200_000, help="most rows per table (default %(default)s)")
+    p.set_defaults(func=run_metrics)
+
+    p = sub.add_parser("logs", help="a device's log events")
+    _db_arg(p)
+    p.add_argument("--device", required=True, help="device name (or agent id)")
+    p.add_argument("--grep", help="only lines containing this text")
+    p.add_argument("--level", choices=["debug", "info", "warning", "error", "critical"], help="only this level")
+    p.add_argument("--since", default="24h", help="start (default 24h ago)")
+    p.add_argument("--until", default="now", help="end (default now)")
+    p.add_argument("--limit", type=int, default=1000, help="most lines, newest kept (default %(default)s)")
+    p.set_defaults(func=run_logs)
+
+    p = sub.add_parser("incidents", help="OOM, Xid, TensorRT, latency and other incidents")
+    _db_arg(p)
+    p.add_argument("--device", help="only this device")
+    p.add_argument("--kind", help="only this kind (cuda_oom, host_oom, gpu_xid, tensorrt_error, ...)")
+    p.add_argument("--since", default="7d", help="start (default 7d ago)")
+    p.add_argument("--until", default="now", help="end (default now)")
+    p.add_argument("--limit", type=int, default=1000, help="most incidents, newest first (default %(default)s)")
+    p.set_defaults(func=run_incidents)
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _session(url: str):  # type: ignore[no-untyped-def]
+    from fleetscope.cli import require
+
+    require("collector", "sqlalchemy")
+    from sqlalchemy.orm import Session
+
+    from fleetscope.collector.storage.engine import has_schema, make_engine
+
+    engine = make_engine(url, create=False)
+    if not has_schema(engine):
+        print(f"no fleetscope data in {url}: start a collector with --db {url} first", file=sys.stderr)
+        raise SystemExit(1)
+    return Session(engine)
+
+
+def _print_json(doc: Any) -> None:
+    from fleetscope.collector.query import to_jsonable
+
+    json.dump(to_jsonable(doc), sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+def _unknown_device(exc: Exception) -> int:
+    print(str(exc), file=sys.stderr)
+    return 1
+
+
+def run_collector(args: argparse.Namespace) -> int:
+    from fleetscope.cli import require
+
+    require("collector", "sqlalchemy")
+    from fleetscope.collector.errors import StoreUnavailable
+    from fleetscope.collector.server import Collector, CollectorSettings, read_tokens_file
+
+    tokens = None
+    if args.tokens_file:
+        tokens = read_tokens_file(args.tokens_file)
+    elif args.token:
+        tokens = frozenset([args.token])
+    settings = CollectorSettings(listen=args.listen, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
+                                 grace_s=args.grace / 1e9)
+    if tokens is None:
+        print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
+    try:
+        Collector(settings).serve()
+    except StoreUnavailable as exc:
+        print(f"fleetscope collector: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    from fleetscope.collector.query import list_devices
+
+    now = time.time_ns()
+    with _session(args.db) as session:
+        devices = list_devices(session=session, now_ns=now, label=dict(args.label) or None)
+    if args.json:
+        _print_json({"devices": devices})
+        return 0
+    if not devices:
+        print("no devices yet: start an agent with 'fleetscope agent --collector HOST:PORT --name NAME'")
+        return 0
+    rows = []
+    for d in devices:
+        c = d.counters
+        rows.append([
+            d.name, d.kind, "online" if d.online else "OFFLINE", format_ago(d.last_seen_ns, now), str(d.gpu_count),
+            ",".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "-",
+            str(d.batches_stored), str(d.batches_rejected),
+            str(c.get("dropped_samples", 0)), str(c.get("spool_batches", 0)),
+        ])
+    _table(["DEVICE", "KIND", "STATE", "LAST SEEN", "GPUS", "LABELS", "BATCHES", "REJECTED", "DROPPED", "SPOOLED"], rows)
+    return 0
+
+
+def run_metrics(args: argparse.Namespace) -> int:
+    from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.query import device_metrics
+
+    since, until = time_ns(args.since), time_ns(args.until)
+    with _session(args.db) as session:
+        try:
+            m = device_metrics(session=session, device=args.device, since_ns=since, until_ns=until, limit=args.limit)
+        except UnknownDevice as exc:
+            return _unknown_device(exc)
+    if args.json:
+        _print_json(m)
+        return 0
+    print(f"{m.device}: {len(m.host)} host samples, {len(m.gpu)} GPU samples from {format_ns(since)} to {format_ns(until)} UTC")
+    if m.host:
+        rows = [[format_ns(p.ts_ns), _fmt(p.values["cpu_percent"], "%"), _fmt(p.values["load1"]),
+                 format_bytes(p.values["mem_used_bytes"]), format_bytes(p.values["swap_used_bytes"])] for p in m.host[-20:]]
+        print("\nhost (last 20)")
+        _table(["TIME", "CPU", "LOAD1", "MEM USED", "SWAP USED"], rows)
+    if m.gpu:
+        rows = [[format_ns(p.ts_ns), str(p.gpu_index), _fmt(p.values["util_gpu_percent"], "%"),
+                 format_bytes(p.values["memory_used_bytes"]), _fmt(p.values["temp_c"], " C"),
+                 _fmt(p.values["power_w"], " W"), _fmt(p.values["sm_clock_mhz"], " MHz")] for p in m.gpu[-20:]]
+        print("\nGPU (last 20)")
+        _table(["TIME", "GPU", "UTIL", "MEM USED", "TEMP", "POWER", "SM CLOCK"], rows)
+    return 0
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "-" if v is None else f"{v:.1f}{unit}"
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.query import device_logs
+
+    with _session(args.db) as session:
+        try:
+            lines = device_logs(session=session, device=args.device, since_ns=time_ns(args.since), until_ns=time_ns(args.until),
+                                grep=args.grep, level=args.level, limit=args.limit)
+        except UnknownDevice as exc:
+            return _unknown_device(exc)
+    if args.json:
+        _print_json({"logs": lines})
+        return 0
+    for ln in lines:
+        print(f"{format_ns(ln.ts_ns)} {ln.level.upper():8} {ln.source}: {ln.message}")
+    if not lines:
+        print("no log events in that range")
+    return 0
+
+
+def run_incidents(args: argparse.Namespace) -> int:
+    from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.query import list_incidents
+
+    with _session(args.db) as session:
+        try:
+            incidents = list_incidents(session=session, since_ns=time_ns(args.since), until_ns=time_ns(args.until),
+                                       device=args.device, kind=args.kind, limit=args.limit)
+        except UnknownDevice as exc:
+            return _unknown_device(exc)
+    if args.json:
+        _print_json({"incidents": incidents})
+        return 0
+    if not incidents:
+        print("no incidents in that range")
+        return 0
+    _table(["TIME", "DEVICE", "KIND", "SEVERITY", "TITLE"],
+           [[format_ns(i.ts_ns), i.device, i.kind, i.severity, i.title[:100]] for i in incidents])
+    return 0

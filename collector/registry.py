@@ -1,0 +1,95 @@
+"""The device registry: who registered, with what inventory, labels and clock skew."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from fleetscope.collector.storage.schema import Device, streams
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+KIND_NAMES = {
+    pb.DEVICE_KIND_SERVER: "server",
+    pb.DEVICE_KIND_JETSON: "jetson",
+    pb.DEVICE_KIND_OTHER: "other",
+    pb.DEVICE_KIND_UNSPECIFIED: "other",
+}
+SIMULATED_LABEL = "simulated"
+
+
+def message_to_dict(msg: object) -> dict[str, object]:
+    """A proto message as plain JSON types, every field present and integers kept as integers.
+
+    (``json_format.MessageToDict`` would turn 64-bit integers into strings and drop zeros,
+    such as GPU index 0, which the dashboard then has to guess back.)
+    """
+    out: dict[str, object] = {}
+    for f in msg.DESCRIPTOR.fields:  # type: ignore[attr-defined]
+        value = getattr(msg, f.name)
+        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
+            if f.is_repeated:
+                out[f.name] = [message_to_dict(v) for v in value]
+            else:
+                out[f.name] = message_to_dict(value)
+        elif f.is_repeated:
+            out[f.name] = list(value) if not hasattr(value, "items") else dict(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Registration:
+    device_id: int
+    clock_skew_ns: int
+
+
+def register_device(engine: Engine, req: pb.RegisterRequest, *, received_ns: int) -> Registration:
+    """Insert or update the device row for ``req.agent_id`` and record its stream."""
+    skew = received_ns - req.sent_ns if req.sent_ns else 0
+    labels = dict(req.labels)
+    inventory = message_to_dict(req.inventory)
+    with Session(engine) as session, session.begin():
+        device = session.scalars(select(Device).where(Device.agent_id == req.agent_id)).first()
+        if device is None:
+            device = Device(agent_id=req.agent_id, first_seen_ns=received_ns, last_seen_ns=received_ns, counters={})
+            session.add(device)
+        device.name = req.name or req.hostname or req.agent_id[:8]
+        device.hostname = req.hostname
+        device.kind = KIND_NAMES.get(req.kind, "other")
+        device.boot_id = req.boot_id
+        device.agent_version = req.agent_version
+        device.labels = labels
+        device.inventory = inventory
+        device.capabilities = list(req.capabilities)
+        device.last_seen_ns = received_ns
+        device.clock_skew_ns = skew
+        device.simulated = labels.get(SIMULATED_LABEL, "").lower() in ("1", "true", "yes")
+        session.flush()
+        device_id = device.id
+        key = (streams.c.agent_id == req.agent_id) & (streams.c.boot_id == req.boot_id)
+        exists = session.execute(select(streams.c.agent_id).where(key)).first()
+        if exists:
+            session.execute(streams.update().where(key).values(clock_skew_ns=skew, last_seen_ns=received_ns))
+        else:
+            session.execute(
+                streams.insert().values(
+                    agent_id=req.agent_id,
+                    boot_id=req.boot_id,
+                    device_id=device_id,
+                    clock_skew_ns=skew,
+                    correction_ns=0,
+                    first_seen_ns=received_ns,
+                    last_seen_ns=received_ns,
+                )
+            )
+    return Registration(device_id=device_id, clock_skew_ns=skew)
+
+
+def lookup_device_id(engine: Engine, agent_id: str) -> int | None:
+    with Session(engine) as session:
+        return session.scalars(select(Device.id).where(Device.agent_id == agent_id)).first()
+
+

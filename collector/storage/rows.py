@@ -1,0 +1,202 @@
+"""A validated wire batch turned into table rows (tuples in the tables' column order).
+
+This is the per-row Python work of ingest, so it leans on C-level builtins: columns are read
+as lists and stitched into rows with ``zip``; no per-value loop runs unless a column has nulls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from itertools import repeat
+
+from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, GPU_STATE_COLUMNS, HOST_VALUE_COLUMNS
+from fleetscope.proto.columns import read_column
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+LEVEL_NAMES = {
+    pb.LEVEL_UNSPECIFIED: "info",
+    pb.LEVEL_DEBUG: "debug",
+    pb.LEVEL_INFO: "info",
+    pb.LEVEL_WARNING: "warning",
+    pb.LEVEL_ERROR: "error",
+    pb.LEVEL_CRITICAL: "critical",
+}
+
+
+def fact_value(fv: pb.FactValue) -> object:
+    which = fv.WhichOneof("value")
+    return getattr(fv, which) if which else None
+
+
+def facts_dict(facts: object) -> dict[str, object]:
+    return {k: fact_value(v) for k, v in facts.items()}  # type: ignore[attr-defined]
+
+
+def canonical_labels(labels: object) -> str:
+    return json.dumps(dict(labels), sort_keys=True, separators=(",", ":"))  # type: ignore[call-overload]
+
+
+def _processes(table: pb.ProcessTable, counts: object, rows: int) -> list[str | None]:
+    """One JSON text (or None) per row from a flattened process table."""
+    if not counts:  # type: ignore[truthy-function]
+        return [None] * rows
+    n = len(table.pid)
+    cpu = read_column(table.cpu_percent, n)
+    rss = read_column(table.rss_bytes, n)
+    gmem = read_column(table.gpu_memory_bytes, n)
+    out: list[str | None] = []
+    start = 0
+    for c in counts:  # type: ignore[attr-defined]
+        if not c:
+            out.append(None)
+            continue
+        procs = []
+        for j in range(start, start + c):
+            p: dict[str, object] = {"pid": table.pid[j], "name": table.name[j]}
+            if cpu[j] is not None:
+                p["cpu_percent"] = cpu[j]
+            if rss[j] is not None:
+                p["rss_bytes"] = int(rss[j])  # type: ignore[arg-type]
+            if gmem[j] is not None:
+                p["gpu_memory_bytes"] = int(gmem[j])  # type: ignore[arg-type]
+            if table.container_id and table.container_id[j]:
+                p["container_id"] = table.container_id[j]
+            procs.append(p)
+        out.append(json.dumps(procs, separators=(",", ":")))
+        start += c
+    return out
+
+
+@dataclass
+class BatchRows:
+    host: list[tuple] = field(default_factory=list)
+    gpu: list[tuple] = field(default_factory=list)
+    gpu_state: list[tuple] = field(default_factory=list)
+    latency: list[tuple] = field(default_factory=list)
+    metrics: list[tuple] = field(default_factory=list)
+    inventory: list[tuple] = field(default_factory=list)
+    logs: list[tuple] = field(default_factory=list)
+    incidents: list[dict] = field(default_factory=list)
+
+    @property
+    def sample_rows(self) -> int:
+        return len(self.host) + len(self.gpu)
+
+    def total_rows(self) -> int:
+        return (
+            len(self.host) + len(self.gpu) + len(self.gpu_state) + len(self.latency) + len(self.metrics)
+            + len(self.inventory) + len(self.logs) + len(self.incidents)
+        )
+
+
+class GpuStateCache:
+    """The last stored ``gpu_state`` per (device, GPU), so a state row is written only on change.
+
+    A collector restart forgets it and writes each GPU's state once more: harmless.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, int], tuple] = {}
+
+    def changed(self, key: tuple[int, int], values: tuple) -> bool:
+        if self._last.get(key) == values:
+            return False
+        self._last[key] = values
+        return True
+
+    def forget(self, keys: list[tuple[int, int]]) -> None:
+        for k in keys:
+            self._last.pop(k, None)
+
+
+def _shift(ts: object, correction_ns: int) -> list[int]:
+    return list(ts) if not correction_ns else [t + correction_ns for t in ts]  # type: ignore[attr-defined]
+
+
+def batch_rows(
+    batch: pb.Batch, *, device_id: int, correction_ns: int, received_ns: int, state_cache: GpuStateCache
+) -> BatchRows:
+    out = BatchRows()
+    host = batch.host
+    n = len(host.ts_ns)
+    if n:
+        cols = [read_column(getattr(host, name), n) for name in HOST_VALUE_COLUMNS]
+        cores: list[str | None] = [None] * n
+        if host.core_count:
+            pct = list(host.cpu_core_percent)
+            freq = list(host.cpu_core_freq_mhz) or None
+            start = 0
+            for i, c in enumerate(host.core_count):
+                if c:
+                    f = freq[start : start + c] if freq else [None] * c
+                    cores[i] = json.dumps(
+                        [[round(p, 1), None if m is None else round(m)] for p, m in zip(pct[start : start + c], f)],
+                        separators=(",", ":"),
+                    )
+                start += c
+        procs = _processes(host.processes, host.process_count, n)
+        out.host = list(zip(repeat(device_id, n), _shift(host.ts_ns, correction_ns), *cols, cores, procs))
+    gpu = batch.gpu
+    n = len(gpu.ts_ns)
+    if n:
+        ts = _shift(gpu.ts_ns, correction_ns)
+        index = list(gpu.gpu_index)
+        cols = [read_column(getattr(gpu, name), n) for name in GPU_SAMPLE_COLUMNS]
+        out.gpu = list(zip(repeat(device_id, n), ts, index, *cols))
+        # State: the last row of each GPU in this batch, stored when it differs from the last stored.
+        state_cols = [read_column(getattr(gpu, name), n) for name in GPU_STATE_COLUMNS]
+        procs = _processes(gpu.processes, gpu.process_count, n)
+        last_row: dict[int, int] = {}
+        for i in range(n - 1, -1, -1):
+            if index[i] not in last_row:
+                last_row[index[i]] = i
+        for gi, i in sorted(last_row.items()):
+            values = tuple(c[i] for c in state_cols) + (procs[i],)
+            if any(v is not None for v in values) and state_cache.changed((device_id, gi), values):
+                out.gpu_state.append((device_id, ts[i], gi, *values))
+    for h in batch.latency:
+        buckets = json.dumps(dict(zip(h.bucket_index, h.bucket_count)), separators=(",", ":"))
+        out.latency.append(
+            (device_id, h.start_ns + correction_ns, h.end_ns + correction_ns, h.name, canonical_labels(h.labels),
+             h.count, h.sum_ns, h.errors, h.zero_count, buckets)
+        )
+    for m in batch.metrics:
+        out.metrics.append((device_id, m.ts_ns + correction_ns, m.name, m.value, canonical_labels(m.labels)))
+    for r in batch.inventory_records:
+        out.inventory.append((device_id, r.ts_ns + correction_ns, r.kind, r.name, json.dumps(facts_dict(r.facts))))
+    for ev in batch.logs:
+        out.logs.append((device_id, ev.ts_ns + correction_ns, ev.source, LEVEL_NAMES.get(ev.level, "info"), ev.message))
+    for inc in batch.incidents:
+        out.incidents.append(
+            {
+                "device_id": device_id,
+                "ts_ns": inc.ts_ns + correction_ns,
+                "received_ns": received_ns,
+                "kind": inc.kind,
+                "severity": LEVEL_NAMES.get(inc.severity, "error"),
+                "title": inc.title,
+                "facts": facts_dict(inc.facts),
+                "source": inc.source,
+                "excerpt": inc.excerpt,
+                "context": {},
+            }
+        )
+    return out
+
+
+def counters_dict(c: pb.AgentCounters) -> dict[str, object]:
+    return {
+        "spool_batches": c.spool_batches,
+        "spool_bytes": c.spool_bytes,
+        "dropped_batches": c.dropped_batches,
+        "dropped_samples": c.dropped_samples,
+        "dropped_logs": c.dropped_logs,
+        "dropped_incidents": c.dropped_incidents,
+        "reconnects": c.reconnects,
+        "rejected_batches": c.rejected_batches,
+        "last_rejection": c.last_rejection,
+        "sampler_errors": c.sampler_errors,
+        "rss_bytes": c.rss_bytes,
+        "cpu_seconds": c.cpu_seconds,
+    }

@@ -1,0 +1,253 @@
+"""The collector's tables.
+
+Entities (devices, incidents) are typed ORM models; the time series are Core tables with no
+per-row key, because they are only ever bulk-inserted and range-scanned: an identity column
+would cost a sequence step per row and buys nothing. Exactly-once is enforced per batch by
+``ingested_batches`` (one row per agent id, boot id and sequence), not by a unique index per
+sample row.
+
+GPU readings are split by how often they change. ``gpu_samples`` holds what moves every
+second (utilisation, memory used, temperature, power, clocks, throttle reasons);
+``gpu_state`` holds what changes rarely (memory and BAR1 totals, power limit, maximum clocks,
+PCIe link, ECC and page-retirement counters) and gets a row only when a value changed. A row's
+cost in SQLite grows with its column count, so this keeps ingest near the driver's ceiling.
+Free GPU memory is ``memory_total_bytes - memory_used_bytes`` at query time.
+
+Times are int64 nanoseconds since the epoch on the collector's time base: the device's clock
+plus the stream's estimated skew when that skew is larger than the tolerance (see ingest).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData()
+
+
+metadata = Base.metadata
+
+
+class Device(Base):
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    hostname: Mapped[str] = mapped_column(String(255), default="")
+    kind: Mapped[str] = mapped_column(String(16), default="other")
+    boot_id: Mapped[str] = mapped_column(String(64), default="")
+    agent_version: Mapped[str] = mapped_column(String(64), default="")
+    labels: Mapped[dict] = mapped_column(JSON, default=dict)
+    inventory: Mapped[dict] = mapped_column(JSON, default=dict)
+    capabilities: Mapped[list] = mapped_column(JSON, default=list)
+    first_seen_ns: Mapped[int] = mapped_column(BigInteger)
+    last_seen_ns: Mapped[int] = mapped_column(BigInteger)
+    clock_skew_ns: Mapped[int] = mapped_column(BigInteger, default=0)
+    counters: Mapped[dict] = mapped_column(JSON, default=dict)
+    batches_stored: Mapped[int] = mapped_column(BigInteger, default=0)
+    batches_rejected: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_rejection: Mapped[str] = mapped_column(Text, default="")
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Incident(Base):
+    __tablename__ = "incidents"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"), index=True)
+    ts_ns: Mapped[int] = mapped_column(BigInteger)
+    received_ns: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    title: Mapped[str] = mapped_column(Text)
+    facts: Mapped[dict] = mapped_column(JSON, default=dict)
+    source: Mapped[str] = mapped_column(Text, default="")
+    excerpt: Mapped[str] = mapped_column(Text, default="")
+    context: Mapped[dict] = mapped_column(JSON, default=dict)
+
+    __table_args__ = (Index("incidents_kind_ts", "kind", "ts_ns"), Index("incidents_ts", "ts_ns"))
+
+
+ingested_batches = Table(
+    "ingested_batches",
+    metadata,
+    Column("agent_id", String(64), primary_key=True),
+    Column("boot_id", String(64), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("received_ns", BigInteger, nullable=False),
+    Column("rows", Integer, nullable=False),
+)
+
+streams = Table(
+    "streams",
+    metadata,
+    Column("agent_id", String(64), primary_key=True),
+    Column("boot_id", String(64), primary_key=True),
+    Column("device_id", Integer, ForeignKey("devices.id"), nullable=False),
+    Column("clock_skew_ns", BigInteger, nullable=False),
+    Column("correction_ns", BigInteger, nullable=False),
+    Column("first_seen_ns", BigInteger, nullable=False),
+    Column("last_seen_ns", BigInteger, nullable=False),
+)
+
+HOST_VALUE_COLUMNS = (
+    "cpu_percent",
+    "load1",
+    "load5",
+    "load15",
+    "mem_total_bytes",
+    "mem_used_bytes",
+    "mem_available_bytes",
+    "swap_total_bytes",
+    "swap_used_bytes",
+    "disk_total_bytes",
+    "disk_used_bytes",
+    "disk_read_bytes",
+    "disk_write_bytes",
+    "net_rx_bytes",
+    "net_tx_bytes",
+)
+
+host_samples = Table(
+    "host_samples",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("ts_ns", BigInteger, nullable=False),
+    *[Column(name, Float) for name in HOST_VALUE_COLUMNS],
+    Column("cpu_cores", Text),  # JSON: [[percent, mhz|null], ...]
+    Column("top_processes", Text),  # JSON: [{pid, name, cpu_percent, rss_bytes}, ...]
+    Index("host_samples_device_ts", "device_id", "ts_ns"),
+)
+
+GPU_SAMPLE_COLUMNS = (
+    "util_gpu_percent",
+    "util_memory_percent",
+    "util_encoder_percent",
+    "util_decoder_percent",
+    "memory_used_bytes",
+    "temp_c",
+    "memory_temp_c",
+    "power_w",
+    "energy_j",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "graphics_clock_mhz",
+    "pstate",
+    "fan_percent",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+    "throttle_reasons",
+)
+
+gpu_samples = Table(
+    "gpu_samples",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("ts_ns", BigInteger, nullable=False),
+    Column("gpu_index", SmallInteger, nullable=False),
+    *[Column(name, Float) for name in GPU_SAMPLE_COLUMNS],
+    Index("gpu_samples_device_ts", "device_id", "ts_ns"),
+)
+
+GPU_STATE_COLUMNS = (
+    "memory_total_bytes",
+    "bar1_used_bytes",
+    "bar1_total_bytes",
+    "power_limit_w",
+    "sm_clock_max_mhz",
+    "memory_clock_max_mhz",
+    "pcie_gen",
+    "pcie_width",
+    "ecc_volatile_corrected",
+    "ecc_volatile_uncorrected",
+    "ecc_aggregate_corrected",
+    "ecc_aggregate_uncorrected",
+    "retired_pages",
+    "remapped_rows",
+)
+
+gpu_state = Table(
+    "gpu_state",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("ts_ns", BigInteger, nullable=False),
+    Column("gpu_index", SmallInteger, nullable=False),
+    *[Column(name, Float) for name in GPU_STATE_COLUMNS],
+    Column("processes", Text),  # JSON: the compute processes at ts_ns
+    Index("gpu_state_device_ts", "device_id", "gpu_index", "ts_ns"),
+)
+
+latency_histograms = Table(
+    "latency_histograms",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("start_ns", BigInteger, nullable=False),
+    Column("end_ns", BigInteger, nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("labels", Text, nullable=False),  # canonical JSON (sorted keys), so equal labels compare equal
+    Column("count", BigInteger, nullable=False),
+    Column("sum_ns", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("zero_count", BigInteger, nullable=False),
+    Column("buckets", Text, nullable=False),  # JSON {index: count}
+    Index("latency_device_name_ts", "device_id", "name", "start_ns"),
+)
+
+metric_points = Table(
+    "metric_points",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("ts_ns", BigInteger, nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("value", Float, nullable=False),
+    Column("labels", Text, nullable=False),
+    Index("metric_points_device_name_ts", "device_id", "name", "ts_ns"),
+)
+
+inventory_records = Table(
+    "inventory_records",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("ts_ns", BigInteger, nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("facts", Text, nullable=False),
+    Index("inventory_records_device_kind", "device_id", "kind", "ts_ns"),
+)
+
+log_events = Table(
+    "log_events",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("ts_ns", BigInteger, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("level", String(16), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("log_events_device_ts", "device_id", "ts_ns"),
+)
+
+schema_info = Table(
+    "schema_info",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(200), nullable=False),
+)

@@ -1,0 +1,96 @@
+"""Test helpers: deterministic samplers and database counts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, func, select, text
+
+from fleetscope.agent.records import GpuSample, HostSample, IncidentRecord
+from fleetscope.agent.runner import Agent, AgentSettings
+from fleetscope.agent.samplers._base import SampleSet
+from fleetscope.collector.storage.engine import normalise_url
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+
+class CountingSampler:
+    """Emits ``per_tick`` GPU rows per sample, each with a unique sequence number in ``energy_j``,
+    until ``total`` rows were produced. Lets a test check "every sample exactly once"."""
+
+    name = "counting"
+
+    def __init__(self, total: int, per_tick: int = 100, *, incidents_every: int = 0, bad_temp_at_tick: int | None = None) -> None:
+        self.total, self.per_tick = total, per_tick
+        self.produced = 0
+        self.ticks = 0
+        self.incidents_every = incidents_every
+        self.bad_temp_at_tick = bad_temp_at_tick
+        self.incidents = 0
+        self.lock = threading.Lock()
+
+    def inventory(self) -> list:
+        return []
+
+    def sample(self, now_ns: int) -> SampleSet:
+        with self.lock:
+            n = min(self.per_tick, self.total - self.produced)
+            rows = []
+            for i in range(n):
+                k = self.produced + i
+                bad = self.bad_temp_at_tick is not None and self.ticks == self.bad_temp_at_tick and i == 0
+                rows.append(GpuSample(ts_ns=now_ns + i, gpu_index=k % 8, energy_j=float(k), util_gpu_percent=50.0,
+                                      temp_c=-500.0 if bad else 60.0))
+            self.produced += n
+            self.ticks += 1
+            out = SampleSet(gpu=rows, host=[HostSample(ts_ns=now_ns, cpu_percent=10.0)] if n else [])
+            if self.incidents_every and self.ticks % self.incidents_every == 0:
+                self.incidents += 1
+                out.incidents.append(IncidentRecord(ts_ns=now_ns, kind="cuda_oom", severity="error",
+                                                    title=f"test incident {self.incidents}", facts={"n": self.incidents}))
+            return out
+
+    def done(self) -> bool:
+        return self.produced >= self.total
+
+    def close(self) -> None:
+        pass
+
+
+def make_agent(tmp_path: Path, collectors: list[str], sampler, *, name: str = "dev-1", token: str = "test-token",
+               interval_s: float = 0.05, clock=time.time_ns, **overrides) -> Agent:  # type: ignore[no-untyped-def]
+    settings = AgentSettings(
+        collectors=tuple(collectors), spool_dir=tmp_path / f"spool-{name}", token=token, name=name,
+        labels={"site": "test"}, interval_s=interval_s, batch_interval_s=overrides.pop("batch_interval_s", 0.1),
+        backoff_initial_s=0.1, backoff_max_s=overrides.pop("backoff_max_s", 1.0), drain_timeout_s=overrides.pop("drain_timeout_s", 10.0),
+        **overrides,
+    )
+    return Agent(settings, samplers=[sampler], inventory=pb.Inventory(cpu_model="test"), kind=pb.DEVICE_KIND_SERVER,
+                 clock=clock)
+
+
+def gpu_sequence_numbers(db_url: str, device: str = "dev-1") -> list[int]:
+    """The `energy_j` sequence numbers stored for a device, in insertion order."""
+    engine = create_engine(normalise_url(db_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT g.energy_j FROM gpu_samples g JOIN devices d ON d.id = g.device_id WHERE d.name = :n"
+                    + (" ORDER BY g.rowid" if engine.dialect.name == "sqlite" else " ORDER BY g.ctid")
+                ),
+                {"n": device},
+            ).all()
+        return [int(r[0]) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def table_count(db_url: str, table: str) -> int:
+    engine = create_engine(normalise_url(db_url))
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(text(table))).scalar_one())
+    finally:
+        engine.dispose()

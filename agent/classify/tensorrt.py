@@ -1,0 +1,651 @@
+"""TensorRT builder/runtime errors and trtexec performance summaries.
+
+Errors (``KIND_TENSORRT_ERROR``), one finding per recognised line, in every logger format seen
+in the field: TensorRT 7's ``[TensorRT] ERROR: ...``, the 8.x/10.x Python logger's
+``[MM/DD/YYYY-HH:MM:SS] [TRT] [E] ...``, DeepStream's ``ERROR: [TRT]: ...``, trtexec's
+``[E] [TRT] ...`` and untagged lines from applications with their own logger. The ``category``
+fact says what went wrong:
+
+* ``out_of_memory``: ``Error Code 2: OutOfMemory`` (and any coded error whose detail says so)
+* ``gpu_memory_allocation_failed``: "Requested amount of GPU memory (N bytes) could not be allocated"
+* ``tactic_skipped_insufficient_memory`` / ``tactic_skipped``: "Skipping tactic ..."
+* ``tactic_device_memory_insufficient``: "Tactic Device request: 2304MB Available: 1536MB"
+* ``workspace_too_small``: too little workspace for some tactics / "try increasing the workspace size"
+* ``fp16_unsupported`` / ``int8_unsupported``: "Half2 support requested on hardware without native
+  FP16", "Platform doesn't support fast native fp16", "platform does not have FP16 support"
+* ``unsupported_sm``: "Assertion failed: Unsupported SM", "Target GPU SM 70 is not supported"
+* ``unsupported_state``: an ``UNSUPPORTED_STATE`` error not about a tactic
+* ``engine_version_mismatch`` / ``engine_device_mismatch`` / ``engine_invalid``: a serialized
+  engine built by another TensorRT version or for another GPU, or not an engine at all
+* ``cuda_runtime_error``: ``Error Code 1: Cuda Runtime (...)``; ``cuda_error``: "Cuda Error in
+  <call>: N (name)"; ``cuda_init_failure``: "CUDA initialization failure with error: N"
+* ``error_code``: any other coded TensorRT error; ``error``: any other line tagged as an error
+* ``assertion_failed``: a C assertion in the same event as TensorRT output (only then: an
+  assertion on its own is not TensorRT's)
+
+Benchmarks (``KIND_TRT_BENCHMARK``): a trtexec "Performance summary" (prefixed with
+``[date] [I]``, re-logged as ``[INFO] [date] [I]``, stripped, stripped with a leading space,
+with or without the ``=== Performance summary ===`` header) becomes one finding with
+``throughput_qps``, ``latency_{min,max,mean,median,p90,p95,p99}_ms``, the same for
+``end_to_end_latency``, ``enqueue_time``, ``h2d_latency``, ``gpu_compute`` and ``d2h_latency``,
+``total_host_walltime_s`` and ``total_gpu_compute_time_s``; the device block
+("=== Device Information ===") adds ``device_name``, ``compute_capability``, ``sm_count``,
+``device_memory_bytes`` ... and batch size, precision and TensorRT version are added where the
+event prints them. A device block without a summary is reported on its own
+(``record: device_info``). The summary should reach the classifier as one event (the log source
+groups lines); fed line by line, each stat line gives a partial finding
+(``summary_complete: False``).
+
+Not supported: TensorRT 7's older summary layout ("Host Latency" then "min: x ms (end to end
+y ms)" lines), whose lines carry none of the words the prefilter looks for.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fleetscope.agent.classify._base import KIND_TENSORRT_ERROR, KIND_TRT_BENCHMARK, FactValue, Finding
+from fleetscope.agent.classify._units import parse_size
+
+__all__ = ["TensorRtClassifier"]
+
+# ---------------------------------------------------------------------------- error regexes
+
+# Severity tags as the various loggers print them.
+_SEV_TAG = re.compile(
+    r"\[(?:TRT|TensorRT)\]:?\s*(?:\[(?P<a>[EWIVF])\]|(?P<b>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\b)"
+    r"|(?P<c>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE):\s*\[TRT\]"
+    r"|\[(?P<d>[EWF])\]\s*(?:\[TRT\])?"
+)
+_SEV_NORMAL = {
+    "E": "error",
+    "F": "error",
+    "ERROR": "error",
+    "INTERNAL_ERROR": "error",
+    "W": "warning",
+    "WARNING": "warning",
+    "I": "info",
+    "INFO": "info",
+    "V": "info",
+    "VERBOSE": "info",
+}
+# What comes before the message: bracketed tags, "ERROR:" words, a trailing ":" after [TRT].
+_LEAD = re.compile(r"^\s*(?:\[[^\]]{0,40}\]:?\s*|(?:INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\s*:\s*)")
+
+_SKIP_TACTIC = re.compile(
+    r"(?P<status>UNSUPPORTED_STATE)?:?\s*Skipping tactic (?P<idx>\d+|0x[0-9A-Fa-f]+) due to (?P<why>.*?)"
+    r"(?: on requested size of (?P<size>\d+) detected for tactic (?P<tactic>0x[0-9A-Fa-f]+))?\.?\s*$"
+)
+_TACTIC_DEVICE = re.compile(
+    r"Tactic Device request: (?P<req>\d+(?:\.\d+)?)\s*(?P<ru>[KMG]i?B) Available: (?P<avail>\d+(?:\.\d+)?)\s*(?P<au>[KMG]i?B)"
+)
+_REQUESTED_GPU = re.compile(r"Requested amount of GPU memory \((?P<bytes>\d+) bytes\) could not be allocated")
+_ERROR_CODE = re.compile(
+    r"(?:(?P<cls>\d+): )?(?:\[(?P<origin>[^\]]+)\] )?Error Code (?P<code>\d+): (?P<cat>[A-Za-z][A-Za-z0-9 _]*?)"
+    r"(?: \((?P<detail>.*)\))?\s*$"
+)
+_CUDA_ERROR_IN = re.compile(r"Cuda Error in (?P<call>\S+?): (?P<code>\d+) \((?P<name>[^)]*)\)")
+_CUDA_INIT = re.compile(r"CUDA initialization failure with error:? (?P<code>\d+)")
+_HALF2 = re.compile(r"Half2 support requested on hardware without native FP16 support")
+_PLATFORM_PREC = re.compile(
+    r"(?i)platform (?:does not|doesn't|does n't) (?:have|support) (?:fast )?(?:native )?(?P<prec>fp16|int8|bf16|fp8)"
+)
+_PREC_NOT_SUPPORTED = re.compile(
+    r"(?i)\b(?P<prec>fp16|int8|bf16|fp8)\b(?: precision)? (?:is )?not supported(?: natively)?(?: on this (?:platform|gpu|device))?"
+)
+_UNSUPPORTED_SM = re.compile(r"Unsupported SM|Target GPU SM (?P<sm>\d+) is not supported")
+_SM_VALUE = re.compile(r"\b(?:SM|sm_?|compute capability)\s*(?P<sm>\d+(?:\.\d+)?)\b")
+_ASSERTION_FAILED = re.compile(r"Assertion failed: (?P<what>.+?)\.?\s*$")
+_C_ASSERT = re.compile(r"Assertion [`'](?P<what>.+?)' failed")
+_ENGINE_VERSION = re.compile(
+    r"engine plan file is not compatible with this version of TensorRT, expecting library version "
+    r"(?P<lib>[\d.]+) got (?P<plan>[\d.]+)"
+)
+_SERIAL_VERSION = re.compile(r"Current Version: (?P<cur>\d+), Serialized Engine Version: (?P<eng>\d+)")
+_ENGINE_DEVICE = re.compile(
+    r"engine plan file is generated on an incompatible device, expecting compute (?P<want>[\d.]+) got compute (?P<got>[\d.]+)"
+)
+_MAGIC = re.compile(r"Magic tag does not match|not a valid TensorRT engine|Version tag does not match")
+_WORKSPACE = re.compile(
+    r"(?i)(?:insufficient|not have sufficient|too small|increas\w* the workspace|workspace size .*? too small)"
+)
+_WORKSPACE_BYTES = re.compile(r"workspace size (?:to )?(?P<bytes>\d+)(?: bytes)?")
+_NODE = re.compile(r"(?:for node|node|layer) (?P<layer>[^\s,:()]+[^\s,:().])")
+_UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
+
+# Context lines, read once per event and attached to what the event yields.
+_TRT_VERSION = re.compile(r"TensorRT version:? v?(?P<v>\d+(?:\.\d+)+|\d{4,6})\b|\[TensorRT v(?P<n>\d{4,6})\]")
+_MEMUSAGE = re.compile(
+    r"\[MemUsageChange\] (?P<stage>.*?): CPU [+-]?\d+, GPU [+-]?\d+, now: CPU (?P<cpu>\d+), GPU (?P<gpu>\d+) \((?P<unit>[KMG]i?B)\)"
+)
+
+# ---------------------------------------------------------------------------- benchmark regexes
+
+_PREFIX = r"(?P<prefix>\s*(?:\[[^\]\n]*\]\s*)*)"
+_SUMMARY_LINE = re.compile(
+    r"^"
+    + _PREFIX
+    + r"(?P<key>=== Performance summary ===|Throughput|End-to-End Host Latency|Host Latency|Latency"
+    r"|Enqueue Time|H2D Latency|GPU Compute Time|GPU Compute|D2H Latency|Total Host Walltime"
+    r"|Total GPU Compute Time)(?::\s*(?P<body>.*?))?\s*$"
+)
+_STAT = re.compile(
+    r"(?P<stat>min|max|mean|median|percentile\((?P<pct>\d+(?:\.\d+)?)%\)) = (?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?) ms"
+)
+_STAT_NAMES = {
+    "Latency": "latency",
+    "Host Latency": "latency",
+    "End-to-End Host Latency": "end_to_end_latency",
+    "Enqueue Time": "enqueue_time",
+    "H2D Latency": "h2d_latency",
+    "GPU Compute Time": "gpu_compute",
+    "GPU Compute": "gpu_compute",
+    "D2H Latency": "d2h_latency",
+}
+_NUM_UNIT = re.compile(r"^(?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?P<u>qps|s|ms)?$")
+_DEVICE_LINE = re.compile(
+    r"^"
+    + _PREFIX
+    + r"(?P<key>=== Device Information ===|Selected Device UUID|Selected Device ID|Selected Device"
+    r"|Device|Compute Capability|SMs|Device Global Memory|Shared Memory per SM|Memory Bus Width"
+    r"|Application Compute Clock Rate|Application Memory Clock Rate|Compute Clock Rate|Memory Clock Rate)"
+    r"(?::\s*(?P<body>.*?))?\s*$"
+)
+_BUS_WIDTH = re.compile(r"^(?P<bits>\d+) bits(?: \(ECC (?P<ecc>enabled|disabled)\))?")
+_GHZ = re.compile(r"^(?P<v>\d+(?:\.\d+)?) GHz$")
+_LOG_TIME = re.compile(r"\[(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{4})-(?P<t>\d\d:\d\d:\d\d)\]")
+_BATCH = re.compile(
+    r"--batch=(?P<a>\d+)|--shapes=[^:\s]+:(?P<b>\d+)x|Input inference shapes?: [^=\s]+=(?P<c>\d+)x"
+    r"|^" + _PREFIX + r"Batch: (?P<d>\d+)\s*$",
+    re.MULTILINE,
+)
+_PRECISION_LINE = re.compile(r"^" + _PREFIX + r"Precision: (?P<p>\S+)\s*$", re.MULTILINE)
+_PRECISION_FLAGS = re.compile(r"\s--(?P<f>fp16|bf16|int8|fp8|best)\b")
+
+
+class TensorRtClassifier:
+    name = "tensorrt"
+
+    def classify(self, text: str) -> list[Finding]:
+        # Prefilter on words every recognised line carries: the logger tags ("[TRT]",
+        # "[TensorRT]"), untagged coded errors, FP16 notices, the SM assertion, trtexec's stat
+        # lines ("min = 1.2 ms, max = ...") and its "=== Device Information ===" header. Plain
+        # `in` checks with needles of 4+ characters (substring search skips faster on longer
+        # needles) keep an ordinary line to about 0.3 us.
+        if not (
+            "TRT]" in text
+            or "TensorRT" in text
+            or "Error Code" in text
+            or "FP16" in text
+            or "Unsupported SM" in text
+            or "ms, max = " in text
+            or "tion ===" in text
+        ):
+            return []
+        return _classify(text)
+
+
+def _classify(text: str) -> list[Finding]:
+    lines = text.splitlines()
+    findings: list[Finding] = []
+    for line in lines:
+        f = _error_line(line)
+        if f is not None:
+            findings.append(f)
+    context = _context(text)
+    if findings or context:
+        # An assertion is TensorRT's only when the event also shows TensorRT at work.
+        for line in lines:
+            m = _C_ASSERT.search(line)
+            if m and "Unsupported SM" not in line:
+                findings.append(
+                    Finding(
+                        kind=KIND_TENSORRT_ERROR,
+                        severity="error",
+                        title=f"TensorRT application assertion failed: {m.group('what')}",
+                        facts={
+                            "category": "assertion_failed",
+                            "assertion": m.group("what"),
+                            "message": line.strip(),
+                        },
+                        excerpt=line.strip(),
+                    )
+                )
+    if context and findings:
+        findings = [_with_facts(f, context) for f in findings]
+    bench = _benchmark(lines, text)
+    if bench is not None:
+        if context.get("trt_version") is not None:
+            bench = _with_facts(bench, {"trt_version": context["trt_version"]})
+        findings.append(bench)
+    return findings
+
+
+def _with_facts(f: Finding, extra: dict[str, FactValue]) -> Finding:
+    facts = dict(f.facts)
+    for k, v in extra.items():
+        facts.setdefault(k, v)
+    return Finding(
+        kind=f.kind, severity=f.severity, title=f.title, facts=facts, excerpt=f.excerpt, ts_ns=f.ts_ns
+    )
+
+
+def _context(text: str) -> dict[str, FactValue]:
+    ctx: dict[str, FactValue] = {}
+    if "TensorRT" in text:
+        m = _TRT_VERSION.search(text)
+        if m:
+            ctx["trt_version"] = (
+                m.group("v")
+                if m.group("v") and "." in m.group("v")
+                else _decode_version(m.group("v") or m.group("n"))
+            )
+    if "[MemUsageChange]" in text:
+        usages = list(_MEMUSAGE.finditer(text))
+        if usages:
+            last = usages[-1]
+            unit = last.group("unit")
+            ctx["memusage_stage"] = last.group("stage")
+            ctx["memusage_cpu_now_bytes"] = parse_size(f"{last.group('cpu')} {unit}")
+            ctx["memusage_gpu_now_bytes"] = parse_size(f"{last.group('gpu')} {unit}")
+            ctx["memusage_lines"] = len(usages)
+    return ctx
+
+
+def _decode_version(raw: str) -> str:
+    """TensorRT's integer version: 8601 -> "8.6.1" (major*1000+minor*100+patch), 100300 -> "10.3.0"."""
+    n = int(raw)
+    if n >= 10000:
+        return f"{n // 10000}.{(n // 100) % 100}.{n % 100}"
+    return f"{n // 1000}.{(n // 100) % 10}.{n % 100}"
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def _message_of(line: str) -> str:
+    msg = line
+    for _ in range(6):  # a handful of tags at most ("[INFO] [date] [TRT] [E]")
+        m = _LEAD.match(msg)
+        if not m or not m.group(0):
+            break
+        msg = msg[m.end() :]
+    return msg.strip()
+
+
+def _error_line(line: str) -> Finding | None:
+    # Same words as the prefilter, per line: most lines of a multi-line event are not errors.
+    if not (
+        "RT]" in line
+        or "Error Code" in line
+        or "P16" in line
+        or "p16" in line
+        or "Unsupported SM" in line
+        or "TensorRT" in line
+        or "actic" in line
+        or "workspace" in line
+    ):
+        return None
+    sev = _SEV_TAG.search(line)
+    tag = None
+    if sev:
+        tag = sev.group("a") or sev.group("b") or sev.group("c") or sev.group("d")
+    printed = _SEV_NORMAL.get(tag or "", None)
+    if printed == "info":
+        return None  # INFO/VERBOSE lines are progress, never incidents
+    tagged_trt = "[TRT]" in line or "[TensorRT]" in line
+    message = _message_of(line)
+    facts: dict[str, FactValue] = {}
+    if tag:
+        facts["severity_tag"] = tag
+
+    category, severity, title = _categorise(line, message, facts, printed, tagged_trt)
+    if category is None:
+        return None
+    facts["category"] = category
+    facts["message"] = message
+    if "layer" not in facts:
+        node = _NODE.search(message) if ("node" in message or "layer" in message) else None
+        if node:
+            facts["layer"] = node.group("layer")
+    return Finding(
+        kind=KIND_TENSORRT_ERROR, severity=severity, title=title, facts=facts, excerpt=line.strip()
+    )
+
+
+def _sev(printed: str | None, default: str) -> str:
+    return printed if printed in ("error", "warning") else default
+
+
+def _categorise(
+    line: str, message: str, facts: dict[str, FactValue], printed: str | None, tagged: bool
+) -> tuple[str | None, str, str]:
+    m = _SKIP_TACTIC.search(line) if "actic" in line else None
+    if m:
+        if m.group("status"):
+            facts["error_status"] = m.group("status")
+        idx = m.group("idx")
+        facts["tactic_index" if idx.isdigit() else "tactic"] = int(idx) if idx.isdigit() else idx
+        if m.group("tactic"):
+            facts["tactic"] = m.group("tactic")
+        if m.group("size"):
+            facts["requested_bytes"] = int(m.group("size"))
+        memory = "insufficient memory" in (m.group("why") or "")
+        facts["out_of_memory"] = memory
+        cat = "tactic_skipped_insufficient_memory" if memory else "tactic_skipped"
+        what = f"needs {facts['requested_bytes']} bytes" if "requested_bytes" in facts else m.group("why")
+        return cat, _sev(printed, "warning"), f"TensorRT skipped tactic {idx}: {what}"
+    m = _TACTIC_DEVICE.search(line) if "actic" in line else None
+    if m:
+        facts["requested_bytes"] = parse_size(f"{m.group('req')} {m.group('ru')}")
+        facts["available_bytes"] = parse_size(f"{m.group('avail')} {m.group('au')}")
+        facts["out_of_memory"] = True
+        title = f"TensorRT tactic needs {m.group('req')}{m.group('ru')} of device memory, {m.group('avail')}{m.group('au')} available"
+        return "tactic_device_memory_insufficient", _sev(printed, "warning"), title
+    m = _REQUESTED_GPU.search(line)
+    if m:
+        facts["requested_bytes"] = int(m.group("bytes"))
+        facts["out_of_memory"] = True
+        return (
+            "gpu_memory_allocation_failed",
+            _sev(printed, "error"),
+            f"TensorRT could not allocate {m.group('bytes')} bytes of GPU memory",
+        )
+    m = _ERROR_CODE.search(message) if "Error Code" in line else None
+    if m:
+        code = int(m.group("code"))
+        cat_printed = m.group("cat").strip()
+        detail = (m.group("detail") or "").strip()
+        facts["error_code"] = code
+        facts["error_category"] = cat_printed
+        if m.group("detail") is not None:
+            facts["error_detail"] = detail
+        if m.group("origin"):
+            facts["error_origin"] = m.group("origin")
+        if m.group("cls"):
+            facts["error_class"] = int(m.group("cls"))
+        oom = "outofmemory" in cat_printed.replace(" ", "").lower() or "out of memory" in detail.lower()
+        facts["out_of_memory"] = oom
+        device = _ENGINE_DEVICE.search(message)
+        if _version_facts(message, facts):
+            cat = "engine_version_mismatch"
+        elif device:
+            facts["expected_compute_capability"] = device.group("want")
+            facts["compute_capability"] = device.group("got")
+            cat = "engine_device_mismatch"
+        elif _MAGIC.search(message):
+            cat = "engine_invalid"
+        elif oom:
+            cat = "out_of_memory"
+        elif cat_printed.lower().startswith("cuda"):
+            cat = "cuda_runtime_error"
+        elif "UNSUPPORTED_STATE" in message:
+            cat = "unsupported_state"
+        else:
+            cat = "error_code"
+        if "workspace" in message and _WORKSPACE.search(message):
+            cat = "workspace_too_small"
+        title = f"TensorRT error code {code}: {cat_printed}" + (f" ({detail})" if detail else "")
+        return cat, _sev(printed, "error"), title
+    m = _CUDA_ERROR_IN.search(line)
+    if m:
+        facts["cuda_call"] = m.group("call")
+        facts["cuda_error_code"] = int(m.group("code"))
+        facts["cuda_error_name"] = m.group("name")
+        facts["out_of_memory"] = "out of memory" in m.group("name").lower() or m.group("code") == "2"
+        return (
+            "cuda_error",
+            _sev(printed, "error"),
+            f"CUDA error {m.group('code')} ({m.group('name')}) in {m.group('call')}",
+        )
+    m = _CUDA_INIT.search(line)
+    if m:
+        facts["cuda_error_code"] = int(m.group("code"))
+        return (
+            "cuda_init_failure",
+            _sev(printed, "error"),
+            f"TensorRT: CUDA initialization failed with error {m.group('code')}",
+        )
+    if "16" in line or "INT8" in line or "int8" in line:
+        if _HALF2.search(line):
+            facts["precision"] = "fp16"
+            facts["precision_issue"] = "half2_without_native_fp16"
+            return (
+                "fp16_unsupported",
+                _sev(printed, "warning"),
+                "TensorRT: Half2/FP16 requested on hardware without native FP16",
+            )
+        m = _PLATFORM_PREC.search(line) or _PREC_NOT_SUPPORTED.search(line)
+        if m:
+            prec = m.group("prec").lower()
+            facts["precision"] = prec
+            facts["precision_issue"] = (
+                "platform_no_fast_native" if m.re is _PLATFORM_PREC else "not_supported"
+            )
+            cat = "int8_unsupported" if prec == "int8" else "fp16_unsupported"
+            return (
+                cat,
+                _sev(printed, "warning"),
+                f"TensorRT: {prec.upper()} not supported natively on this GPU",
+            )
+    m = _UNSUPPORTED_SM.search(line)
+    if m:
+        sm = m.group("sm")
+        if sm is None:
+            sv = _SM_VALUE.search(message.replace("Unsupported SM", ""))
+            sm = sv.group("sm") if sv else None
+        if sm:
+            facts["sm"] = sm
+        a = _ASSERTION_FAILED.search(message)
+        if a:
+            facts["assertion"] = a.group("what")
+        return (
+            "unsupported_sm",
+            _sev(printed, "error"),
+            "TensorRT does not support this GPU architecture (SM)" + (f" {sm}" if sm else ""),
+        )
+    if "engine" in line or "Engine" in line or "Serializ" in line or "tag does not match" in line:
+        if _version_facts(message, facts):
+            return (
+                "engine_version_mismatch",
+                _sev(printed, "error"),
+                "TensorRT engine was built by another TensorRT version",
+            )
+        m = _ENGINE_DEVICE.search(line)
+        if m:
+            facts["expected_compute_capability"] = m.group("want")
+            facts["compute_capability"] = m.group("got")
+            return (
+                "engine_device_mismatch",
+                _sev(printed, "error"),
+                f"TensorRT engine was built for compute {m.group('want')}, this GPU is {m.group('got')}",
+            )
+        if _MAGIC.search(line):
+            return "engine_invalid", _sev(printed, "error"), "TensorRT could not deserialize the engine file"
+    if "workspace" in line and _WORKSPACE.search(line) and (tagged or printed):
+        wb = _WORKSPACE_BYTES.search(line)
+        if wb:
+            facts["requested_bytes"] = int(wb.group("bytes"))
+        return (
+            "workspace_too_small",
+            _sev(printed, "warning"),
+            "TensorRT: builder workspace too small for some tactics",
+        )
+    if _UNSUPPORTED_STATE.search(line) and (tagged or printed):
+        return "unsupported_state", _sev(printed, "error"), f"TensorRT unsupported state: {message[:100]}"
+    if printed == "error" and tagged:
+        return "error", "error", f"TensorRT error: {message[:120]}"
+    return None, "", ""
+
+
+def _version_facts(message: str, facts: dict[str, FactValue]) -> bool:
+    m = _ENGINE_VERSION.search(message)
+    if m:
+        facts["trt_version"] = m.group("lib")
+        facts["engine_trt_version"] = m.group("plan")
+        return True
+    m = _SERIAL_VERSION.search(message)
+    if m:
+        facts["serialization_version"] = int(m.group("cur"))
+        facts["engine_serialization_version"] = int(m.group("eng"))
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------------- benchmark
+
+
+def _benchmark(lines: list[str], text: str) -> Finding | None:
+    if "ms, max = " not in text and "===" not in text and " qps" not in text:
+        return None
+    facts: dict[str, FactValue] = {}
+    excerpt: list[str] = []
+    prefix: str | None = None
+    header = False
+    stats_seen = False
+    throughput = False
+    for line in lines:
+        m = _SUMMARY_LINE.match(line)
+        if not m:
+            continue
+        key, body = m.group("key"), (m.group("body") or "")
+        if prefix is None:
+            prefix = m.group("prefix")
+        if key.startswith("==="):
+            header = True
+            excerpt.append(line.rstrip())
+            continue
+        if key in _STAT_NAMES:
+            stats = list(_STAT.finditer(body))
+            if not stats:
+                continue
+            name = _STAT_NAMES[key]
+            for s in stats:
+                stat = s.group("stat")
+                if s.group("pct"):
+                    stat = "p" + s.group("pct").replace(".", "_")
+                facts[f"{name}_{stat}_ms"] = float(s.group("v"))
+            stats_seen = True
+            excerpt.append(line.rstrip())
+            continue
+        nm = _NUM_UNIT.match(body.strip())
+        if not nm:
+            continue
+        value, unit = float(nm.group("v")), nm.group("u")
+        if key == "Throughput" and unit == "qps":
+            facts["throughput_qps"] = value
+            throughput = True
+        elif key == "Total Host Walltime" and unit == "s":
+            facts["total_host_walltime_s"] = value
+        elif key == "Total GPU Compute Time" and unit == "s":
+            facts["total_gpu_compute_time_s"] = value
+        else:
+            continue
+        excerpt.append(line.rstrip())
+    device = _device_block(lines, text) if (stats_seen or throughput or "===" in text) else {}
+    if not (stats_seen or throughput):
+        if "device_name" not in device:
+            return None
+        facts = dict(device)
+        facts["record"] = "device_info"
+        title = f"trtexec device: {device['device_name']}" + _device_suffix(device)
+        return Finding(
+            kind=KIND_TRT_BENCHMARK, severity="info", title=title, facts=facts, excerpt=_device_excerpt(lines)
+        )
+    facts["record"] = "performance_summary"
+    facts["has_header"] = header
+    facts["line_prefix"] = prefix or ""
+    facts["summary_complete"] = throughput and "latency_mean_ms" in facts
+    facts.update(device)
+    lt = _LOG_TIME.search(prefix or "")
+    if lt:
+        facts["log_time"] = f"{lt.group('y')}-{lt.group('mo')}-{lt.group('d')}T{lt.group('t')}"
+    _run_settings(text, facts)
+    parts = []
+    if "throughput_qps" in facts:
+        parts.append(f"{facts['throughput_qps']:g} qps")
+    if "latency_mean_ms" in facts:
+        parts.append(f"mean latency {facts['latency_mean_ms']:g} ms")
+    if "latency_p99_ms" in facts:
+        parts.append(f"p99 {facts['latency_p99_ms']:g} ms")
+    title = "trtexec: " + (", ".join(parts) if parts else "performance summary")
+    if "device_name" in facts:
+        title += f" on {facts['device_name']}"
+    # trtexec prints local time without a zone, so ts_ns stays unset (log_time keeps the text).
+    return Finding(
+        kind=KIND_TRT_BENCHMARK, severity="info", title=title, facts=facts, excerpt="\n".join(excerpt)
+    )
+
+
+def _device_block(lines: list[str], text: str) -> dict[str, FactValue]:
+    if "Device" not in text and "Compute Capability" not in text:
+        return {}
+    out: dict[str, FactValue] = {}
+    for line in lines:
+        m = _DEVICE_LINE.match(line)
+        if not m:
+            continue
+        key, body = m.group("key"), (m.group("body") or "").strip()
+        if not body:
+            continue
+        try:
+            if key in ("Selected Device", "Device") and "device_name" not in out:
+                out["device_name"] = body
+            elif key == "Selected Device ID":
+                out["device_id"] = int(body)
+            elif key == "Selected Device UUID":
+                out["device_uuid"] = body
+            elif key == "Compute Capability":
+                out["compute_capability"] = body
+            elif key == "SMs":
+                out["sm_count"] = int(body)
+            elif key == "Device Global Memory":
+                out["device_memory_bytes"] = parse_size(body)
+            elif key == "Shared Memory per SM":
+                out["shared_memory_per_sm_bytes"] = parse_size(body)
+            elif key == "Memory Bus Width":
+                bw = _BUS_WIDTH.match(body)
+                if bw:
+                    out["memory_bus_width_bits"] = int(bw.group("bits"))
+                    if bw.group("ecc"):
+                        out["ecc_enabled"] = bw.group("ecc") == "enabled"
+            elif key in ("Application Compute Clock Rate", "Compute Clock Rate"):
+                g = _GHZ.match(body)
+                if g:
+                    out["compute_clock_mhz"] = round(float(g.group("v")) * 1000, 3)
+            elif key in ("Application Memory Clock Rate", "Memory Clock Rate"):
+                g = _GHZ.match(body)
+                if g:
+                    out["memory_clock_mhz"] = round(float(g.group("v")) * 1000, 3)
+        except ValueError:
+            continue  # a value of an unexpected shape: leave that fact out
+    return out
+
+
+def _device_suffix(device: dict[str, FactValue]) -> str:
+    bits = []
+    if "compute_capability" in device:
+        bits.append(f"CC {device['compute_capability']}")
+    if "sm_count" in device:
+        bits.append(f"{device['sm_count']} SMs")
+    if "device_memory_bytes" in device:
+        bits.append(f"{int(device['device_memory_bytes']) // (1 << 20)} MiB")
+    return f" ({', '.join(bits)})" if bits else ""
+
+
+def _device_excerpt(lines: list[str]) -> str:
+    return "\n".join(line.rstrip() for line in lines if _DEVICE_LINE.match(line))
+
+
+def _run_settings(text: str, facts: dict[str, FactValue]) -> None:
+    """Batch size and precision, when the event shows the command line or the option blocks."""
+    b = _BATCH.search(text)
+    if b:
+        facts["batch_size"] = int(b.group("a") or b.group("b") or b.group("c") or b.group("d"))
+    p = _PRECISION_LINE.search(text)
+    if p:
+        facts["precision"] = p.group("p")
+    else:
+        flags = [f.group("f") for f in _PRECISION_FLAGS.finditer(text)]
+        if flags:
+            facts["precision"] = "+".join(dict.fromkeys(flags))

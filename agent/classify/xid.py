@@ -1,0 +1,707 @@
+"""NVIDIA Xid / SXid driver errors and "GPU has fallen off the bus" notices in kernel logs.
+
+The driver reports GPU faults as ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <message>``
+(older drivers omit pid/name, some print ``pid=`` without ``name=``, ``pid='<unknown>'`` when no
+process is to blame). NVSwitch faults arrive as ``nvidia-nvswitchN: SXid (PCI:...): 20034, ...``.
+A GPU that vanishes during probe prints a three-line "has fallen off the bus" notice with no Xid
+at all; it is reported like Xid 79 (NVIDIA/NVSentinel#155 treats it the same way).
+
+One finding per Xid/SXid line: an event that carries a burst of Xids (dmesg block, journal
+excerpt) yields one finding each, in order. Every finding gets the meaning of its code from
+``XID_CATALOG`` below, and its severity from that meaning.
+
+Line prefixes recognised (``timestamp_style`` fact): dmesg ``[sec.usec]`` (``dmesg_monotonic``),
+``dmesg -T`` ``[Sun Feb 23 16:24:18 2025]`` (``dmesg_ctime``), ``dmesg --time-format iso``
+with or without ``--decode`` facility/level (``dmesg_iso`` / ``iso``), syslog
+``Feb 23 16:24:18 host kernel:`` (``syslog``), a bare journal ``kernel:`` (``journal``), none
+(``none``); anything else is ``other``. ``ts_ns`` is set only where the printed time carries
+its zone (ISO with an offset): ctime and syslog stamps are host-local and the classifier, a pure
+function of text, cannot know the host's zone, so those are kept as ``log_time`` text instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from fleetscope.agent.classify._base import KIND_GPU_XID, FactValue, Finding
+
+__all__ = ["SXID_CATALOG", "XID_CATALOG", "SxidInfo", "XidClassifier", "XidInfo"]
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    """What NVIDIA documents for one Xid code."""
+
+    code: int
+    mnemonic: str
+    meaning: str
+    action: str  # NVIDIA's "Resolution Bucket (Immediate Action)"
+    severity: str  # ours, derived from the meaning (see _severity_for)
+    needs_gpu_reset: bool = False
+    needs_reboot: bool = False
+    app_error: bool = False  # the application (or its data) is the likely cause, not the GPU
+    source: str = "catalog"  # where the row comes from, see the table comment
+
+
+# Sources:
+#   "catalog": NVIDIA "Analyzing Xid Errors with the Xid Catalog",
+#       https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Ampere and newer),
+#       columns Mnemonic / Description / Resolution Bucket (Immediate Action). Read through the
+#       generated copy of the catalog spreadsheet in leptonai/gpud
+#       (components/accelerator/nvidia/xid/catalog_generated.go, generated 2025-10-29).
+#   "legacy": NVIDIA "Xid Errors" listing, https://docs.nvidia.com/deploy/xid-errors/index.html
+#       (r555), whose "possible causes" columns give the user-application flag (``app_error``)
+#       for 13, 31, 43 and 45 and the reset guidance for 48 and 61 (61 is "Unused" on Ampere+).
+#   "decode": the catalog's "XID 144-150 Decode" sheet: per unit, Fatal rows resolve with
+#       RESET_GPU and Nonfatal rows with IGNORE; the printed Fatal/Nonfatal word decides.
+#   "xid154": the catalog's Xid 154 description; the recovery action printed in the message
+#       ("to 0x1 (GPU Reset Required)") decides what is needed.
+# Action buckets: RESTART_APP, RESET_GPU, RESTART_BM (reboot the bare-metal node), IGNORE,
+# WORKFLOW_* (follow NVIDIA's per-Xid workflow), CONTACT_SUPPORT, XID_154.
+XID_CATALOG: dict[int, XidInfo] = {
+    x.code: x
+    for x in (
+        XidInfo(
+            8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", "RESTART_APP", "error"
+        ),
+        XidInfo(
+            13,
+            "ROBUST_CHANNEL_GR_EXCEPTION",
+            "Graphics engine exception",
+            "RESTART_APP",
+            "error",
+            app_error=True,
+            source="catalog+legacy",
+        ),
+        XidInfo(
+            31,
+            "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
+            "GPU memory page fault",
+            "RESTART_APP",
+            "error",
+            app_error=True,
+            source="catalog+legacy",
+        ),
+        XidInfo(
+            32,
+            "ROBUST_CHANNEL_PBDMA_ERROR",
+            "Invalid or corrupted push buffer stream",
+            "RESTART_APP",
+            "error",
+        ),
+        XidInfo(
+            43,
+            "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
+            "GPU stopped processing",
+            "IGNORE",
+            "error",
+            app_error=True,
+            source="catalog+legacy",
+        ),
+        XidInfo(
+            45,
+            "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+            "Preemptive cleanup, due to previous errors",
+            "WORKFLOW_XID_45",
+            "warning",
+            app_error=True,
+            source="catalog+legacy",
+        ),
+        XidInfo(
+            46,
+            "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR",
+            "GPU stopped processing",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(
+            48,
+            "ROBUST_CHANNEL_GPU_ECC_DBE",
+            "Double-bit ECC error",
+            "WORKFLOW_XID_48",
+            "critical",
+            needs_gpu_reset=True,
+            source="catalog+legacy",
+        ),
+        XidInfo(
+            61,
+            "PMU_BREAKPOINT",
+            "Internal micro-controller breakpoint/warning",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+            source="legacy",
+        ),
+        XidInfo(
+            62,
+            "PMU_HALT_ERROR",
+            "Internal micro-controller halt",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(
+            63,
+            "INFOROM_DRAM_RETIREMENT_EVENT",
+            "ECC page retirement or row remapping recording event",
+            "IGNORE",
+            "warning",
+        ),
+        XidInfo(
+            64,
+            "INFOROM_DRAM_RETIREMENT_FAILURE",
+            "ECC page retirement or row remapping failure",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 exception", "RESTART_APP", "error"),
+        XidInfo(69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "Graphics engine class error", "RESTART_APP", "error"),
+        XidInfo(74, "NVLINK_ERROR", "NVLink error", "WORKFLOW_NVLINK_ERR", "error"),
+        XidInfo(
+            79,
+            "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+            "GPU has fallen off the bus",
+            "RESTART_BM",
+            "critical",
+            needs_reboot=True,
+        ),
+        XidInfo(80, "PBDMA_PUSHBUFFER_CRC_MISMATCH", "Corrupted data sent to GPU", "RESTART_APP", "error"),
+        XidInfo(92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", "IGNORE", "warning"),
+        XidInfo(94, "ROBUST_CHANNEL_CONTAINED_ERROR", "Contained ECC (memory) error", "RESTART_APP", "error"),
+        XidInfo(
+            95,
+            "ROBUST_CHANNEL_UNCONTAINED_ERROR",
+            "Uncontained ECC (memory) error",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(
+            109,
+            "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR",
+            "Context switch timeout",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(
+            110, "SEC_FAULT_ERROR", "Security fault error", "RESET_GPU", "critical", needs_gpu_reset=True
+        ),
+        XidInfo(119, "GSP_RPC_TIMEOUT", "GSP RPC timeout", "RESET_GPU", "critical", needs_gpu_reset=True),
+        XidInfo(120, "GSP_ERROR", "GSP error", "RESET_GPU", "critical", needs_gpu_reset=True),
+        XidInfo(121, "C2C_ERROR", "C2C (chip-to-chip) link error", "IGNORE", "warning"),
+        XidInfo(
+            136,
+            "ALI_TRAINING_FAIL",
+            "NVLink link training failed",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(137, "NVLINK_PRIV_ERR", "NVLink privilege error", "IGNORE", "warning"),
+        XidInfo(
+            140,
+            "UNRECOVERABLE_ECC_ERROR_ESCAPE",
+            "Unrecovered ECC error",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(
+            143, "GPU_INIT_ERROR", "GPU initialization error", "RESET_GPU", "critical", needs_gpu_reset=True
+        ),
+        XidInfo(
+            144,
+            "NVLINK_SAW_ERROR",
+            "NVLink SAW error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            145,
+            "NVLINK_RLW_ERROR",
+            "NVLink RLW error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            146,
+            "NVLINK_TLW_ERROR",
+            "NVLink TLW error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            147,
+            "NVLINK_TREX_ERROR",
+            "NVLink TREX error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            148,
+            "NVLINK_NVLPW_CTRL_ERROR",
+            "NVLink NVLPW_CTRL error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            149,
+            "NVLINK_NETIR_ERROR",
+            "NVLink NETIR error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            150,
+            "NVLINK_MSE_ERROR",
+            "NVLink MSE error",
+            "WORKFLOW_NVLINK5_ERR",
+            "error",
+            source="catalog+decode",
+        ),
+        XidInfo(
+            154,
+            "GPU_RECOVERY_ACTION_CHANGED",
+            "GPU recovery action changed",
+            "XID_154",
+            "warning",
+            source="catalog+xid154",
+        ),
+        XidInfo(
+            155,
+            "NVLINK_SW_DEFINED_ERROR",
+            "NVLink software-defined error",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(
+            156,
+            "RESOURCE_RETIREMENT_EVENT",
+            "Resource retirement event",
+            "RESET_GPU",
+            "critical",
+            needs_gpu_reset=True,
+        ),
+        XidInfo(158, "GPU_FATAL_TIMEOUT", "GPU fatal timeout", "RESET_GPU", "critical", needs_gpu_reset=True),
+    )
+}
+
+
+@dataclass(frozen=True)
+class SxidInfo:
+    code: int
+    meaning: str
+    severity: str
+
+
+# NVIDIA Fabric Manager User Guide (DU-09883-001), "Fatal NVSwitch SXid Errors": 20034 means
+# the NVLink went down from active; on H100 systems the attached GPU needs a reset (read
+# through leptonai/gpud components/accelerator/nvidia/sxid/sxid.go). Codes not listed here are
+# graded by the Fatal / Non-fatal word the driver prints.
+SXID_CATALOG: dict[int, SxidInfo] = {
+    20034: SxidInfo(20034, "NVLink LTSSM fault up (link went down from active)", "critical"),
+}
+
+# ------------------------------------------------------------------------------------ regexes
+
+# "(?<![A-Za-z])" keeps "SXid" out of the Xid match; "PCI:" is absent in some old drivers.
+_XID = re.compile(r"(?<![A-Za-z])Xid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<xid>\d+)(?:, ?(?P<rest>[^\n]*))?")
+_SXID = re.compile(
+    r"(?:(?P<dev>nvidia-nvswitch(?P<swidx>\d+)?): )?SXid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<sxid>\d+)(?:, ?(?P<rest>[^\n]*))?"
+)
+_PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d+|'?[^,\s]*'?)(?:, name=(?P<name>[^,]*))?(?:, ?|$)")
+_PCI_FULL = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+# Probe-time notice: "NVRM: The NVIDIA GPU 0000:b3:00.0" / "(PCI ID: 10de:26b5) installed in
+# this system has" / "fallen off the bus and is not responding to commands."
+_BUS_MULTI = re.compile(
+    r"The NVIDIA GPU (?P<pci>" + _PCI_FULL + r")(?P<tail>(?:[^\n]*\n){0,3}?[^\n]*?)fallen off the bus"
+)
+_BUS_COMPANION = re.compile(r"NVRM: GPU (?P<pci>" + _PCI_FULL + r"): GPU has fallen off the bus")
+_PCI_ID = re.compile(r"\(PCI ID: (?P<devid>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)")
+_ANY_PCI = re.compile(_PCI_FULL)
+
+_MONO = re.compile(r"\[\s*(?P<sec>\d+\.\d+)\]")
+_CTIME = re.compile(r"\[(?P<t>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")
+_ISO = re.compile(
+    r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+    r"(?P<tz>Z|[+-]\d\d:?\d\d)?"
+)
+_DECODE = re.compile(r"^\s*(?P<fac>[a-z]+)\s*:(?P<lvl>[a-z]+)\s*:")
+_SYSLOG = re.compile(r"^(?:<\d+>)?(?P<t>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d) \S+ kernel:")
+
+_CHANNEL = re.compile(r"\b(?:Ch|[Cc]hannel(?: ID)?) (?P<ch>(?:0x)?[0-9A-Fa-f]+)\b")
+_MMU = re.compile(
+    r"MMU Fault: ENGINE (?P<engine>\S+)(?: (?P<client>\S+))*? faulted @ (?P<addr>0x[0-9A-Fa-f_]+)\. "
+    r"Fault is of type (?P<ftype>\S+)(?: (?P<access>\S+))?"
+)
+_CAUSED_BY = re.compile(r"caused by previous Xid (?P<prev>\d+)")
+_NVLINK5 = re.compile(
+    r"^(?P<unit>[A-Z][A-Z0-9_]*) +(?P<sev>Fatal|Nonfatal|Non-fatal) +\S+ +\S+ +Link +(?P<link>-?\d+)\b"
+)
+_LINK = re.compile(r"\b[Ll]ink (?P<link>-?\d+)\b")
+_RECOVERY = re.compile(
+    r"GPU recovery action changed from (?P<from_code>0x[0-9A-Fa-f]+) \((?P<from>[^)]*)\) "
+    r"to (?P<to_code>0x[0-9A-Fa-f]+) \((?P<to>[^)]*)\)"
+)
+_GSP = re.compile(
+    r"Timeout after (?P<secs>\d+(?:\.\d+)?)s of waiting for RPC response from (?P<gpu>GPU\d+) GSP! "
+    r"Expected function (?P<fn>\d+) \((?P<fname>[A-Z0-9_]+)\)"
+)
+_SM_LOC = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\): (?P<exc>[^\n]+)")
+_ERROR_STRING = re.compile(r"errorString (?P<es>[^,]+)")
+
+# Xid 154 recovery actions as the driver prints them -> (severity, needs_gpu_reset, needs_reboot).
+_RECOVERY_ACTIONS = {
+    "none": ("info", False, False),
+    "gpu reset required": ("critical", True, False),
+    "node reboot required": ("critical", False, True),
+    "drain p2p": ("error", False, False),
+    "drain and reset": ("critical", True, False),
+}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+# ------------------------------------------------------------------------------ the classifier
+
+
+class XidClassifier:
+    name = "gpu_xid"
+
+    def classify(self, text: str) -> list[Finding]:
+        # Prefilter: every Xid/SXid line carries "Xid"; the no-Xid notices say "fallen off".
+        if "Xid" not in text and "fallen off" not in text:
+            return []
+        return _classify(text)
+
+
+def _classify(text: str) -> list[Finding]:
+    found: list[tuple[int, Finding]] = []
+    covered: list[tuple[int, int]] = []  # spans already reported, so a notice is not read twice
+    xid79_pcis: list[str] = []
+    if "Xid" in text:
+        for m in _XID.finditer(text):
+            found.append((m.start(), _xid_finding(text, m)))
+            covered.append((m.start(), m.end()))
+            if m.group("xid") == "79":
+                xid79_pcis.append(m.group("pci").lower())
+        for m in _SXID.finditer(text):
+            found.append((m.start(), _sxid_finding(text, m)))
+            covered.append((m.start(), m.end()))
+    if "fallen off" in text:
+        for start, finding in _bus_notices(text, covered, xid79_pcis):
+            found.append((start, finding))
+    found.sort(key=lambda pair: pair[0])
+    return [f for _, f in found]
+
+
+def _line_at(text: str, start: int, end: int) -> tuple[str, str]:
+    """(prefix before the match on its line, the whole line) for the match at [start, end)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    if line_end < 0:
+        line_end = len(text)
+    return text[line_start:start], text[line_start:line_end].rstrip("\r\n ")
+
+
+def _timestamp_facts(prefix: str) -> tuple[dict[str, FactValue], int | None]:
+    facts: dict[str, FactValue] = {}
+    ts_ns: int | None = None
+    p = prefix.strip()
+    if p.endswith("NVRM:"):  # the Xid regex starts at "Xid"; the driver's tag is not a timestamp
+        p = p[:-5].rstrip()
+    if not p:
+        facts["timestamp_style"] = "none"
+        return facts, None
+    m = _CTIME.search(p)
+    if m:
+        facts["timestamp_style"] = "dmesg_ctime"
+        try:
+            facts["log_time"] = datetime.strptime(
+                " ".join(m.group("t").split()), "%a %b %d %H:%M:%S %Y"
+            ).isoformat()
+        except ValueError:
+            facts["log_time"] = m.group("t")
+        return facts, None
+    m = _ISO.search(p)
+    if m:
+        d = _DECODE.match(p)
+        facts["timestamp_style"] = "dmesg_iso" if d else "iso"
+        if d:
+            facts["log_facility"], facts["log_level"] = d.group("fac"), d.group("lvl")
+        when = datetime(*(int(m.group(k)) for k in ("y", "mo", "d", "h", "mi", "s")))  # type: ignore[misc]
+        frac = m.group("frac") or ""
+        micros = int((frac + "000000")[:6]) if frac else 0
+        when = when.replace(microsecond=micros)
+        facts["log_time"] = when.isoformat()
+        tz = m.group("tz")
+        if tz:
+            if tz == "Z":
+                offset = timedelta(0)
+            else:
+                sign = -1 if tz[0] == "-" else 1
+                digits = tz[1:].replace(":", "")
+                offset = sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+            aware = when.replace(tzinfo=timezone(offset))
+            # Integer arithmetic: a float timestamp would lose the microseconds' last digits.
+            ts_ns = ((aware - _EPOCH) // timedelta(microseconds=1)) * 1000
+        return facts, ts_ns
+    m = _MONO.search(p)
+    if m:
+        facts["timestamp_style"] = "dmesg_monotonic"
+        facts["uptime_s"] = float(m.group("sec"))
+        return facts, None
+    m = _SYSLOG.match(p)
+    if m:
+        facts["timestamp_style"] = "syslog"
+        facts["log_time"] = m.group("t")
+        return facts, None
+    if p.endswith("kernel:"):
+        facts["timestamp_style"] = "journal"
+        return facts, None
+    facts["timestamp_style"] = "other"
+    return facts, None
+
+
+def _xid_finding(text: str, m: re.Match[str]) -> Finding:
+    xid = int(m.group("xid"))
+    pci = m.group("pci").strip()
+    rest = (m.group("rest") or "").rstrip("\r ")
+    prefix, line = _line_at(text, m.start(), m.end())
+    facts, ts_ns = _timestamp_facts(prefix)
+    facts["xid"] = xid
+    facts["pci_address"] = pci
+    message = rest
+    pn = _PID_NAME.match(rest)
+    if pn:
+        raw_pid = pn.group("pid").strip("'")
+        if raw_pid.isdigit():
+            facts["pid"] = int(raw_pid)
+            facts["process_known"] = True
+        else:
+            facts["process_known"] = False  # the driver printed pid='<unknown>'
+        name = pn.group("name")
+        if name is not None and name.strip() not in ("<unknown>", ""):
+            facts["process_name"] = name.strip()
+        message = rest[pn.end() :]
+    facts["message"] = message.strip()
+
+    info = XID_CATALOG.get(xid)
+    severity = info.severity if info else "error"  # an undocumented code is still a driver error
+    needs_reset = info.needs_gpu_reset if info else False
+    needs_reboot = info.needs_reboot if info else False
+    facts["known_xid"] = info is not None
+    if info:
+        facts["xid_name"] = info.mnemonic
+        facts["meaning"] = info.meaning
+        facts["action"] = info.action
+        facts["app_error"] = info.app_error
+        facts["meaning_source"] = info.source
+    details, severity, needs_reset, needs_reboot = _message_details(
+        xid, message, severity, needs_reset, needs_reboot
+    )
+    facts.update(details)
+    facts["needs_gpu_reset"] = needs_reset
+    facts["needs_reboot"] = needs_reboot
+
+    meaning = info.meaning if info else "undocumented Xid"
+    title = f"Xid {xid} on {pci or 'unknown GPU'}: {meaning}"
+    if "process_name" in facts and "pid" in facts:
+        title += f" ({facts['process_name']}, pid {facts['pid']})"
+    elif "pid" in facts:
+        title += f" (pid {facts['pid']})"
+    return Finding(kind=KIND_GPU_XID, severity=severity, title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
+def _message_details(
+    xid: int, message: str, severity: str, needs_reset: bool, needs_reboot: bool
+) -> tuple[dict[str, FactValue], str, bool, bool]:
+    """Facts read out of the message text; some of them refine severity and the needed action."""
+    facts: dict[str, FactValue] = {}
+    ch = _CHANNEL.search(message)
+    if ch:
+        raw = ch.group("ch")
+        try:
+            facts["channel"] = int(raw, 16)
+        except ValueError:
+            pass
+    mmu = _MMU.search(message)
+    if mmu:
+        facts["engine"] = mmu.group("engine")
+        facts["fault_address"] = mmu.group("addr")
+        facts["fault_type"] = mmu.group("ftype")
+        if mmu.group("access"):
+            facts["access_type"] = mmu.group("access")
+    cb = _CAUSED_BY.search(message)
+    if cb:
+        facts["caused_by_xid"] = int(cb.group("prev"))
+    nv = _NVLINK5.match(message)
+    if nv:
+        facts["nvlink_unit"] = nv.group("unit")
+        fatal = nv.group("sev") == "Fatal"
+        facts["nvlink_fatal"] = fatal
+        facts["link"] = int(nv.group("link"))
+        if 144 <= xid <= 150:
+            # "XID 144-150 Decode": Fatal rows resolve with RESET_GPU, Nonfatal ones with IGNORE.
+            severity = "critical" if fatal else "warning"
+            needs_reset = needs_reset or fatal
+    else:
+        lk = _LINK.search(message)
+        if lk:
+            facts["link"] = int(lk.group("link"))
+    rec = _RECOVERY.search(message)
+    if rec:
+        facts["recovery_action_from"] = rec.group("from")
+        facts["recovery_action_to"] = rec.group("to")
+        facts["recovery_action_code"] = int(rec.group("to_code"), 16)
+        sev, reset, reboot = _RECOVERY_ACTIONS.get(rec.group("to").strip().lower(), ("warning", False, False))
+        severity, needs_reset, needs_reboot = sev, reset, reboot
+    gsp = _GSP.search(message)
+    if gsp:
+        facts["gsp_timeout_s"] = float(gsp.group("secs"))
+        facts["gsp_function"] = gsp.group("fname")
+    loc = _SM_LOC.search(message)
+    if loc:
+        facts["gpc"], facts["tpc"], facts["sm"] = (
+            int(loc.group("gpc")),
+            int(loc.group("tpc")),
+            int(loc.group("sm")),
+        )
+        facts["exception"] = loc.group("exc").strip()
+    es = _ERROR_STRING.search(message)
+    if es:
+        facts["error_string"] = es.group("es").strip()
+    return facts, severity, needs_reset, needs_reboot
+
+
+def _sxid_finding(text: str, m: re.Match[str]) -> Finding:
+    sxid = int(m.group("sxid"))
+    prefix, line = _line_at(text, m.start(), m.end())
+    facts, ts_ns = _timestamp_facts(prefix)
+    facts["sxid"] = sxid
+    facts["pci_address"] = m.group("pci").strip()
+    if m.group("dev"):
+        facts["nvswitch"] = m.group("dev")
+    if m.group("swidx"):
+        facts["nvswitch_index"] = int(m.group("swidx"))
+    message = (m.group("rest") or "").strip()
+    facts["message"] = message
+    info = SXID_CATALOG.get(sxid)
+    if message.startswith("Fatal"):
+        facts["sxid_fatal"] = True
+    elif message.lower().startswith("non-fatal"):
+        facts["sxid_fatal"] = False
+    lk = _LINK.search(message)
+    if lk:
+        facts["link"] = int(lk.group("link"))
+    if info:
+        severity = info.severity
+        facts["meaning"] = info.meaning
+    elif facts.get("sxid_fatal") is True:
+        severity = "critical"
+    elif facts.get("sxid_fatal") is False:
+        severity = "warning"
+    else:
+        severity = "error"
+    facts["known_sxid"] = info is not None
+    where = facts.get("nvswitch", "NVSwitch")
+    title = f"SXid {sxid} on {where} ({facts['pci_address']}): {info.meaning if info else message[:80]}"
+    return Finding(kind=KIND_GPU_XID, severity=severity, title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
+def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
+    return any(a <= pos < b for a, b in spans)
+
+
+def _bus_notices(
+    text: str, covered: list[tuple[int, int]], xid79_pcis: list[str]
+) -> list[tuple[int, Finding]]:
+    """Fallen-off-the-bus reports that are not themselves an Xid line."""
+    out: list[tuple[int, Finding]] = []
+    spans = list(covered)
+
+    def already_xid79(pci: str | None) -> bool:
+        # The driver prints "GPU 0000:91:00.0: GPU has fallen off the bus." right after the
+        # Xid 79 for the same GPU (same function): report the GPU once.
+        if not xid79_pcis:
+            return False
+        if pci is None:
+            return True
+        low = pci.lower()
+        return any(low.startswith(p) or p.startswith(low) for p in xid79_pcis)
+
+    for m in _BUS_MULTI.finditer(text):
+        if _inside(m.start(), spans):
+            continue
+        spans.append((m.start(), m.end()))
+        if already_xid79(m.group("pci")):
+            continue
+        devid = _PCI_ID.search(m.group("tail"))
+        out.append(
+            (
+                m.start(),
+                _bus_finding(
+                    text, m.start(), m.end(), m.group("pci"), devid.group("devid") if devid else None
+                ),
+            )
+        )
+    for m in _BUS_COMPANION.finditer(text):
+        if _inside(m.start(), spans):
+            continue
+        spans.append((m.start(), m.end()))
+        if already_xid79(m.group("pci")):
+            continue
+        out.append((m.start(), _bus_finding(text, m.start(), m.end(), m.group("pci"), None)))
+    # Anything else the driver says about falling off the bus (a notice cut into lines, other
+    # wordings): one finding per NVRM line not already reported.
+    pos = text.find("fallen off the bus")
+    while pos >= 0:
+        if not _inside(pos, spans):
+            line_start = text.rfind("\n", 0, pos) + 1
+            line_end = text.find("\n", pos)
+            line_end = len(text) if line_end < 0 else line_end
+            line = text[line_start:line_end]
+            if "NVRM" in line:
+                spans.append((line_start, line_end))
+                pci_m = _ANY_PCI.search(line)
+                pci = pci_m.group(0) if pci_m else None
+                if not already_xid79(pci):
+                    out.append((line_start, _bus_finding(text, line_start, line_end, pci, None)))
+        pos = text.find("fallen off the bus", pos + 1)
+    return out
+
+
+def _bus_finding(text: str, start: int, end: int, pci: str | None, devid: str | None) -> Finding:
+    line_start = text.rfind("\n", 0, start) + 1
+    nvrm = text.find("NVRM", line_start, end)
+    prefix = text[line_start : nvrm if nvrm >= 0 else start]
+    facts, ts_ns = _timestamp_facts(prefix)
+    facts["fallen_off_bus"] = True
+    facts["implied_xid"] = 79
+    if pci:
+        facts["pci_address"] = pci
+    if devid:
+        facts["pci_device_id"] = devid.lower()
+    info = XID_CATALOG[79]
+    facts["meaning"] = info.meaning
+    facts["action"] = info.action
+    facts["needs_gpu_reset"] = False
+    facts["needs_reboot"] = True
+    line_end = text.find("\n", end)
+    excerpt = text[line_start : len(text) if line_end < 0 else line_end]
+    excerpt = "\n".join(ln.rstrip("\r ") for ln in excerpt.split("\n"))
+    title = f"GPU {pci or '(unknown PCI address)'} has fallen off the bus (no Xid line)"
+    return Finding(
+        kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=excerpt, ts_ns=ts_ns
+    )

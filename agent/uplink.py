@@ -240,9 +240,22 @@ class Uplink:
             for b in batches:
                 if session.closed:
                     return
+                limit = self.status.max_batch_bytes
+                if limit and len(b.payload) > limit:
+                    # The collector would end the stream with RESOURCE_EXHAUSTED on every try.
+                    self._reject_locally(b.seq, f"{len(b.payload)} bytes exceed the collector's limit of {limit}")
+                    last_sent = b.seq
+                    continue
                 session.sent(b.seq)
                 last_sent = b.seq
                 yield with_sent_ns(b.payload, self._clock())
+
+    def _reject_locally(self, seq: int, why: str) -> None:
+        reason = f"batch {seq}: {why}"
+        log.error("not sending %s; it is dropped", reason)
+        self._spool.count("rejected_batches", reason=reason)
+        self._spool.delete(seq)
+        self.status.rejected += 1
 
     def _on_ack(self, session: _Session, ack: pb.Ack) -> None:
         if ack.status == pb.Ack.STATUS_REJECTED:

@@ -123,7 +123,7 @@ class IngestService(pb_grpc.IngestServicer):
             clock_skew_ns=skew,
         )
         try:
-            validate_batch(batch, self._limits)
+            item.decoded = validate_batch(batch, self._limits)
         except BatchInvalid as exc:
             self.rejected += 1
             log.warning("rejected batch %d from %s: %s", batch.seq, batch.agent_id, exc)

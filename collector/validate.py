@@ -9,10 +9,11 @@ on the ingest hot path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from fleetscope.collector.errors import BatchInvalid
-from fleetscope.proto.columns import ColumnError, check_column
+from fleetscope.proto.columns import GPU_COLUMNS, HOST_COLUMNS, PROCESS_COLUMNS, ColumnError, check_column
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 
@@ -63,13 +64,24 @@ def _check_ts(ts: object, rows: int, field: str, sent_ns: int, limits: Limits) -
         raise BatchInvalid(field, f"timestamp {lo} is {(sent_ns - lo) / 86_400e9:.1f} days before the batch was sent")
 
 
-def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, ranges: dict) -> None:
+@dataclass
+class Decoded:
+    """The value columns of a validated batch, decoded once (None at null rows) for the writer."""
+
+    host: dict[str, Sequence[float | None]] = field(default_factory=dict)
+    gpu: dict[str, Sequence[float | None]] = field(default_factory=dict)
+    sample_rows: int = 0
+
+
+def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, ranges: dict) -> dict[str, Sequence[float | None]]:
+    out = {}
     for name in names:
         lo, hi = ranges.get(name, (0.0, None))
         try:
-            check_column(getattr(msg, name), rows, f"{prefix}.{name}", minimum=lo, maximum=hi)
+            out[name] = check_column(getattr(msg, name), rows, f"{prefix}.{name}", minimum=lo, maximum=hi)
         except ColumnError as exc:
             raise BatchInvalid(exc.field, str(exc).split(": ", 1)[1]) from None
+    return out
 
 
 def _check_processes(table: pb.ProcessTable, counts: object, rows: int, prefix: str, limits: Limits) -> None:
@@ -80,22 +92,19 @@ def _check_processes(table: pb.ProcessTable, counts: object, rows: int, prefix: 
     total = sum(counts)  # type: ignore[call-overload]
     if len(table.pid) != total or len(table.name) != total:
         raise BatchInvalid(f"{prefix}.processes", f"holds {len(table.pid)} processes, process_count sums to {total}")
-    from fleetscope.proto.columns import PROCESS_COLUMNS
-
     _check_columns(table, PROCESS_COLUMNS, total, f"{prefix}.processes", {})
     for i, name in enumerate(table.name):
         if len(name) > limits.max_name_chars * 4:
             raise BatchInvalid(f"{prefix}.processes.name[{i}]", f"is {len(name)} characters long")
 
 
-def validate_batch(batch: pb.Batch, limits: Limits) -> int:
-    """Raise BatchInvalid for the first broken rule; return the number of sample rows."""
-    from fleetscope.proto.columns import GPU_COLUMNS, HOST_COLUMNS
-
+def validate_batch(batch: pb.Batch, limits: Limits) -> Decoded:
+    """Raise BatchInvalid for the first broken rule; return the decoded sample columns."""
     if not batch.agent_id:
         raise BatchInvalid("agent_id", "is empty")
     if batch.seq == 0:
         raise BatchInvalid("seq", "must be 1 or more")
+    decoded = Decoded()
     sent = batch.sent_ns or batch.created_ns
     host, gpu = batch.host, batch.gpu
     host_rows, gpu_rows = len(host.ts_ns), len(gpu.ts_ns)
@@ -103,7 +112,7 @@ def validate_batch(batch: pb.Batch, limits: Limits) -> int:
         raise BatchInvalid("host/gpu", f"{host_rows + gpu_rows} sample rows exceed the limit of {limits.max_rows}")
     if host_rows:
         _check_ts(host.ts_ns, host_rows, "host.ts_ns", sent, limits)
-        _check_columns(host, HOST_COLUMNS, host_rows, "host", _HOST_RANGES)
+        decoded.host = _check_columns(host, HOST_COLUMNS, host_rows, "host", _HOST_RANGES)
         if host.core_count:
             if len(host.core_count) != host_rows:
                 raise BatchInvalid("host.core_count", f"has {len(host.core_count)} entries for {host_rows} rows")
@@ -119,7 +128,7 @@ def validate_batch(batch: pb.Batch, limits: Limits) -> int:
             raise BatchInvalid("gpu.gpu_index", f"has {len(gpu.gpu_index)} entries for {gpu_rows} rows")
         if max(gpu.gpu_index) >= limits.max_gpus:
             raise BatchInvalid("gpu.gpu_index", f"index {max(gpu.gpu_index)} is not below {limits.max_gpus}")
-        _check_columns(gpu, GPU_COLUMNS, gpu_rows, "gpu", _GPU_RANGES)
+        decoded.gpu = _check_columns(gpu, GPU_COLUMNS, gpu_rows, "gpu", _GPU_RANGES)
         _check_processes(gpu.processes, gpu.process_count, gpu_rows, "gpu", limits)
     if len(batch.logs) > limits.max_logs:
         raise BatchInvalid("logs", f"{len(batch.logs)} events exceed the limit of {limits.max_logs}")
@@ -157,4 +166,5 @@ def validate_batch(batch: pb.Batch, limits: Limits) -> int:
             raise BatchInvalid(f"metrics[{i}].name", f"must be 1 to {limits.max_name_chars} characters")
         if m.value != m.value or m.value in (float("inf"), float("-inf")):
             raise BatchInvalid(f"metrics[{i}].value", f"{m.value} is not a finite number")
-    return host_rows + gpu_rows
+    decoded.sample_rows = host_rows + gpu_rows
+    return decoded

@@ -7,6 +7,8 @@ header of ``v1/telemetry.proto``. These helpers are the only code that knows tha
 from __future__ import annotations
 
 import math
+import sys
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,15 +41,49 @@ def fill_column(column: Any, values: Sequence[float | int | None]) -> None:
         column.values.extend(values)
 
 
-def read_column(column: Any, rows: int) -> list[float | None]:
-    """The column as a list with None for missing rows (all None when not reported)."""
-    values = column.values
-    if not values:
+_NATIVE_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def column_values(column: Any) -> Sequence[float]:
+    """The raw ``values`` of a Column, fast: an ``array('d')`` copied from the packed bytes.
+
+    Iterating a repeated field from Python costs about 50 ns per element; the packed field's
+    bytes are already little-endian doubles, so on little-endian hosts (x86, ARM) one memcpy
+    replaces that loop. Null rows are not applied here (see ``with_nulls``).
+    """
+    if not _NATIVE_LITTLE_ENDIAN:
+        return list(column.values)
+    data = column.SerializeToString()
+    if not data or data[0] != 0x0A:  # field 1 (values), length-delimited; absent when empty
+        return array("d")
+    length, shift, i = 0, 0, 1
+    while True:
+        byte = data[i]
+        i += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    values = array("d")
+    values.frombytes(data[i : i + length])
+    return values
+
+
+def with_nulls(values: Sequence[float], null_rows: Sequence[int], rows: int) -> Sequence[float | None]:
+    """Values with None at the null rows; all None when the column is empty."""
+    if not len(values):
         return [None] * rows
+    if not null_rows:
+        return values
     out: list[float | None] = list(values)
-    for i in column.null_rows:
+    for i in null_rows:
         out[i] = None
     return out
+
+
+def read_column(column: Any, rows: int) -> list[float | None]:
+    """The column as a list with None for missing rows (all None when not reported)."""
+    return list(with_nulls(column_values(column), column.null_rows, rows))
 
 
 class ColumnError(ValueError):
@@ -58,8 +94,9 @@ class ColumnError(ValueError):
         self.field = field
 
 
-def check_column(
-    column: Any,
+def check_values(
+    values: Sequence[float],
+    null_rows: Sequence[int],
     rows: int,
     field: str,
     *,
@@ -67,26 +104,32 @@ def check_column(
     maximum: float | None = None,
 ) -> None:
     """Validate shape and range without a Python loop over the values in the common case."""
-    values = column.values
-    if not values:
-        if column.null_rows:
+    if not len(values):
+        if null_rows:
             raise ColumnError(field, "null_rows given without values")
         return
     if len(values) != rows:
         raise ColumnError(field, f"has {len(values)} values for {rows} rows")
-    nulls = column.null_rows
-    if nulls and (max(nulls) >= rows):
-        raise ColumnError(field, f"null row index {max(nulls)} out of range for {rows} rows")
+    if null_rows and max(null_rows) >= rows:
+        raise ColumnError(field, f"null row index {max(null_rows)} out of range for {rows} rows")
     # sum() runs in C and is NaN/inf when any value is: only then look for the culprit.
     if not math.isfinite(sum(values)):
         for i, v in enumerate(values):
             if not math.isfinite(v):
                 raise ColumnError(f"{field}[{i}]", f"{v} is not a finite number (use null_rows for no reading)")
+    nulls = set(null_rows)
     if minimum is not None and min(values) < minimum:
-        i = min(range(len(values)), key=values.__getitem__)
-        if i not in set(nulls):
-            raise ColumnError(f"{field}[{i}]", f"{values[i]} is below {minimum}")
+        for i, v in enumerate(values):
+            if v < minimum and i not in nulls:
+                raise ColumnError(f"{field}[{i}]", f"{v} is below {minimum}")
     if maximum is not None and max(values) > maximum:
-        i = max(range(len(values)), key=values.__getitem__)
-        if i not in set(nulls):
-            raise ColumnError(f"{field}[{i}]", f"{values[i]} is above {maximum}")
+        for i, v in enumerate(values):
+            if v > maximum and i not in nulls:
+                raise ColumnError(f"{field}[{i}]", f"{v} is above {maximum}")
+
+
+def check_column(column: Any, rows: int, field: str, *, minimum: float | None = 0.0, maximum: float | None = None) -> Sequence[float | None]:
+    """Validate a Column and return its decoded values (None at null rows)."""
+    values = column_values(column)
+    check_values(values, column.null_rows, rows, field, minimum=minimum, maximum=maximum)
+    return with_nulls(values, column.null_rows, rows)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, GPU_STATE_COLUMNS, HOST_VALUE_COLUMNS
+from fleetscope.collector.validate import Decoded
 from fleetscope.proto.columns import read_column
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -115,13 +116,13 @@ def _shift(ts: object, correction_ns: int) -> list[int]:
 
 
 def batch_rows(
-    batch: pb.Batch, *, device_id: int, correction_ns: int, received_ns: int, state_cache: GpuStateCache
+    batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, received_ns: int, state_cache: GpuStateCache
 ) -> BatchRows:
     out = BatchRows()
     host = batch.host
     n = len(host.ts_ns)
     if n:
-        cols = [read_column(getattr(host, name), n) for name in HOST_VALUE_COLUMNS]
+        cols = [decoded.host[name] for name in HOST_VALUE_COLUMNS]
         cores: list[str | None] = [None] * n
         if host.core_count:
             pct = list(host.cpu_core_percent)
@@ -142,10 +143,10 @@ def batch_rows(
     if n:
         ts = _shift(gpu.ts_ns, correction_ns)
         index = list(gpu.gpu_index)
-        cols = [read_column(getattr(gpu, name), n) for name in GPU_SAMPLE_COLUMNS]
+        cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
         out.gpu = list(zip(repeat(device_id, n), ts, index, *cols))
         # State: the last row of each GPU in this batch, stored when it differs from the last stored.
-        state_cols = [read_column(getattr(gpu, name), n) for name in GPU_STATE_COLUMNS]
+        state_cols = [decoded.gpu[name] for name in GPU_STATE_COLUMNS]
         procs = _processes(gpu.processes, gpu.process_count, n)
         last_row: dict[int, int] = {}
         for i in range(n - 1, -1, -1):

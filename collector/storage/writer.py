@@ -32,6 +32,7 @@ from fleetscope.collector.storage.schema import (
     GPU_STATE_COLUMNS,
     HOST_VALUE_COLUMNS,
 )
+from fleetscope.collector.validate import Decoded
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class WriteItem:
     correction_ns: int
     clock_skew_ns: int
     rejection: str | None = None
+    decoded: Decoded | None = None
     future: Future = field(default_factory=Future)
 
 
@@ -215,8 +217,10 @@ class BatchWriter:
                 if not self._claim(cur, item, sqlite):
                     outcomes.append(WriteOutcome(item.seq, True, 0))
                     continue
+                assert item.decoded is not None
                 rows = batch_rows(
                     item.batch,
+                    item.decoded,
                     device_id=item.device_id,
                     correction_ns=item.correction_ns,
                     received_ns=item.received_ns,

@@ -1,0 +1,255 @@
+"""Collector ingest throughput, and the agent's own footprint.
+
+    python benchmarks/bench_ingest.py ingest --db sqlite --agents 100 --seconds 30
+    python benchmarks/bench_ingest.py ingest --db postgresql+psycopg://postgres@127.0.0.1/test
+    python benchmarks/bench_ingest.py agent --seconds 60
+
+``ingest`` starts one collector process and a load generator (separate processes) that runs
+N simulated agents, each registering and streaming as fast as its acknowledgement window lets
+it. Batches are built once per agent and resent with new sequence numbers (the generator's own
+cost stays small on a machine it shares with the collector). It prints the sustained sample
+rows per second stored, checked against the database at the end (exactly-once on: every
+batch passes the collector's per-batch dedup).
+
+``agent`` runs the real ``fleetscope agent`` at a 1 s interval, sampling the host and following
+a log file that gets a line every 100 ms, and prints its RSS and CPU share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+TOKEN = "bench-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_batch(agent_id: str, gpus: int, steps: int, t0: int):  # type: ignore[no-untyped-def]
+    from fleetscope.agent.batcher import fill_gpu, fill_host
+    from fleetscope.agent.records import GpuSample, HostSample
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    rng = random.Random(agent_id)
+    gpu_rows, host_rows = [], []
+    for s in range(steps):
+        ts = t0 + s * 10**9
+        host_rows.append(HostSample(ts_ns=ts, cpu_percent=rng.uniform(0, 100), load1=1.0, mem_used_bytes=8e9, mem_total_bytes=64e9))
+        for g in range(gpus):
+            gpu_rows.append(GpuSample(
+                ts_ns=ts, gpu_index=g, util_gpu_percent=rng.uniform(0, 100), util_memory_percent=rng.uniform(0, 100),
+                memory_used_bytes=rng.uniform(1e9, 8e10), temp_c=rng.uniform(30, 85), power_w=rng.uniform(50, 700),
+                energy_j=float(s), sm_clock_mhz=1980.0, memory_clock_mhz=2619.0, graphics_clock_mhz=1980.0, pstate=0,
+                fan_percent=40.0, throttle_reasons=0, memory_total_bytes=8.5e10, power_limit_w=700.0,
+            ))
+    b = pb.Batch(agent_id=agent_id, boot_id="bench", created_ns=t0)
+    fill_host(b.host, host_rows)
+    fill_gpu(b.gpu, gpu_rows)
+    return b, len(gpu_rows) + len(host_rows)
+
+
+def generator_process(address: str, agents: int, seconds: float, gpus: int, steps: int, window: int, out: mp.Queue) -> None:
+    import grpc
+
+    from fleetscope.agent.uplink import with_sent_ns
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    stop_at = time.monotonic() + seconds
+    totals = {"rows": 0, "batches": 0, "errors": 0}
+    lock = threading.Lock()
+
+    def one_agent(i: int) -> None:
+        agent_id = str(uuid.uuid4())
+        channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
+        md = (("authorization", f"Bearer {TOKEN}"),)
+        register = channel.unary_unary("/fleetscope.v1.Ingest/Register", request_serializer=pb.RegisterRequest.SerializeToString,
+                                       response_deserializer=pb.RegisterResponse.FromString)
+        register(pb.RegisterRequest(agent_id=agent_id, boot_id="bench", name=f"bench-{os.getpid()}-{i}", sent_ns=time.time_ns(),
+                                    labels={"simulated": "true"}), metadata=md, timeout=30)
+        batch, rows = build_batch(agent_id, gpus, steps, time.time_ns() - steps * 10**9)
+        sem = threading.Semaphore(window)
+        acked = [0]
+
+        def requests():  # type: ignore[no-untyped-def]
+            seq = 0
+            while time.monotonic() < stop_at:
+                sem.acquire()
+                seq += 1
+                batch.seq = seq
+                yield with_sent_ns(batch.SerializeToString(), time.time_ns())
+
+        stream = channel.stream_stream("/fleetscope.v1.Ingest/Stream", request_serializer=lambda b: b,
+                                       response_deserializer=pb.Ack.FromString)
+        try:
+            for ack in stream(requests(), metadata=md):
+                sem.release()
+                if ack.status == pb.Ack.STATUS_STORED:
+                    acked[0] += 1
+        except grpc.RpcError:
+            with lock:
+                totals["errors"] += 1
+        with lock:
+            totals["rows"] += acked[0] * rows
+            totals["batches"] += acked[0]
+        channel.close()
+
+    threads = [threading.Thread(target=one_agent, args=(i,)) for i in range(agents)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(totals)
+
+
+def count_rows(db_url: str) -> int:
+    from sqlalchemy import create_engine, text
+
+    from fleetscope.collector.storage.engine import normalise_url
+
+    engine = create_engine(normalise_url(db_url))
+    with engine.connect() as conn:
+        n = conn.execute(text("SELECT (SELECT count(*) FROM gpu_samples) + (SELECT count(*) FROM host_samples)")).scalar_one()
+    engine.dispose()
+    return int(n)
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    tmp = tempfile.TemporaryDirectory(prefix="fleetscope-bench-")
+    db_url = f"sqlite:///{tmp.name}/bench.db" if args.db == "sqlite" else args.db
+    if args.db != "sqlite":
+        from sqlalchemy import create_engine
+
+        from fleetscope.collector.storage.engine import normalise_url
+        from fleetscope.collector.storage.schema import metadata
+
+        e = create_engine(normalise_url(db_url))
+        metadata.drop_all(e)
+        e.dispose()
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    log = open(Path(tmp.name) / "collector.log", "wb")
+    collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--listen", address, "--db", db_url,
+                                  "--token", TOKEN], stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(300):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    print(f"collector pid {collector.pid} on {address}, db {db_url.split('@')[-1]}", file=sys.stderr)
+    per_proc = [args.agents // args.processes + (1 if i < args.agents % args.processes else 0) for i in range(args.processes)]
+    ctx = mp.get_context("spawn")  # no forked gRPC state in the children
+    out = ctx.Queue()
+    procs = [ctx.Process(target=generator_process, args=(address, n, args.seconds, args.gpus, args.steps, args.window, out))
+             for n in per_proc if n]
+    start_rows = 0
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    # Progress, and the steady-state rate from the database itself (warm-up excluded).
+    time.sleep(min(5.0, args.seconds / 4))
+    start_rows, start_t = count_rows(db_url), time.monotonic()
+    while any(p.is_alive() for p in procs):
+        time.sleep(5)
+        n = count_rows(db_url)
+        print(f"  [{time.monotonic() - t0:.0f}s] {n:,} rows stored, {(n - start_rows) / (time.monotonic() - start_t):,.0f} rows/s",
+              file=sys.stderr)
+    end_rows, end_t = count_rows(db_url), time.monotonic()
+    totals = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    cpu_collector = _cpu_seconds(collector.pid)
+    collector.terminate()
+    collector.wait(60)
+    acked_rows = sum(t["rows"] for t in totals)
+    stored = count_rows(db_url)
+    rate = (end_rows - start_rows) / (end_t - start_t)
+    print(f"database: {args.db.split('@')[-1]}")
+    print(f"agents: {args.agents} in {len(procs)} generator processes, batch = {args.steps} host + {args.steps * args.gpus} GPU rows")
+    print(f"sustained: {rate:,.0f} sample rows/s stored (steady state, from database counts)")
+    print(f"acknowledged rows: {acked_rows:,}; stored rows: {stored:,}; exactly once: {stored == acked_rows}")
+    print(f"collector CPU: {cpu_collector:.1f} s; stream errors: {sum(t['errors'] for t in totals)}")
+    tmp.cleanup()
+    return 0 if stored == acked_rows else 1
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="fleetscope-bench-agent-"))
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--listen", address, "--db",
+                                  f"sqlite:///{tmp}/a.db", "--token", TOKEN], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    logfile = tmp / "app.log"
+    logfile.touch()
+    agent = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "agent", "--collector", address, "--token", TOKEN,
+                              "--name", "bench-agent", "--spool", str(tmp / "spool"), "--interval", "1s",
+                              "--log-file", str(logfile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(5)  # start-up (imports, first samples) is not the steady state
+    cpu0, t0 = _cpu_seconds(agent.pid), time.monotonic()
+    rss_max = 0
+    n = 0
+    while time.monotonic() - t0 < args.seconds:
+        with open(logfile, "a") as f:
+            f.write(f"2026-12-02 10:00:00 INFO step {n} loss 0.{n % 1000:03d} lr 3e-4\n")
+        n += 1
+        rss_max = max(rss_max, _rss(agent.pid))
+        time.sleep(0.1)
+    cpu = _cpu_seconds(agent.pid) - cpu0
+    wall = time.monotonic() - t0
+    agent.terminate()
+    agent.wait(30)
+    collector.terminate()
+    collector.wait(30)
+    print(f"agent at 1 s interval, host sampling + 1 log file ({n} lines): RSS max {rss_max / 2**20:.1f} MiB, "
+          f"CPU {100 * cpu / wall:.2f} % of one core over {wall:.0f} s")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("ingest", help="collector rows/s with N streaming agents")
+    p.add_argument("--db", default="sqlite", help="'sqlite' (a temp file) or a PostgreSQL URL (its tables are dropped first!)")
+    p.add_argument("--agents", type=int, default=100)
+    p.add_argument("--processes", type=int, default=2, help="load generator processes")
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--steps", type=int, default=125, help="timestamps per batch (rows = steps * (gpus + 1))")
+    p.add_argument("--window", type=int, default=4, help="unacknowledged batches per agent")
+    p.set_defaults(func=run_ingest)
+    p = sub.add_parser("agent", help="the real agent's RSS and CPU at a 1 s interval")
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.set_defaults(func=run_agent)
+    args = parser.parse_args()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

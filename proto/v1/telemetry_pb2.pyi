@@ -1,11 +1,9 @@
-from collections.abc import Iterable as _Iterable
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar
-
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -41,7 +39,7 @@ class Column(_message.Message):
     NULL_ROWS_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[float]
     null_rows: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, values: _Iterable[float] | None = ..., null_rows: _Iterable[int] | None = ...) -> None: ...
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., null_rows: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GpuInfo(_message.Message):
     __slots__ = ("index", "name", "uuid", "serial", "memory_total_bytes", "compute_capability", "pci_bus_id", "mig_parent_uuid", "fp16_tensor_cores", "bf16_tensor_cores", "int8_tensor_cores")
@@ -67,7 +65,7 @@ class GpuInfo(_message.Message):
     fp16_tensor_cores: bool
     bf16_tensor_cores: bool
     int8_tensor_cores: bool
-    def __init__(self, index: int | None = ..., name: str | None = ..., uuid: str | None = ..., serial: str | None = ..., memory_total_bytes: int | None = ..., compute_capability: str | None = ..., pci_bus_id: str | None = ..., mig_parent_uuid: str | None = ..., fp16_tensor_cores: bool | None = ..., bf16_tensor_cores: bool | None = ..., int8_tensor_cores: bool | None = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., serial: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., compute_capability: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., mig_parent_uuid: _Optional[str] = ..., fp16_tensor_cores: _Optional[bool] = ..., bf16_tensor_cores: _Optional[bool] = ..., int8_tensor_cores: _Optional[bool] = ...) -> None: ...
 
 class Inventory(_message.Message):
     __slots__ = ("cpu_model", "cpu_cores", "memory_total_bytes", "swap_total_bytes", "gpus", "os", "kernel", "python", "driver_version", "cuda_driver_version", "board_model", "l4t_release", "jetpack_version", "arch")
@@ -99,7 +97,7 @@ class Inventory(_message.Message):
     l4t_release: str
     jetpack_version: str
     arch: str
-    def __init__(self, cpu_model: str | None = ..., cpu_cores: int | None = ..., memory_total_bytes: int | None = ..., swap_total_bytes: int | None = ..., gpus: _Iterable[GpuInfo | _Mapping] | None = ..., os: str | None = ..., kernel: str | None = ..., python: str | None = ..., driver_version: str | None = ..., cuda_driver_version: str | None = ..., board_model: str | None = ..., l4t_release: str | None = ..., jetpack_version: str | None = ..., arch: str | None = ...) -> None: ...
+    def __init__(self, cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., swap_total_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., os: _Optional[str] = ..., kernel: _Optional[str] = ..., python: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[str] = ..., board_model: _Optional[str] = ..., l4t_release: _Optional[str] = ..., jetpack_version: _Optional[str] = ..., arch: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("agent_id", "boot_id", "name", "hostname", "kind", "inventory", "agent_version", "labels", "capabilities", "sent_ns")
@@ -109,7 +107,7 @@ class RegisterRequest(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: str
-        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -130,7 +128,7 @@ class RegisterRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     sent_ns: int
-    def __init__(self, agent_id: str | None = ..., boot_id: str | None = ..., name: str | None = ..., hostname: str | None = ..., kind: DeviceKind | str | None = ..., inventory: Inventory | _Mapping | None = ..., agent_version: str | None = ..., labels: _Mapping[str, str] | None = ..., capabilities: _Iterable[str] | None = ..., sent_ns: int | None = ...) -> None: ...
+    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., name: _Optional[str] = ..., hostname: _Optional[str] = ..., kind: _Optional[_Union[DeviceKind, str]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., agent_version: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., sent_ns: _Optional[int] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("collector_version", "received_ns", "clock_skew_ns", "max_batch_bytes", "max_rows_per_batch", "capabilities")
@@ -146,7 +144,7 @@ class RegisterResponse(_message.Message):
     max_batch_bytes: int
     max_rows_per_batch: int
     capabilities: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, collector_version: str | None = ..., received_ns: int | None = ..., clock_skew_ns: int | None = ..., max_batch_bytes: int | None = ..., max_rows_per_batch: int | None = ..., capabilities: _Iterable[str] | None = ...) -> None: ...
+    def __init__(self, collector_version: _Optional[str] = ..., received_ns: _Optional[int] = ..., clock_skew_ns: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_rows_per_batch: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HostSamples(_message.Message):
     __slots__ = ("ts_ns", "cpu_percent", "load1", "load5", "load15", "mem_total_bytes", "mem_used_bytes", "mem_available_bytes", "swap_total_bytes", "swap_used_bytes", "disk_total_bytes", "disk_used_bytes", "disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes", "core_count", "cpu_core_percent", "cpu_core_freq_mhz", "process_count", "processes")
@@ -192,7 +190,7 @@ class HostSamples(_message.Message):
     cpu_core_freq_mhz: _containers.RepeatedScalarFieldContainer[float]
     process_count: _containers.RepeatedScalarFieldContainer[int]
     processes: ProcessTable
-    def __init__(self, ts_ns: _Iterable[int] | None = ..., cpu_percent: Column | _Mapping | None = ..., load1: Column | _Mapping | None = ..., load5: Column | _Mapping | None = ..., load15: Column | _Mapping | None = ..., mem_total_bytes: Column | _Mapping | None = ..., mem_used_bytes: Column | _Mapping | None = ..., mem_available_bytes: Column | _Mapping | None = ..., swap_total_bytes: Column | _Mapping | None = ..., swap_used_bytes: Column | _Mapping | None = ..., disk_total_bytes: Column | _Mapping | None = ..., disk_used_bytes: Column | _Mapping | None = ..., disk_read_bytes: Column | _Mapping | None = ..., disk_write_bytes: Column | _Mapping | None = ..., net_rx_bytes: Column | _Mapping | None = ..., net_tx_bytes: Column | _Mapping | None = ..., core_count: _Iterable[int] | None = ..., cpu_core_percent: _Iterable[float] | None = ..., cpu_core_freq_mhz: _Iterable[float] | None = ..., process_count: _Iterable[int] | None = ..., processes: ProcessTable | _Mapping | None = ...) -> None: ...
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., cpu_percent: _Optional[_Union[Column, _Mapping]] = ..., load1: _Optional[_Union[Column, _Mapping]] = ..., load5: _Optional[_Union[Column, _Mapping]] = ..., load15: _Optional[_Union[Column, _Mapping]] = ..., mem_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., mem_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., mem_available_bytes: _Optional[_Union[Column, _Mapping]] = ..., swap_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., swap_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., disk_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., disk_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., disk_read_bytes: _Optional[_Union[Column, _Mapping]] = ..., disk_write_bytes: _Optional[_Union[Column, _Mapping]] = ..., net_rx_bytes: _Optional[_Union[Column, _Mapping]] = ..., net_tx_bytes: _Optional[_Union[Column, _Mapping]] = ..., core_count: _Optional[_Iterable[int]] = ..., cpu_core_percent: _Optional[_Iterable[float]] = ..., cpu_core_freq_mhz: _Optional[_Iterable[float]] = ..., process_count: _Optional[_Iterable[int]] = ..., processes: _Optional[_Union[ProcessTable, _Mapping]] = ...) -> None: ...
 
 class ProcessTable(_message.Message):
     __slots__ = ("pid", "name", "cpu_percent", "rss_bytes", "gpu_memory_bytes", "container_id")
@@ -208,7 +206,7 @@ class ProcessTable(_message.Message):
     rss_bytes: Column
     gpu_memory_bytes: Column
     container_id: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, pid: _Iterable[int] | None = ..., name: _Iterable[str] | None = ..., cpu_percent: Column | _Mapping | None = ..., rss_bytes: Column | _Mapping | None = ..., gpu_memory_bytes: Column | _Mapping | None = ..., container_id: _Iterable[str] | None = ...) -> None: ...
+    def __init__(self, pid: _Optional[_Iterable[int]] = ..., name: _Optional[_Iterable[str]] = ..., cpu_percent: _Optional[_Union[Column, _Mapping]] = ..., rss_bytes: _Optional[_Union[Column, _Mapping]] = ..., gpu_memory_bytes: _Optional[_Union[Column, _Mapping]] = ..., container_id: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GpuSamples(_message.Message):
     __slots__ = ("ts_ns", "gpu_index", "util_gpu_percent", "util_memory_percent", "util_encoder_percent", "util_decoder_percent", "memory_used_bytes", "memory_free_bytes", "memory_total_bytes", "bar1_used_bytes", "bar1_total_bytes", "temp_c", "memory_temp_c", "power_w", "power_limit_w", "energy_j", "sm_clock_mhz", "memory_clock_mhz", "graphics_clock_mhz", "sm_clock_max_mhz", "memory_clock_max_mhz", "pstate", "fan_percent", "pcie_gen", "pcie_width", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "throttle_reasons", "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "retired_pages", "remapped_rows", "process_count", "processes")
@@ -284,7 +282,7 @@ class GpuSamples(_message.Message):
     remapped_rows: Column
     process_count: _containers.RepeatedScalarFieldContainer[int]
     processes: ProcessTable
-    def __init__(self, ts_ns: _Iterable[int] | None = ..., gpu_index: _Iterable[int] | None = ..., util_gpu_percent: Column | _Mapping | None = ..., util_memory_percent: Column | _Mapping | None = ..., util_encoder_percent: Column | _Mapping | None = ..., util_decoder_percent: Column | _Mapping | None = ..., memory_used_bytes: Column | _Mapping | None = ..., memory_free_bytes: Column | _Mapping | None = ..., memory_total_bytes: Column | _Mapping | None = ..., bar1_used_bytes: Column | _Mapping | None = ..., bar1_total_bytes: Column | _Mapping | None = ..., temp_c: Column | _Mapping | None = ..., memory_temp_c: Column | _Mapping | None = ..., power_w: Column | _Mapping | None = ..., power_limit_w: Column | _Mapping | None = ..., energy_j: Column | _Mapping | None = ..., sm_clock_mhz: Column | _Mapping | None = ..., memory_clock_mhz: Column | _Mapping | None = ..., graphics_clock_mhz: Column | _Mapping | None = ..., sm_clock_max_mhz: Column | _Mapping | None = ..., memory_clock_max_mhz: Column | _Mapping | None = ..., pstate: Column | _Mapping | None = ..., fan_percent: Column | _Mapping | None = ..., pcie_gen: Column | _Mapping | None = ..., pcie_width: Column | _Mapping | None = ..., pcie_tx_bytes_per_s: Column | _Mapping | None = ..., pcie_rx_bytes_per_s: Column | _Mapping | None = ..., throttle_reasons: Column | _Mapping | None = ..., ecc_volatile_corrected: Column | _Mapping | None = ..., ecc_volatile_uncorrected: Column | _Mapping | None = ..., ecc_aggregate_corrected: Column | _Mapping | None = ..., ecc_aggregate_uncorrected: Column | _Mapping | None = ..., retired_pages: Column | _Mapping | None = ..., remapped_rows: Column | _Mapping | None = ..., process_count: _Iterable[int] | None = ..., processes: ProcessTable | _Mapping | None = ...) -> None: ...
+    def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., gpu_index: _Optional[_Iterable[int]] = ..., util_gpu_percent: _Optional[_Union[Column, _Mapping]] = ..., util_memory_percent: _Optional[_Union[Column, _Mapping]] = ..., util_encoder_percent: _Optional[_Union[Column, _Mapping]] = ..., util_decoder_percent: _Optional[_Union[Column, _Mapping]] = ..., memory_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., memory_free_bytes: _Optional[_Union[Column, _Mapping]] = ..., memory_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., bar1_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., bar1_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., temp_c: _Optional[_Union[Column, _Mapping]] = ..., memory_temp_c: _Optional[_Union[Column, _Mapping]] = ..., power_w: _Optional[_Union[Column, _Mapping]] = ..., power_limit_w: _Optional[_Union[Column, _Mapping]] = ..., energy_j: _Optional[_Union[Column, _Mapping]] = ..., sm_clock_mhz: _Optional[_Union[Column, _Mapping]] = ..., memory_clock_mhz: _Optional[_Union[Column, _Mapping]] = ..., graphics_clock_mhz: _Optional[_Union[Column, _Mapping]] = ..., sm_clock_max_mhz: _Optional[_Union[Column, _Mapping]] = ..., memory_clock_max_mhz: _Optional[_Union[Column, _Mapping]] = ..., pstate: _Optional[_Union[Column, _Mapping]] = ..., fan_percent: _Optional[_Union[Column, _Mapping]] = ..., pcie_gen: _Optional[_Union[Column, _Mapping]] = ..., pcie_width: _Optional[_Union[Column, _Mapping]] = ..., pcie_tx_bytes_per_s: _Optional[_Union[Column, _Mapping]] = ..., pcie_rx_bytes_per_s: _Optional[_Union[Column, _Mapping]] = ..., throttle_reasons: _Optional[_Union[Column, _Mapping]] = ..., ecc_volatile_corrected: _Optional[_Union[Column, _Mapping]] = ..., ecc_volatile_uncorrected: _Optional[_Union[Column, _Mapping]] = ..., ecc_aggregate_corrected: _Optional[_Union[Column, _Mapping]] = ..., ecc_aggregate_uncorrected: _Optional[_Union[Column, _Mapping]] = ..., retired_pages: _Optional[_Union[Column, _Mapping]] = ..., remapped_rows: _Optional[_Union[Column, _Mapping]] = ..., process_count: _Optional[_Iterable[int]] = ..., processes: _Optional[_Union[ProcessTable, _Mapping]] = ...) -> None: ...
 
 class LatencyHistogram(_message.Message):
     __slots__ = ("name", "labels", "start_ns", "end_ns", "count", "sum_ns", "errors", "bucket_index", "bucket_count", "zero_count")
@@ -294,7 +292,7 @@ class LatencyHistogram(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: str
-        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
@@ -315,7 +313,7 @@ class LatencyHistogram(_message.Message):
     bucket_index: _containers.RepeatedScalarFieldContainer[int]
     bucket_count: _containers.RepeatedScalarFieldContainer[int]
     zero_count: int
-    def __init__(self, name: str | None = ..., labels: _Mapping[str, str] | None = ..., start_ns: int | None = ..., end_ns: int | None = ..., count: int | None = ..., sum_ns: int | None = ..., errors: int | None = ..., bucket_index: _Iterable[int] | None = ..., bucket_count: _Iterable[int] | None = ..., zero_count: int | None = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., count: _Optional[int] = ..., sum_ns: _Optional[int] = ..., errors: _Optional[int] = ..., bucket_index: _Optional[_Iterable[int]] = ..., bucket_count: _Optional[_Iterable[int]] = ..., zero_count: _Optional[int] = ...) -> None: ...
 
 class LogEvent(_message.Message):
     __slots__ = ("ts_ns", "source", "level", "message", "parsed_ts_ns")
@@ -329,7 +327,7 @@ class LogEvent(_message.Message):
     level: Level
     message: str
     parsed_ts_ns: int
-    def __init__(self, ts_ns: int | None = ..., source: str | None = ..., level: Level | str | None = ..., message: str | None = ..., parsed_ts_ns: int | None = ...) -> None: ...
+    def __init__(self, ts_ns: _Optional[int] = ..., source: _Optional[str] = ..., level: _Optional[_Union[Level, str]] = ..., message: _Optional[str] = ..., parsed_ts_ns: _Optional[int] = ...) -> None: ...
 
 class FactValue(_message.Message):
     __slots__ = ("text", "integer", "real", "flag")
@@ -341,7 +339,7 @@ class FactValue(_message.Message):
     integer: int
     real: float
     flag: bool
-    def __init__(self, text: str | None = ..., integer: int | None = ..., real: float | None = ..., flag: bool | None = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., integer: _Optional[int] = ..., real: _Optional[float] = ..., flag: _Optional[bool] = ...) -> None: ...
 
 class Incident(_message.Message):
     __slots__ = ("ts_ns", "kind", "severity", "title", "facts", "source", "excerpt")
@@ -351,7 +349,7 @@ class Incident(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: FactValue
-        def __init__(self, key: str | None = ..., value: FactValue | _Mapping | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[FactValue, _Mapping]] = ...) -> None: ...
     TS_NS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SEVERITY_FIELD_NUMBER: _ClassVar[int]
@@ -366,7 +364,7 @@ class Incident(_message.Message):
     facts: _containers.MessageMap[str, FactValue]
     source: str
     excerpt: str
-    def __init__(self, ts_ns: int | None = ..., kind: str | None = ..., severity: Level | str | None = ..., title: str | None = ..., facts: _Mapping[str, FactValue] | None = ..., source: str | None = ..., excerpt: str | None = ...) -> None: ...
+    def __init__(self, ts_ns: _Optional[int] = ..., kind: _Optional[str] = ..., severity: _Optional[_Union[Level, str]] = ..., title: _Optional[str] = ..., facts: _Optional[_Mapping[str, FactValue]] = ..., source: _Optional[str] = ..., excerpt: _Optional[str] = ...) -> None: ...
 
 class MetricPoint(_message.Message):
     __slots__ = ("name", "ts_ns", "value", "labels")
@@ -376,7 +374,7 @@ class MetricPoint(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: str
-        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     TS_NS_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -385,7 +383,7 @@ class MetricPoint(_message.Message):
     ts_ns: int
     value: float
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, name: str | None = ..., ts_ns: int | None = ..., value: float | None = ..., labels: _Mapping[str, str] | None = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., ts_ns: _Optional[int] = ..., value: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class InventoryRecord(_message.Message):
     __slots__ = ("kind", "name", "ts_ns", "facts")
@@ -395,7 +393,7 @@ class InventoryRecord(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: FactValue
-        def __init__(self, key: str | None = ..., value: FactValue | _Mapping | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[FactValue, _Mapping]] = ...) -> None: ...
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TS_NS_FIELD_NUMBER: _ClassVar[int]
@@ -404,7 +402,7 @@ class InventoryRecord(_message.Message):
     name: str
     ts_ns: int
     facts: _containers.MessageMap[str, FactValue]
-    def __init__(self, kind: str | None = ..., name: str | None = ..., ts_ns: int | None = ..., facts: _Mapping[str, FactValue] | None = ...) -> None: ...
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., ts_ns: _Optional[int] = ..., facts: _Optional[_Mapping[str, FactValue]] = ...) -> None: ...
 
 class AgentCounters(_message.Message):
     __slots__ = ("spool_batches", "spool_bytes", "dropped_batches", "dropped_samples", "dropped_logs", "dropped_incidents", "reconnects", "rejected_batches", "last_rejection", "sampler_errors", "rss_bytes", "cpu_seconds")
@@ -432,7 +430,7 @@ class AgentCounters(_message.Message):
     sampler_errors: int
     rss_bytes: float
     cpu_seconds: float
-    def __init__(self, spool_batches: int | None = ..., spool_bytes: int | None = ..., dropped_batches: int | None = ..., dropped_samples: int | None = ..., dropped_logs: int | None = ..., dropped_incidents: int | None = ..., reconnects: int | None = ..., rejected_batches: int | None = ..., last_rejection: str | None = ..., sampler_errors: int | None = ..., rss_bytes: float | None = ..., cpu_seconds: float | None = ...) -> None: ...
+    def __init__(self, spool_batches: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., dropped_batches: _Optional[int] = ..., dropped_samples: _Optional[int] = ..., dropped_logs: _Optional[int] = ..., dropped_incidents: _Optional[int] = ..., reconnects: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sampler_errors: _Optional[int] = ..., rss_bytes: _Optional[float] = ..., cpu_seconds: _Optional[float] = ...) -> None: ...
 
 class Batch(_message.Message):
     __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records")
@@ -462,7 +460,7 @@ class Batch(_message.Message):
     counters: AgentCounters
     metrics: _containers.RepeatedCompositeFieldContainer[MetricPoint]
     inventory_records: _containers.RepeatedCompositeFieldContainer[InventoryRecord]
-    def __init__(self, agent_id: str | None = ..., boot_id: str | None = ..., seq: int | None = ..., created_ns: int | None = ..., sent_ns: int | None = ..., host: HostSamples | _Mapping | None = ..., gpu: GpuSamples | _Mapping | None = ..., latency: _Iterable[LatencyHistogram | _Mapping] | None = ..., logs: _Iterable[LogEvent | _Mapping] | None = ..., incidents: _Iterable[Incident | _Mapping] | None = ..., counters: AgentCounters | _Mapping | None = ..., metrics: _Iterable[MetricPoint | _Mapping] | None = ..., inventory_records: _Iterable[InventoryRecord | _Mapping] | None = ...) -> None: ...
+    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("seq", "status", "code", "reason", "rows")
@@ -486,7 +484,7 @@ class Ack(_message.Message):
     code: int
     reason: str
     rows: int
-    def __init__(self, seq: int | None = ..., status: Ack.Status | str | None = ..., code: int | None = ..., reason: str | None = ..., rows: int | None = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[Ack.Status, str]] = ..., code: _Optional[int] = ..., reason: _Optional[str] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class ProcessRef(_message.Message):
     __slots__ = ("pid", "name", "labels")
@@ -496,14 +494,14 @@ class ProcessRef(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: str
-        def __init__(self, key: str | None = ..., value: str | None = ...) -> None: ...
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     name: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, pid: int | None = ..., name: str | None = ..., labels: _Mapping[str, str] | None = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SdkReport(_message.Message):
     __slots__ = ("process", "latency", "metrics", "logs", "incidents", "inventory_records", "dropped")
@@ -521,10 +519,10 @@ class SdkReport(_message.Message):
     incidents: _containers.RepeatedCompositeFieldContainer[Incident]
     inventory_records: _containers.RepeatedCompositeFieldContainer[InventoryRecord]
     dropped: int
-    def __init__(self, process: ProcessRef | _Mapping | None = ..., latency: _Iterable[LatencyHistogram | _Mapping] | None = ..., metrics: _Iterable[MetricPoint | _Mapping] | None = ..., logs: _Iterable[LogEvent | _Mapping] | None = ..., incidents: _Iterable[Incident | _Mapping] | None = ..., inventory_records: _Iterable[InventoryRecord | _Mapping] | None = ..., dropped: int | None = ...) -> None: ...
+    def __init__(self, process: _Optional[_Union[ProcessRef, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ..., dropped: _Optional[int] = ...) -> None: ...
 
 class SdkAck(_message.Message):
     __slots__ = ("accepted",)
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     accepted: int
-    def __init__(self, accepted: int | None = ...) -> None: ...
+    def __init__(self, accepted: _Optional[int] = ...) -> None: ...

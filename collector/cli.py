@@ -36,12 +36,12 @@ def register(sub: Any) -> None:
     p.add_argument("--max-batch-size", type=size_bytes, default=32 << 20, metavar="SIZE", help="largest batch accepted (default 32MiB)")
     p.add_argument("--grace", type=duration_ns, default=10 * 10**9, metavar="DURATION",
                    help="on stop, how long in-flight streams get to finish (default 10s)")
-    p.set_defaults(func=run_collector)
+    p.set_defaults(func=_needs_collector(run_collector))
 
     p = sub.add_parser("devices", help="list registered devices", description="Every device that registered, with its state.")
     _db_arg(p)
     p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE", help="only devices with this label")
-    p.set_defaults(func=run_devices)
+    p.set_defaults(func=_needs_collector(run_devices))
 
     p = sub.add_parser("metrics", help="a device's host and GPU samples over a time range")
     _db_arg(p)
@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
     p.add_argument("--since", default="1h", help="start: a duration ago (1h, 7d) or a time (ISO 8601); default 1h")
     p.add_argument("--until", default="now", help="end: a time or a duration ago; default now")
     p.add_argument("--limit", type=int, default=200_000, help="most rows per table (default %(default)s)")
-    p.set_defaults(func=run_metrics)
+    p.set_defaults(func=_needs_collector(run_metrics))
 
     p = sub.add_parser("logs", help="a device's log events")
     _db_arg(p)
@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
     p.add_argument("--since", default="24h", help="start (default 24h ago)")
     p.add_argument("--until", default="now", help="end (default now)")
     p.add_argument("--limit", type=int, default=1000, help="most lines, newest kept (default %(default)s)")
-    p.set_defaults(func=run_logs)
+    p.set_defaults(func=_needs_collector(run_logs))
 
     p = sub.add_parser("incidents", help="OOM, Xid, TensorRT, latency and other incidents")
     _db_arg(p)
@@ -68,16 +68,25 @@ def register(sub: Any) -> None:
     p.add_argument("--since", default="7d", help="start (default 7d ago)")
     p.add_argument("--until", default="now", help="end (default now)")
     p.add_argument("--limit", type=int, default=1000, help="most incidents, newest first (default %(default)s)")
-    p.set_defaults(func=run_incidents)
+    p.set_defaults(func=_needs_collector(run_incidents))
 
 
 # ---------------------------------------------------------------- handlers
 
 
-def _session(url: str):  # type: ignore[no-untyped-def]
-    from fleetscope.cli import require
+def _needs_collector(handler: Any) -> Any:
+    """Check for the collector extra before the handler imports SQLAlchemy."""
 
-    require("collector", "sqlalchemy")
+    def run(args: argparse.Namespace) -> int:
+        from fleetscope.cli import require
+
+        require("collector", "sqlalchemy")
+        return handler(args)
+
+    return run
+
+
+def _session(url: str):  # type: ignore[no-untyped-def]
     from sqlalchemy.orm import Session
 
     from fleetscope.collector.storage.engine import has_schema, make_engine
@@ -109,9 +118,6 @@ def _unknown_device(exc: Exception) -> int:
 
 
 def run_collector(args: argparse.Namespace) -> int:
-    from fleetscope.cli import require
-
-    require("collector", "sqlalchemy")
     from fleetscope.collector.errors import StoreUnavailable
     from fleetscope.collector.server import Collector, CollectorSettings, read_tokens_file
 

@@ -1,0 +1,489 @@
+"""The rollup job: keeps per-minute and per-hour aggregates of the raw samples up to date.
+
+Design, and why:
+
+* **Per device, behind the device's own frontier.** A drone that was out of radio range for
+  hours uploads its spool oldest first when it comes back, with old timestamps. A job that
+  rolled "everything older than now minus a minute" would have closed those minutes empty and
+  never revisit them. So each device is rolled only up to its *frontier* (its newest stored
+  sample) minus ``settle_s``: a minute bucket is final when the device has sent data past
+  its end. ``rollup_progress`` keeps, per device and step, where that was.
+* **In the database.** Minute rows are ``INSERT ... SELECT ... GROUP BY`` over the raw rows,
+  hour rows the same over minute rows: no sample crosses into Python. Latency histograms are
+  the exception (their buckets are JSON maps and merge by adding counts per index), merged
+  here with ``fleetscope.proto.buckets.merge``.
+* **One roller at a time, any number of collectors.** Each run first takes a lease row in
+  ``rollup_leases`` with a conditional UPDATE (or the INSERT of a first lease), which both
+  SQLite and PostgreSQL make atomic. A collector that does not hold the lease skips the run;
+  when the holder dies its lease expires after ``lease_s`` and another takes over. Each chunk
+  is one transaction that also moves the progress mark, so a crash never leaves a bucket
+  half written or counted twice.
+
+The same aggregate definitions (``GPU_AGGS``, ``HOST_AGGS``) are used by the readers in
+``fleetscope.collector.fleet_query`` to aggregate the stretch not rolled up yet, so a chart
+that mixes rollups and raw rows computes every point the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import BigInteger, Connection, Engine, and_, case, cast, delete, func, insert, literal, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
+
+from fleetscope.collector.storage.rollup_schema import (
+    STEPS_S,
+    create_rollup_tables,
+    gpu_rollups,
+    host_rollups,
+    latency_rollups,
+    rollup_leases,
+    rollup_progress,
+)
+from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
+from fleetscope.proto import buckets as bucket_math
+
+log = logging.getLogger(__name__)
+
+NS = 10**9
+LEASE_NAME = "rollup"
+
+# NVML clock-event reasons that mean "slowed down" (idle and application clocks are not).
+THERMAL_MASK = 0x8 | 0x20 | 0x40  # hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown
+POWER_MASK = 0x4 | 0x80  # sw_power_cap, hw_power_brake_slowdown
+
+
+@dataclass(frozen=True)
+class Agg:
+    """How one rollup column is made from a raw column, and re-made from finer rollups.
+
+    ``how``: ``avg`` (weighted by sample count when re-aggregated), ``max``, ``min``,
+    ``delta`` (last minus first of a cumulative counter; deltas add up), ``count_if`` (samples
+    whose bit mask ``raw & mask`` is non-zero; counts add up).
+    """
+
+    name: str
+    how: str
+    raw: str
+    mask: int = 0
+
+
+GPU_AGGS: tuple[Agg, ...] = (
+    Agg("util_avg", "avg", "util_gpu_percent"),
+    Agg("util_max", "max", "util_gpu_percent"),
+    Agg("mem_util_avg", "avg", "util_memory_percent"),
+    Agg("memory_used_avg", "avg", "memory_used_bytes"),
+    Agg("memory_used_max", "max", "memory_used_bytes"),
+    Agg("temp_avg", "avg", "temp_c"),
+    Agg("temp_max", "max", "temp_c"),
+    Agg("power_avg", "avg", "power_w"),
+    Agg("power_max", "max", "power_w"),
+    Agg("energy_delta_j", "delta", "energy_j"),
+    Agg("sm_clock_avg", "avg", "sm_clock_mhz"),
+    Agg("sm_clock_min", "min", "sm_clock_mhz"),
+    Agg("memory_clock_avg", "avg", "memory_clock_mhz"),
+    Agg("fan_avg", "avg", "fan_percent"),
+    Agg("throttle_thermal_n", "count_if", "throttle_reasons", THERMAL_MASK),
+    Agg("throttle_power_n", "count_if", "throttle_reasons", POWER_MASK),
+)
+
+HOST_AGGS: tuple[Agg, ...] = (
+    Agg("cpu_avg", "avg", "cpu_percent"),
+    Agg("cpu_max", "max", "cpu_percent"),
+    Agg("load1_avg", "avg", "load1"),
+    Agg("mem_used_avg", "avg", "mem_used_bytes"),
+    Agg("mem_used_max", "max", "mem_used_bytes"),
+    Agg("mem_total_max", "max", "mem_total_bytes"),
+    Agg("swap_used_avg", "avg", "swap_used_bytes"),
+    Agg("swap_used_max", "max", "swap_used_bytes"),
+    Agg("swap_total_max", "max", "swap_total_bytes"),
+    Agg("disk_read_delta", "delta", "disk_read_bytes"),
+    Agg("disk_write_delta", "delta", "disk_write_bytes"),
+    Agg("net_rx_delta", "delta", "net_rx_bytes"),
+    Agg("net_tx_delta", "delta", "net_tx_bytes"),
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One time-series source: its raw table, its rollup table and how to aggregate."""
+
+    kind: str  # "gpu" or "host"
+    raw: object  # sqlalchemy Table
+    rollup: object
+    aggs: tuple[Agg, ...]
+    per_gpu: bool
+
+
+GPU = Source("gpu", gpu_samples, gpu_rollups, GPU_AGGS, True)
+HOST = Source("host", host_samples, host_rollups, HOST_AGGS, False)
+SOURCES = (GPU, HOST)
+
+
+def raw_aggregates(source: Source) -> list[ColumnElement]:
+    """SELECT expressions over the raw table, labelled with the rollup column names."""
+    t = source.raw.c  # type: ignore[attr-defined]
+    out: list[ColumnElement] = [func.count().label("n"), (func.max(t.ts_ns) - func.min(t.ts_ns)).label("span_ns")]
+    for a in source.aggs:
+        col = t[a.raw]
+        if a.how == "avg":
+            expr = func.avg(col)
+        elif a.how == "max":
+            expr = func.max(col)
+        elif a.how == "min":
+            expr = func.min(col)
+        elif a.how == "delta":
+            expr = func.max(col) - func.min(col)
+        elif a.how == "count_if":
+            # The raw column is a float (the wire carries every reading as a double); the mask
+            # needs an integer on PostgreSQL, and SQLite's CAST is the same spelling.
+            expr = func.sum(case((cast(col, BigInteger).op("&")(a.mask) != 0, 1), else_=0))
+        else:  # pragma: no cover - the tables above are the only definitions
+            raise ValueError(a.how)
+        out.append(expr.label(a.name))
+    return out
+
+
+def rollup_aggregates(source: Source) -> list[ColumnElement]:
+    """SELECT expressions that re-aggregate finer rollup rows into coarser buckets."""
+    r = source.rollup.c  # type: ignore[attr-defined]
+    out: list[ColumnElement] = [func.sum(r.n).label("n"), func.sum(r.span_ns).label("span_ns")]
+    for a in source.aggs:
+        col = r[a.name]
+        if a.how == "avg":
+            # Weighted by sample count, and only over rows that had the value at all.
+            weight = func.sum(case((col.is_not(None), r.n), else_=0))
+            expr = func.sum(col * r.n) / func.nullif(weight, 0)
+        elif a.how == "max":
+            expr = func.max(col)
+        elif a.how == "min":
+            expr = func.min(col)
+        else:  # delta and count_if add up
+            expr = func.sum(col)
+        out.append(expr.label(a.name))
+    return out
+
+
+def merge_values(aggs: Sequence[Agg], n_a: int, a: dict, n_b: int, b: dict) -> dict:
+    """Combine two partial aggregates of one bucket (a bucket split between two sources)."""
+    out = {}
+    for g in aggs:
+        x, y = a.get(g.name), b.get(g.name)
+        if x is None or y is None:
+            out[g.name] = y if x is None else x
+        elif g.how == "avg":
+            out[g.name] = (x * n_a + y * n_b) / (n_a + n_b) if n_a + n_b else None
+        elif g.how == "max":
+            out[g.name] = max(x, y)
+        elif g.how == "min":
+            out[g.name] = min(x, y)
+        else:
+            out[g.name] = x + y
+    return out
+
+
+def bucket_of(column: ColumnElement, step_ns: int) -> ColumnElement:
+    return column - (column % literal(step_ns, BigInteger))
+
+
+def read_progress(conn: Connection, device_ids: Sequence[int] | None = None) -> dict[tuple[int, int], int]:
+    """``{(device_id, step_s): rolled_until_ns}``."""
+    q = select(rollup_progress.c.device_id, rollup_progress.c.step_s, rollup_progress.c.rolled_until_ns)
+    if device_ids is not None:
+        q = q.where(rollup_progress.c.device_id.in_(list(device_ids)))
+    return {(d, s): u for d, s, u in conn.execute(q)}
+
+
+# ------------------------------------------------------------------------------ the job
+
+
+class _LeaseLost(Exception):
+    """Raised inside a chunk's transaction so that it rolls back."""
+
+
+@dataclass
+class RollupReport:
+    """What one run did."""
+
+    ran: bool
+    holder: str
+    devices: int = 0
+    chunks: int = 0
+    rows: dict[int, int] = field(default_factory=lambda: {s: 0 for s in STEPS_S})
+    seconds: float = 0.0
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class RollupJob:
+    """Rolls every device up on a thread (``start``/``stop``) or on demand (``run_once``).
+
+    A collector starts one; with several collectors on one database the lease makes exactly
+    one of them roll at a time.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        owner: str | None = None,
+        interval_s: float = 30.0,
+        settle_s: float = 10.0,
+        lease_s: float = 120.0,
+        minute_chunk_s: int = 6 * 3600,
+        hour_chunk_s: int = 7 * 86400,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.engine = engine
+        self.owner = owner or default_owner()
+        self.interval_s = interval_s
+        self.settle_ns = int(settle_s * NS)
+        self.lease_ns = int(lease_s * NS)
+        self.chunk_ns = {60: minute_chunk_s * NS, 3600: hour_chunk_s * NS}
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tables_ready = False
+        self.last_report: RollupReport | None = None
+
+    # -- the lease ----------------------------------------------------------------------------
+
+    def _acquire(self, now_ns: int) -> tuple[bool, str]:
+        lease = rollup_leases.c
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(rollup_leases)
+                .where(lease.name == LEASE_NAME, or_(lease.owner == self.owner, lease.expires_ns < now_ns))
+                .values(owner=self.owner, expires_ns=now_ns + self.lease_ns)
+            )
+            if res.rowcount == 1:
+                return True, self.owner
+            holder = conn.execute(select(lease.owner).where(lease.name == LEASE_NAME)).scalar()
+        if holder is not None:
+            return False, holder
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(rollup_leases).values(name=LEASE_NAME, owner=self.owner, expires_ns=now_ns + self.lease_ns))
+            return True, self.owner
+        except IntegrityError:  # another collector inserted the first lease in between
+            with self.engine.connect() as conn:
+                return False, conn.execute(select(lease.owner).where(lease.name == LEASE_NAME)).scalar() or "?"
+
+    def release(self) -> None:
+        """Give the lease up now, so another collector need not wait for it to expire."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    update(rollup_leases)
+                    .where(rollup_leases.c.name == LEASE_NAME, rollup_leases.c.owner == self.owner)
+                    .values(expires_ns=0)
+                )
+        except Exception as exc:  # best effort: the lease expires by itself
+            log.debug("could not release the rollup lease: %s", exc)
+
+    # -- one run ------------------------------------------------------------------------------
+
+    def run_once(self, now_ns: int | None = None) -> RollupReport:
+        started = time.monotonic()
+        now_ns = self._clock() if now_ns is None else now_ns
+        if not self._tables_ready:
+            create_rollup_tables(self.engine)
+            self._tables_ready = True
+        ok, holder = self._acquire(now_ns)
+        report = RollupReport(ran=ok, holder=holder)
+        if not ok:
+            return report
+        with self.engine.connect() as conn:
+            device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
+            progress = read_progress(conn)
+        for device_id in device_ids:
+            if self._stop.is_set():
+                break
+            if not self._roll_device(device_id, now_ns, progress, report):
+                break  # lease lost: another collector rolls from here
+            report.devices += 1
+        report.seconds = time.monotonic() - started
+        self.last_report = report
+        return report
+
+    def _frontier(self, conn: Connection, device_id: int, newest: bool) -> int | None:
+        """The device's newest (or oldest) stored sample time, by index seek."""
+        best: int | None = None
+        for t in (host_samples, gpu_samples):
+            order = t.c.ts_ns.desc() if newest else t.c.ts_ns.asc()
+            ts = conn.execute(select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(order).limit(1)).scalar()
+            if ts is not None:
+                best = ts if best is None else (max(best, ts) if newest else min(best, ts))
+        return best
+
+    def _roll_device(self, device_id: int, now_ns: int, progress: dict, report: RollupReport) -> bool:
+        with self.engine.connect() as conn:
+            frontier = self._frontier(conn, device_id, newest=True)
+            if frontier is None:
+                return True
+            minute_start = progress.get((device_id, 60))
+            hour_start = progress.get((device_id, 3600))
+            if minute_start is None or hour_start is None:
+                oldest = self._frontier(conn, device_id, newest=False) or frontier
+                minute_start = oldest if minute_start is None else minute_start
+                hour_start = oldest if hour_start is None else hour_start
+        minute_ns = 60 * NS
+        until = (min(frontier, now_ns) - self.settle_ns) // minute_ns * minute_ns
+        start = minute_start // minute_ns * minute_ns
+        while start < until:
+            end = min(until, start + self.chunk_ns[60])
+            if not self._chunk(device_id, 60, start, end, now_ns, report):
+                return False
+            start = end
+        minute_done = max(until, progress.get((device_id, 60), 0))
+        hour_ns = 3600 * NS
+        hour_until = minute_done // hour_ns * hour_ns
+        start = hour_start // hour_ns * hour_ns
+        while start < hour_until:
+            end = min(hour_until, start + self.chunk_ns[3600])
+            if not self._chunk(device_id, 3600, start, end, now_ns, report):
+                return False
+            start = end
+        return True
+
+    def _chunk(self, device_id: int, step_s: int, start: int, end: int, now_ns: int, report: RollupReport) -> bool:
+        """Roll buckets [start, end) of one device at one step, in one transaction."""
+        step_ns = step_s * NS
+        try:
+            with self.engine.begin() as conn:
+                self._chunk_in(conn, device_id, step_s, step_ns, start, end, now_ns, report)
+        except _LeaseLost:
+            log.info("rollup lease lost; stopping this run")
+            return False
+        report.chunks += 1
+        return True
+
+    def _chunk_in(
+        self, conn: Connection, device_id: int, step_s: int, step_ns: int, start: int, end: int, now_ns: int, report: RollupReport
+    ) -> None:
+        for src in SOURCES:
+            report.rows[step_s] += self._aggregate(conn, src, device_id, step_s, start, end)
+        report.rows[step_s] += self._latency(conn, device_id, step_s, step_ns, start, end)
+        p = rollup_progress.c
+        res = conn.execute(
+            update(rollup_progress).where(p.device_id == device_id, p.step_s == step_s).values(rolled_until_ns=end)
+        )
+        if res.rowcount == 0:
+            conn.execute(insert(rollup_progress).values(device_id=device_id, step_s=step_s, rolled_until_ns=end))
+        # Renew the lease inside the same transaction: if another collector took it over
+        # (we stalled past expiry), this chunk is rolled back and we stop.
+        lease = rollup_leases.c
+        renewed = conn.execute(
+            update(rollup_leases)
+            .where(lease.name == LEASE_NAME, lease.owner == self.owner)
+            .values(expires_ns=max(now_ns, self._clock()) + self.lease_ns)
+        )
+        if renewed.rowcount != 1:
+            raise _LeaseLost
+
+    @staticmethod
+    def _aggregate(conn: Connection, src: Source, device_id: int, step_s: int, start: int, end: int) -> int:
+        r = src.rollup
+        rc = r.c  # type: ignore[attr-defined]
+        step_ns = step_s * NS
+        conn.execute(delete(r).where(rc.device_id == device_id, rc.step_s == step_s, rc.bucket_ns >= start, rc.bucket_ns < end))  # type: ignore[arg-type]
+        keys: list[ColumnElement] = []
+        if step_s == 60:
+            t = src.raw.c  # type: ignore[attr-defined]
+            bucket = bucket_of(t.ts_ns, step_ns)
+            where = and_(t.device_id == device_id, t.ts_ns >= start, t.ts_ns < end)
+            if src.per_gpu:
+                keys.append(t.gpu_index)
+            values = raw_aggregates(src)
+            from_ = src.raw
+        else:
+            bucket = bucket_of(rc.bucket_ns, step_ns)
+            where = and_(rc.device_id == device_id, rc.step_s == 60, rc.bucket_ns >= start, rc.bucket_ns < end)
+            if src.per_gpu:
+                keys.append(rc.gpu_index)
+            values = rollup_aggregates(src)
+            from_ = r
+        cols = [
+            literal(device_id, BigInteger).label("device_id"),
+            literal(step_s, BigInteger).label("step_s"),
+            bucket.label("bucket_ns"),
+            *[k.label("gpu_index") for k in keys],
+            *values,
+        ]
+        q = select(*cols).select_from(from_).where(where).group_by(bucket, *keys)  # type: ignore[arg-type]
+        names = [c.name for c in cols]
+        res = conn.execute(insert(r).from_select(names, q))  # type: ignore[arg-type]
+        return max(res.rowcount or 0, 0)
+
+    @staticmethod
+    def _latency(conn: Connection, device_id: int, step_s: int, step_ns: int, start: int, end: int) -> int:
+        lr = latency_rollups.c
+        conn.execute(
+            delete(latency_rollups).where(lr.device_id == device_id, lr.step_s == step_s, lr.bucket_ns >= start, lr.bucket_ns < end)
+        )
+        if step_s == 60:
+            h = latency_histograms.c
+            rows = conn.execute(
+                select(h.start_ns, h.end_ns - h.start_ns, h.name, h.labels, h.count, h.sum_ns, h.errors, h.zero_count, h.buckets)
+                .where(h.device_id == device_id, h.start_ns >= start, h.start_ns < end)
+            )
+        else:
+            rows = conn.execute(
+                select(lr.bucket_ns, lr.window_ns, lr.name, lr.labels, lr.count, lr.sum_ns, lr.errors, lr.zero_count, lr.buckets)
+                .where(lr.device_id == device_id, lr.step_s == 60, lr.bucket_ns >= start, lr.bucket_ns < end)
+            )
+        merged: dict[tuple[int, str, str], list] = {}
+        for ts, window, name, labels, count, sum_ns, errors, zero, buckets in rows:
+            key = (ts - ts % step_ns, name, labels)
+            acc = merged.setdefault(key, [0, 0, 0, 0, 0, []])
+            acc[0] += count
+            acc[1] += sum_ns
+            acc[2] += errors
+            acc[3] += zero
+            acc[4] += max(0, window)
+            acc[5].append({int(k): v for k, v in json.loads(buckets).items()})
+        if not merged:
+            return 0
+        conn.execute(
+            insert(latency_rollups),
+            [
+                {
+                    "device_id": device_id, "step_s": step_s, "bucket_ns": b, "name": name, "labels": labels,
+                    "count": a[0], "sum_ns": a[1], "errors": a[2], "zero_count": a[3], "window_ns": a[4],
+                    "buckets": json.dumps(bucket_math.merge(a[5]), separators=(",", ":")),
+                }
+                for (b, name, labels), a in merged.items()
+            ],
+        )
+        return len(merged)
+
+    # -- on a thread --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # a failed run (database busy, restarting) is retried next time
+                log.warning("rollup run failed: %s", exc)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fleetscope-rollup", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.release()

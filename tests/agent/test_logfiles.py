@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fleetscope.agent.logfiles import FileFollower, guess_level
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def _messages(follower: FileFollower) -> list[str]:
+    return [e.message for e in follower.poll()]
+
+
+def test_existing_file_followed_from_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("old line\n")
+    f = FileFollower([str(log)])
+    assert _messages(f) == []
+    _append(log, "epoch 1\nepoch 2\n")
+    assert _messages(f) == ["epoch 1", "epoch 2"]
+
+
+def test_partial_line_waits_for_its_newline(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.touch()
+    f = FileFollower([str(log)])
+    _append(log, "half")
+    assert _messages(f) == []
+    _append(log, " done\r\n")
+    assert _messages(f) == ["half done"]
+
+
+def test_rotation_and_truncation_lose_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "app.log"
+    log.touch()
+    f = FileFollower([str(log)])
+    _append(log, "before rotation\n")
+    assert _messages(f) == ["before rotation"]
+    os.rename(log, tmp_path / "app.log.1")
+    log.write_text("first in new file\n")
+    assert _messages(f) == ["first in new file"]
+    log.write_text("")  # copytruncate
+    _append(log, "after truncation\n")
+    assert _messages(f) == ["after truncation"]
+
+
+def test_glob_picks_up_files_that_appear_later(tmp_path: Path) -> None:
+    f = FileFollower([str(tmp_path / "*.log")])
+    assert _messages(f) == []
+    (tmp_path / "late.log").write_text("written before the next poll\n")
+    events = f.poll()
+    assert [e.message for e in events] == ["written before the next poll"]
+    assert events[0].source == str(tmp_path / "late.log")
+
+
+def test_runaway_line_is_cut(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.touch()
+    f = FileFollower([str(log)], max_line_bytes=100)
+    _append(log, "x" * 1000 + "\nok\n")
+    msgs = _messages(f)
+    assert len(msgs[0]) == 100 and msgs[-1] == "ok"
+
+
+def test_levels_from_words() -> None:
+    assert guess_level("torch.OutOfMemoryError: CUDA out of memory") == "error"
+    assert guess_level("Traceback (most recent call last):") == "error"
+    assert guess_level("WARNING: low disk space") == "warning"
+    assert guess_level("step 10 loss 0.3") == "info"

@@ -1,0 +1,128 @@
+"""The storage layer against a real SQLite file and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy.orm import Session
+
+from fleetscope.agent.batcher import Pending, build_batches
+from fleetscope.agent.records import GpuSample, HostSample, IncidentRecord, LogEvent, ProcessUsage
+from fleetscope.collector.errors import StoreUnavailable, UnknownDevice
+from fleetscope.collector.query import count_samples, device_logs, device_metrics, list_devices, list_incidents
+from fleetscope.collector.registry import register_device
+from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.writer import BatchWriter, WriteItem
+from fleetscope.collector.validate import Limits, validate_batch
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+
+@pytest.fixture
+def store(db_url: str):  # type: ignore[no-untyped-def]
+    engine = make_engine(db_url)
+    writer = BatchWriter(engine)
+    writer.start()
+    yield engine, writer
+    writer.stop()
+    engine.dispose()
+
+
+def _register(engine, name: str = "gpu-node-1") -> int:  # type: ignore[no-untyped-def]
+    req = pb.RegisterRequest(agent_id=f"id-{name}", boot_id="boot", name=name, kind=pb.DEVICE_KIND_SERVER, sent_ns=time.time_ns())
+    req.labels["site"] = "lab"
+    req.inventory.gpus.add(index=0, name="NVIDIA A100-SXM4-80GB", memory_total_bytes=80 << 30)
+    return register_device(engine, req, received_ns=time.time_ns()).device_id
+
+
+def _item(device_id: int, seq: int, now: int, name: str = "gpu-node-1") -> WriteItem:
+    pending = Pending(
+        host=[HostSample(ts_ns=now, cpu_percent=12.5, cpu_core_percent=(10.0, 15.0), mem_used_bytes=8 << 30,
+                         top_processes=(ProcessUsage(pid=42, name="python", cpu_percent=99.0, rss_bytes=1 << 30),))],
+        gpu=[GpuSample(ts_ns=now, gpu_index=0, util_gpu_percent=97.0, memory_used_bytes=70 << 30, memory_total_bytes=80 << 30,
+                       temp_c=71.0, power_w=380.0, sm_clock_mhz=1410.0, throttle_reasons=0x4,
+                       processes=(ProcessUsage(pid=42, name="python", cpu_percent=None, rss_bytes=None, gpu_memory_bytes=69 << 30),))],
+        logs=[LogEvent(ts_ns=now, source="/var/log/train.log", message="RuntimeError: CUDA out of memory", level="error")],
+        incidents=[IncidentRecord(ts_ns=now, kind="cuda_oom", severity="error", title="CUDA OOM on cuda:0",
+                                  facts={"requested_bytes": 2 << 30, "device_index": 0, "framework": "pytorch"})],
+    )
+    batch = pb.Batch(agent_id=f"id-{name}", boot_id="boot", seq=seq, created_ns=now, sent_ns=now)
+    for bb in build_batches(pending, now_ns=now):
+        batch.MergeFrom(bb.batch)
+    batch.seq = seq
+    return WriteItem(batch=batch, device_id=device_id, agent_id=f"id-{name}", boot_id="boot", seq=seq, received_ns=now,
+                     correction_ns=0, clock_skew_ns=0, decoded=validate_batch(batch, Limits()))
+
+
+def test_replayed_batch_is_acknowledged_and_skipped(store) -> None:  # type: ignore[no-untyped-def]
+    engine, writer = store
+    device_id = _register(engine)
+    now = time.time_ns()
+    first = writer.submit(_item(device_id, 1, now)).result(10)
+    again = writer.submit(_item(device_id, 1, now)).result(10)
+    other = writer.submit(_item(device_id, 2, now + 10**9)).result(10)
+    assert (first.duplicate, again.duplicate, other.duplicate) == (False, True, False)
+    assert first.rows == 2
+    with Session(engine) as s:
+        assert count_samples(session=s, device="gpu-node-1") == {"host": 2, "gpu": 2}
+        assert len(list_incidents(session=s, since_ns=0, until_ns=now + 10**10)) == 2
+
+
+def test_queries_return_what_was_stored(store) -> None:  # type: ignore[no-untyped-def]
+    engine, writer = store
+    device_id = _register(engine)
+    now = time.time_ns()
+    writer.submit(_item(device_id, 1, now)).result(10)
+    with Session(engine) as s:
+        (dev,) = list_devices(session=s, now_ns=now)
+        assert (dev.name, dev.kind, dev.labels, dev.gpu_count, dev.online) == ("gpu-node-1", "server", {"site": "lab"}, 1, True)
+        assert dev.inventory["gpus"][0]["index"] == 0 and dev.inventory["gpus"][0]["memory_total_bytes"] == 80 << 30
+        m = device_metrics(session=s, device="gpu-node-1", since_ns=now - 10**9, until_ns=now + 10**9)
+        assert m.gpu[0].values["temp_c"] == 71.0 and m.gpu[0].values["throttle_reasons"] == 4
+        assert m.host[0].cpu_cores == [[10.0, None], [15.0, None]]
+        assert m.host[0].top_processes[0]["name"] == "python"
+        assert m.gpu_state[0].values["memory_total_bytes"] == 80 << 30
+        assert m.gpu_state[0].processes[0]["gpu_memory_bytes"] == 69 << 30
+        logs = device_logs(session=s, device="gpu-node-1", since_ns=0, until_ns=now + 1, grep="out of memory")
+        assert [ln.level for ln in logs] == ["error"]
+        assert device_logs(session=s, device="gpu-node-1", since_ns=0, until_ns=now + 1, grep="100%_no_such") == []
+        (inc,) = list_incidents(session=s, since_ns=0, until_ns=now + 1, kind="cuda_oom")
+        assert inc.facts == {"requested_bytes": 2 << 30, "device_index": 0, "framework": "pytorch"}
+        with pytest.raises(UnknownDevice, match="known: gpu-node-1"):
+            device_metrics(session=s, device="nope", since_ns=0, until_ns=now)
+
+
+def test_gpu_state_is_stored_only_when_it_changes(store) -> None:  # type: ignore[no-untyped-def]
+    engine, writer = store
+    device_id = _register(engine)
+    now = time.time_ns()
+    for seq in range(1, 6):
+        writer.submit(_item(device_id, seq, now + seq * 10**9)).result(10)
+    with Session(engine) as s:
+        m = device_metrics(session=s, device="gpu-node-1", since_ns=now, until_ns=now + 10**11)
+    assert len(m.gpu) == 5 and len(m.gpu_state) == 1
+
+
+def test_one_bad_batch_in_a_group_does_not_sink_the_others(store) -> None:  # type: ignore[no-untyped-def]
+    engine, writer = store
+    device_id = _register(engine)
+    now = time.time_ns()
+    good = [_item(device_id, s, now + s) for s in (1, 2, 3)]
+    bad = _item(device_id, 4, now)
+    bad.decoded = None  # a broken item: the writer fails on it, and must fail on it alone
+    futures = [writer.submit(i) for i in (good[0], bad, good[1], good[2])]
+    results = []
+    for f in futures:
+        try:
+            results.append(f.result(10))
+        except Exception as exc:  # noqa: BLE001 - the test inspects which one failed
+            results.append(exc)
+    assert [getattr(r, "duplicate", None) for r in results] == [False, None, False, False]
+    assert isinstance(results[1], StoreUnavailable)
+    with Session(engine) as s:
+        assert count_samples(session=s) == {"host": 3, "gpu": 3}
+
+
+def test_unreachable_database_is_a_clear_error() -> None:
+    with pytest.raises(StoreUnavailable, match="cannot open database"):
+        make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")

@@ -10,7 +10,13 @@ from sqlalchemy.orm import Session
 from fleetscope.agent.batcher import Pending, build_batches
 from fleetscope.agent.records import GpuSample, HostSample, IncidentRecord, LogEvent, ProcessUsage
 from fleetscope.collector.errors import StoreUnavailable, UnknownDevice
-from fleetscope.collector.query import count_samples, device_logs, device_metrics, list_devices, list_incidents
+from fleetscope.collector.query import (
+    count_samples,
+    device_logs,
+    device_metrics,
+    list_devices,
+    list_incidents,
+)
 from fleetscope.collector.registry import register_device
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem

@@ -1,0 +1,31 @@
+# The two commands a newcomer needs (see README.md):
+#   make demo    set up .venv and run fleetscope on this machine (SQLite); Ctrl-C stops it
+#   make test    run the test suite (needs PostgreSQL on 127.0.0.1 for the storage tests)
+PYTHON ?= python3
+VENV ?= .venv
+DURATION ?=
+DEMO_ARGS ?=
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[all,dev,torch]'
+	touch $@
+
+.PHONY: setup demo test lint bench
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/fleetscope demo --dir fleetscope-demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_ARGS)
+
+test: setup
+	$(VENV)/bin/python -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vermin --target=3.10- --no-tips --violations --eval-annotations --backport typing agent proto cli
+	$(VENV)/bin/python -m fleetscope.proto.generate --check
+
+bench: setup
+	$(VENV)/bin/python benchmarks/bench_ingest.py ingest --seconds 30
+	$(VENV)/bin/python benchmarks/bench_ingest.py agent --seconds 60

@@ -143,7 +143,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     address = f"127.0.0.1:{port}"
     log = open(Path(tmp.name) / "collector.log", "wb")
     collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--listen", address, "--db", db_url,
-                                  "--token", TOKEN], stdout=log, stderr=subprocess.STDOUT)
+                                  "--token", TOKEN, "--workers", str(args.workers)], stdout=log, stderr=subprocess.STDOUT)
     for _ in range(300):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -171,7 +171,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     totals = [out.get() for _ in procs]
     for p in procs:
         p.join()
-    cpu_collector = _cpu_seconds(collector.pid)
+    cpu_collector = _cpu_seconds(collector.pid) + sum(_cpu_seconds(int(c)) for c in _children(collector.pid))
     collector.terminate()
     collector.wait(60)
     acked_rows = sum(t["rows"] for t in totals)
@@ -190,6 +190,14 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return f.read().split()
+    except OSError:
+        return []
 
 
 def _rss(pid: int) -> int:
@@ -243,6 +251,7 @@ def main() -> int:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--steps", type=int, default=125, help="timestamps per batch (rows = steps * (gpus + 1))")
     p.add_argument("--window", type=int, default=4, help="unacknowledged batches per agent")
+    p.add_argument("--workers", type=int, default=1, help="collector worker processes (fleetscope collector --workers)")
     p.set_defaults(func=run_ingest)
     p = sub.add_parser("agent", help="the real agent's RSS and CPU at a 1 s interval")
     p.add_argument("--seconds", type=float, default=60.0)

@@ -36,6 +36,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-batch-size", type=size_bytes, default=32 << 20, metavar="SIZE", help="largest batch accepted (default 32MiB)")
     p.add_argument("--grace", type=duration_ns, default=10 * 10**9, metavar="DURATION",
                    help="on stop, how long in-flight streams get to finish (default 10s)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
     p.set_defaults(func=_needs_collector(run_collector))
 
     p = sub.add_parser("devices", help="list registered devices", description="Every device that registered, with its state.")
@@ -130,12 +132,52 @@ def run_collector(args: argparse.Namespace) -> int:
                                  grace_s=args.grace / 1e9)
     if tokens is None:
         print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
+    if args.workers > 1:
+        return _run_workers(args)
     try:
         Collector(settings).serve()
     except StoreUnavailable as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """N collector processes on one port: the kernel spreads connections, the database is shared.
+
+    Each worker is a whole collector (stateless but for caches), exactly as N replicas behind a
+    load balancer would be; the exactly-once claim in the database makes that safe.
+    """
+    import signal
+    import subprocess
+
+    from fleetscope.collector.errors import StoreUnavailable
+    from fleetscope.collector.storage.engine import make_engine
+
+    if args.listen.rsplit(":", 1)[-1] == "0":
+        print("fleetscope collector: --workers needs a fixed port in --listen", file=sys.stderr)
+        return 2
+    try:
+        make_engine(args.db).dispose()  # create the schema once, before the workers race to
+    except StoreUnavailable as exc:
+        print(f"fleetscope collector: {exc}", file=sys.stderr)
+        return 1
+    argv = [a for a in sys.argv[1:]]
+    if "--workers" in argv:
+        i = argv.index("--workers")
+        del argv[i : i + 2]
+    argv = [x for x in argv if not x.startswith("--workers=")]
+    children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1"]) for _ in range(args.workers)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    codes = [c.wait() for c in children]
+    return max(codes)
 
 
 def run_devices(args: argparse.Namespace) -> int:

@@ -70,6 +70,7 @@ class Collector:
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
                 ("grpc.http2.max_ping_strikes", 0),
+                ("grpc.so_reuseport", 1),  # `--workers N` processes share one port
             ]
         )
         self._service = IngestService(

@@ -16,8 +16,10 @@ the futures with ``StoreUnavailable``; the agents keep the batches in their spoo
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -107,6 +109,7 @@ class BatchWriter:
         self._thread = threading.Thread(target=self._run, name="fleetscope-writer", daemon=True)
         self._stopping = False
         self._conn = None
+        self._lock_file: int | None = None
         self.groups = 0
         self.batches = 0
 
@@ -159,10 +162,14 @@ class BatchWriter:
             raw = self._engine.raw_connection()
             if self._dialect == "sqlite":
                 raw.driver_connection.isolation_level = None  # explicit BEGIN/COMMIT below
+                self._lock_file = _writer_lock_file(self._engine)
             self._conn = raw
         return self._conn
 
     def _close_conn(self) -> None:
+        if self._lock_file is not None:
+            os.close(self._lock_file)
+            self._lock_file = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -199,8 +206,15 @@ class BatchWriter:
         sqlite = self._dialect == "sqlite"
         cur = driver.cursor()
         state_keys: list[tuple[int, int]] = []
+        locked = False
         try:
             if sqlite:
+                if self._lock_file is not None:
+                    # Several collector processes on one SQLite file (`--workers`): a blocking file
+                    # lock hands the write lock over at once, where SQLite's busy handler would
+                    # poll with sleeps of up to 100 ms.
+                    fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+                    locked = True
                 cur.execute("BEGIN IMMEDIATE")
             outcomes: list[WriteOutcome] = []
             tables: dict[str, list[tuple]] = {t: [] for t in _TABLE_COLUMNS}
@@ -264,6 +278,8 @@ class BatchWriter:
             raise
         finally:
             cur.close()
+            if locked:
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
     @staticmethod
     def _claim(cur, item: WriteItem, sqlite: bool) -> bool:  # type: ignore[no-untyped-def]
@@ -332,6 +348,16 @@ class BatchWriter:
             params.append(upd["last_rejection"])
         params.append(device_id)
         cur.execute(f"UPDATE devices SET {', '.join(sets)} WHERE id = {p}", params)
+
+
+def _writer_lock_file(engine: Engine) -> int | None:
+    path = engine.url.database
+    if not path or path == ":memory:":
+        return None
+    try:
+        return os.open(path + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None  # a read-only folder: fall back to SQLite's own locking
 
 
 def _is_unavailable(exc: BaseException) -> bool:

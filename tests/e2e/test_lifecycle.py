@@ -121,3 +121,26 @@ def test_demo_runs_on_sqlite_and_stores_a_fleet(tmp_path: Path) -> None:
     assert "fleetscope is running" in out.stderr and "fleetscope devices --db sqlite:///" in out.stderr
     assert "stored: 3 devices" in out.stdout
     assert (tmp_path / "demo" / "fleetscope.db").exists()
+
+
+def test_collector_workers_share_one_port_and_store_once(tmp_path: Path, db_url: str) -> None:
+    port = free_port()
+    proc = subprocess.Popen([*CLI, "collector", "--listen", f"127.0.0.1:{port}", "--db", db_url, "--token", "test-token",
+                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    samplers = [CountingSampler(total=2_000, per_tick=40) for _ in range(4)]
+    agents = [make_agent(tmp_path, [f"127.0.0.1:{port}"], s, name=f"w{i}") for i, s in enumerate(samplers)]
+    try:
+        for a in agents:
+            a.start()
+        for i, s in enumerate(samplers):
+            wait_until(s.done, timeout_s=60, message="sampling")
+            wait_until(lambda i=i: len(gpu_sequence_numbers(db_url, f"w{i}")) >= 2_000, timeout_s=60, message="stored")
+    finally:
+        for a in agents:
+            a.stop()
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    for i in range(4):
+        assert sorted(gpu_sequence_numbers(db_url, f"w{i}")) == list(range(2_000))
+    assert out.count("collector stopped") == 2, "both workers stopped gracefully"

@@ -165,6 +165,9 @@ _PRECISION_FLAGS = re.compile(r"\s--(?P<f>fp16|bf16|int8|fp8|best)\b")
 
 class TensorRtClassifier:
     name = "tensorrt"
+    # Every text this classifier reads contains one of these; the registry gates all classifiers
+    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
+    triggers = ('TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max = ', 'tion ===')
 
     def classify(self, text: str) -> list[Finding]:
         # Prefilter on words every recognised line carries: the logger tags ("[TRT]",

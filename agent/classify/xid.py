@@ -378,6 +378,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 class XidClassifier:
     name = "gpu_xid"
+    # Every text this classifier reads contains one of these; the registry gates all classifiers
+    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
+    triggers = ('Xid', 'fallen off')
 
     def classify(self, text: str) -> list[Finding]:
         # Prefilter: every Xid/SXid line carries "Xid"; the no-Xid notices say "fallen off".

@@ -1,0 +1,717 @@
+"""Accelerator out-of-memory failures: PyTorch, TensorFlow, JAX/XLA, raw CUDA, cuBLAS, cuDNN, NVRM.
+
+One event (a line, or a block such as a whole traceback) yields one finding per distinct
+failure: the same message repeated in a chained traceback, or the same TensorFlow OOM in two
+"root errors", is one finding with ``occurrences`` counted. Sizes become integer bytes in facts
+whose names carry the unit; the wording era and the hint are kept so a query can tell a
+fragmentation OOM (hint printed, lots reserved-but-unallocated) from a plain too-big request.
+
+Speed: the agent feeds every log line to every classifier, so :func:`_maybe_oom` rejects an
+ordinary line with a handful of substring checks before any regex runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ._base import KIND_CUDA_OOM, FactValue, Finding
+from ._units import parse_size
+from .host_oom import iso_ns
+
+# A size as frameworks print it: "12.50 MiB", "16.07MiB", "0 bytes", "48.5KiB".
+_SZ = r"\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b"
+
+# Bytes per element for TensorFlow dtype names, to turn a tensor shape into a request size.
+_DTYPE_BYTES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "qint8": 1,
+    "quint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "float": 4,
+    "float32": 4,
+    "int32": 4,
+    "uint32": 4,
+    "qint32": 4,
+    "double": 8,
+    "float64": 8,
+    "int64": 8,
+    "uint64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
+
+_EXCERPT_MAX = 2000  # a finding is stored per incident; a 5,000-line traceback need not be
+
+
+def format_bytes(n: int) -> str:
+    """13107200 -> "12.50 MiB" (binary units, as PyTorch prints them) for titles."""
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} bytes"  # unreachable; keeps type checkers calm
+
+
+def _maybe_oom(text: str) -> bool:
+    # Every wording this module reads contains one of these; `in` on the raw text is far cheaper
+    # than lower() or a regex (see the module docstring). "emory" covers "out of memory",
+    # "OutOfMemoryError", "cudaErrorMemoryAllocation"; "EMORY" covers CUDA_ERROR_OUT_OF_MEMORY and
+    # NV_ERR_NO_MEMORY; "OOM" the TensorFlow tensor message; "xhausted"/"EXHAUSTED" JAX/XLA and TF
+    # status strings; "ALLOC_FAILED" cuBLAS and cuDNN.
+    return (
+        "emory" in text
+        or "EMORY" in text
+        or "OOM" in text
+        or "ALLOC_FAILED" in text
+        or "EXHAUSTED" in text
+        or "xhausted" in text
+    )
+
+
+# ------------------------------------------------------------------------------- event context
+
+_GLOG = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): ([IWEF]) \S+:\d+\]")
+_PY_FRAME = re.compile(r'^\s*File "(?P<path>.+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+_DMESG_UPTIME = re.compile(r"^\s*\[\s*(\d+\.\d+)\]")
+
+
+def _glog_ts_ns(ts: str) -> int | None:
+    # glog prints local wall time without a zone; iso_ns reads that as UTC (fleet hosts log in UTC).
+    return iso_ns(ts)
+
+
+@dataclass(frozen=True)
+class _Event:
+    """What several framework parsers want from the whole event, computed once."""
+
+    lines: list[str]
+    glog: list[tuple[str, str] | None]  # per line: (timestamp, severity letter) or None
+
+    @classmethod
+    def of(cls, text: str) -> _Event:
+        lines = text.splitlines()  # also drops the "\r" of CRLF samples
+        glog: list[tuple[str, str] | None] = []
+        for line in lines:
+            m = _GLOG.match(line) if line[:2].isdigit() else None
+            glog.append((m.group(1), m.group(2)) if m else None)
+        return cls(lines, glog)
+
+    def log_facts(self) -> dict[str, FactValue]:
+        """Shape of a glog-style (TensorFlow / XLA C++) log block, when the event is one."""
+        stamped = [g for g in self.glog if g]
+        if not stamped:
+            return {}
+        return {
+            "log_lines": len(stamped),
+            "log_first_ts": stamped[0][0],
+            "log_severities": "".join(sorted({s for _, s in stamped})),
+        }
+
+    def ts_ns(self, index: int) -> int | None:
+        g = self.glog[index] if 0 <= index < len(self.glog) else None
+        return _glog_ts_ns(g[0]) if g else None
+
+    def traceback_facts(self) -> dict[str, FactValue]:
+        frames = [m for m in (_PY_FRAME.match(line) for line in self.lines if "File" in line) if m]
+        facts: dict[str, FactValue] = {}
+        if any(line.startswith("Traceback (most recent call last)") for line in self.lines):
+            facts["python_traceback"] = True
+        if frames:
+            last = frames[-1]
+            facts["traceback_frames"] = len(frames)
+            facts["innermost_frame"] = f"{last['path']}:{last['line']} in {last['func']}"
+        return facts
+
+
+def _excerpt(lines: list[str], indices: list[int]) -> str:
+    return "\n".join(lines[i] for i in sorted(set(indices)))[:_EXCERPT_MAX]
+
+
+def _bytes(text: str | None) -> int | None:
+    return parse_size(text) if text else None
+
+
+def _put(facts: dict[str, FactValue], key: str, value: FactValue | None) -> None:
+    if value is not None:
+        facts[key] = value
+
+
+@dataclass  # not frozen: filled in while the event is read, then turned into a frozen Finding
+class _Acc:
+    """One distinct failure while the event is read; repeats only bump ``occurrences``."""
+
+    facts: dict[str, FactValue]
+    title: str
+    severity: str
+    lines: list[int]
+    ts_ns: int | None
+    occurrences: int = 1
+
+
+def _add(found: dict[tuple, _Acc], key: tuple, acc: _Acc) -> _Acc:
+    old = found.get(key)
+    if old is None:
+        found[key] = acc
+        return acc
+    old.occurrences += 1
+    old.lines.extend(acc.lines)
+    return old
+
+
+# ------------------------------------------------------------------------------------- PyTorch
+
+_PT_START = re.compile(
+    r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*)?(?P<backend>CUDA|HIP) out of memory\."
+)
+_PT_REQ = re.compile(rf"Tried to allocate (?P<v>{_SZ})")
+_PT_GPU_PAREN = re.compile(r"\(GPU (?P<v>\d+);")
+_PT_GPU_SENTENCE = re.compile(rf"GPU (?P<dev>\d+) has a total (?P<word>capacity|capacty) of (?P<v>{_SZ})")
+_PT_TOTAL_PAREN = re.compile(rf"(?P<v>{_SZ}) total capacity")
+_PT_ALREADY = re.compile(rf"(?P<v>{_SZ}) already allocated")
+_PT_FREE_PAREN = re.compile(rf"(?P<v>{_SZ}) free\b")
+_PT_FREE_SENTENCE = re.compile(rf"of which (?P<v>{_SZ}) is free")
+_PT_CACHED = re.compile(rf"(?P<v>{_SZ}) cached")
+_PT_RESERVED = re.compile(rf"(?P<v>{_SZ}) reserved in total by PyTorch")
+_PT_SELF = re.compile(rf"this process has (?P<v>{_SZ}) memory in use")
+_PT_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<v>{_SZ}) memory in use")
+_PT_BY_PT = re.compile(rf"(?P<v>{_SZ}) is allocated by PyTorch")
+_PT_UNALLOC = re.compile(rf"(?P<v>{_SZ}) is reserved by PyTorch but unallocated")
+_PT_EXPANDABLE = re.compile(r"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:\w+")
+
+
+def _pt_era(exc: str | None, sentence: bool, typo: bool, cached: bool) -> str:
+    # Read from the release notes / source history of c10/cuda/CUDACachingAllocator.cpp.
+    if exc == "torch.OutOfMemoryError":
+        return ">=2.5"
+    if sentence:
+        return "2.1" if typo else ">=2.2"
+    if exc == "torch.cuda.OutOfMemoryError":
+        return "2.0"
+    return "1.0-1.4" if cached else "1.5-2.0"
+
+
+def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        if "out of memory." not in line:
+            continue
+        starts = list(_PT_START.finditer(line))
+        for n, m in enumerate(starts):
+            # A segment is one message: up to the next message on the same line, or its end.
+            seg = line[m.start() : starts[n + 1].start() if n + 1 < len(starts) else len(line)]
+            used.add(i)
+            facts: dict[str, FactValue] = {"framework": "pytorch", "backend": m["backend"].lower()}
+            exc = m["exc"]
+            _put(facts, "exception", exc)
+            req = _PT_REQ.search(seg)
+            sent = _PT_GPU_SENTENCE.search(seg)
+            if sent:
+                facts["format"] = "sentence"
+                facts["capacity_typo"] = sent["word"] == "capacty"
+                facts["device_index"] = int(sent["dev"])
+                total_s: str | None = sent["v"]
+                free_m = _PT_FREE_SENTENCE.search(seg)
+            else:
+                dev = _PT_GPU_PAREN.search(seg)
+                if dev or _PT_TOTAL_PAREN.search(seg):
+                    facts["format"] = "parenthesised"
+                if dev:
+                    facts["device_index"] = int(dev["v"])
+                tm = _PT_TOTAL_PAREN.search(seg)
+                total_s = tm["v"] if tm else None
+                free_m = _PT_FREE_PAREN.search(seg)
+            free_s = free_m["v"] if free_m else None
+            req_s = req["v"] if req else None
+            _put(facts, "requested_bytes", _bytes(req_s))
+            _put(facts, "total_capacity_bytes", _bytes(total_s))
+            _put(facts, "free_bytes", _bytes(free_s))
+            for rx, key in (
+                (_PT_ALREADY, "allocated_bytes"),
+                (_PT_BY_PT, "allocated_bytes"),  # same quantity, new wording (>= 2.1)
+                (_PT_CACHED, "cached_bytes"),
+                (_PT_RESERVED, "reserved_bytes"),
+                (_PT_UNALLOC, "reserved_unallocated_bytes"),
+            ):
+                hit = rx.search(seg)
+                if hit:
+                    facts[key] = parse_size(hit["v"])
+            own = _PT_SELF.search(seg)
+            procs = list(_PT_PROC.finditer(seg))
+            if own:
+                facts["process_in_use_bytes"] = parse_size(own["v"])
+                facts["process_in_use_is_self"] = True
+            elif procs:
+                # No "this process" clause: the caller is in another pid namespace (containers),
+                # so the first listed process is the best stand-in for it.
+                facts["process_in_use_bytes"] = parse_size(procs[0]["v"])
+                facts["process_in_use_is_self"] = False
+                facts["pid"] = int(procs[0]["pid"])
+            if procs:
+                facts["processes_listed"] = len(procs) + (1 if own else 0)
+            if "expandable_segments" in seg:
+                facts["hint"] = "expandable_segments"
+                hs = _PT_EXPANDABLE.search(seg)
+                _put(facts, "hint_setting", hs.group(0) if hs else None)
+            elif "max_split_size_mb" in seg:
+                facts["hint"] = "max_split_size_mb"
+            facts["wording_era"] = _pt_era(
+                exc,
+                facts.get("format") == "sentence",
+                bool(facts.get("capacity_typo")),
+                "cached_bytes" in facts,
+            )
+            dev_s = f"{m['backend'].lower()}:{facts['device_index']}" if "device_index" in facts else "GPU"
+            title = f"{m['backend']} OOM on {dev_s}"
+            if req_s:
+                title += f": tried to allocate {req_s}"
+            stats = [
+                s for s in (f"{total_s} total" if total_s else "", f"{free_s} free" if free_s else "") if s
+            ]
+            if stats:
+                title += f" ({', '.join(stats)})"
+            # The exception class and the traceback are not part of the identity: a chained
+            # re-raise prints the same numbers under another class.
+            key = ("pytorch",) + tuple(
+                sorted((k, v) for k, v in facts.items() if k not in ("exception", "wording_era"))
+            )
+            _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
+# ---------------------------------------------------------------------------------- TensorFlow
+
+_TF_OOM = re.compile(
+    r"OOM when allocating tensor (?:with shape ?|of shape )\[(?P<shape>[^\]]*)\]"
+    r"(?: and type (?P<dtype>\w+))?(?: on (?P<dev>\S+))?(?: by allocator (?P<alloc>\w+))?"
+)
+_TF_EXC = re.compile(r"(?<![\w.])((?:[\w]+\.)*ResourceExhaustedError)\b")
+_TF_ROOT = re.compile(r"(\d+) root error\(s\) found")
+_TF_NODE = re.compile(r"\[\[\{\{node (?P<a>[^}]+)\}\}|\[\[node (?P<b>[^\s\]]+)|\[\[Node: (?P<c>\S+) =")
+_TF_OP = re.compile(r"\[Op:(\w+)\]")
+_TF_GPU = re.compile(r"(?:GPU|gpu):(\d+)")
+_TF_BFC = re.compile(
+    rf"Allocator \((?P<alloc>[^)]+)\) ran out of memory trying to allocate (?P<v>{_SZ})"
+    r"(?: \(rounded to (?P<rounded>\d+)\))?(?: ?requested by op (?P<op>\S+))?"
+    r"(?: with freed_by_count=(?P<freed>\d+))?"
+)
+_TF_SE = re.compile(
+    r"failed to alloc(?:ate)? (?:(?P<sz>\d+(?:\.\d+)?[KMGT]?) \()?(?P<bytes>\d+) bytes\)? "
+    r"(?P<where>from device|on host): (?P<err>CUDA_ERROR_OUT_OF_MEMORY)"
+)
+_TF_LIMIT = re.compile(r"^\s*(?:\S+\] )?Limit:\s+(\d+)\s*$")
+_TF_INUSE = re.compile(r"^\s*(?:\S+\] )?InUse:\s+(\d+)\s*$")
+
+
+def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -> None:
+    oom_lines = [i for i, line in enumerate(ev.lines) if "OOM when allocating" in line]
+    exc_m = _TF_EXC.search(text)
+    event_exc = exc_m.group(1) if exc_m else None
+    root = _TF_ROOT.search(text)
+    tensor_accs: list[_Acc] = []
+    for n, i in enumerate(oom_lines):
+        m = _TF_OOM.search(ev.lines[i])
+        if not m:
+            continue
+        used.add(i)
+        line = ev.lines[i]
+        shape = "[" + m["shape"].replace(" ", "") + "]"
+        facts: dict[str, FactValue] = {"framework": "tensorflow", "tensor_shape": shape}
+        lexc = _TF_EXC.search(line)
+        _put(facts, "exception", lexc.group(1) if lexc else event_exc)
+        facts["message"] = "OOM when allocating tensor"
+        dtype = m["dtype"]
+        _put(facts, "dtype", dtype)
+        dev = m["dev"].rstrip(".") if m["dev"] else None
+        _put(facts, "tf_device", dev)
+        if dev:
+            g = _TF_GPU.search(dev)
+            _put(facts, "device_index", int(g.group(1)) if g else None)
+        _put(facts, "allocator", m["alloc"])
+        op = _TF_OP.search(line)
+        _put(facts, "op", op.group(1) if op else None)
+        if (
+            dtype
+            and dtype.lower() in _DTYPE_BYTES
+            and all(p.strip().isdigit() for p in m["shape"].split(","))
+        ):
+            # The request the allocator saw (before its 256-byte rounding): elements x dtype size.
+            count = 1
+            for p in m["shape"].split(","):
+                count *= int(p)
+            facts["requested_bytes"] = count * _DTYPE_BYTES[dtype.lower()]
+            facts["requested_bytes_from"] = "shape"
+        if root:
+            facts["root_errors"] = int(root.group(1))
+        # Node names follow their OOM line, up to the next OOM line.
+        end = oom_lines[n + 1] if n + 1 < len(oom_lines) else min(len(ev.lines), i + 6)
+        nodes: list[str] = []
+        for j in range(i, end):
+            for nm in _TF_NODE.finditer(ev.lines[j]):
+                name = (nm["a"] or nm["b"] or nm["c"]).strip()
+                if name not in nodes:
+                    nodes.append(name)
+                used.add(j)
+        if nodes:
+            facts["nodes"] = ",".join(nodes)
+        where = f" on GPU:{facts['device_index']}" if "device_index" in facts else ""
+        title = f"TensorFlow OOM{where}: tensor {shape}"
+        if dtype:
+            title += f" {dtype}"
+        if "requested_bytes" in facts:
+            title += f" ({format_bytes(int(facts['requested_bytes']))})"
+        if m["alloc"]:
+            title += f" by {m['alloc']}"
+        key = ("tf", shape, dtype, dev, m["alloc"])
+        acc = _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+        if acc.occurrences > 1 and nodes:
+            merged = [x for x in str(acc.facts.get("nodes", "")).split(",") if x]
+            acc.facts["nodes"] = ",".join(merged + [x for x in nodes if x not in merged])
+        if acc not in tensor_accs:
+            tensor_accs.append(acc)
+
+    for i, line in enumerate(ev.lines):
+        if "ran out of memory trying" not in line:
+            continue
+        m = _TF_BFC.search(line)
+        if not m:
+            continue
+        used.add(i)
+        req_b = parse_size(m["v"])
+        same = [a for a in tensor_accs if a.facts.get("allocator") == m["alloc"]]
+        if same:
+            # The BFC warning is the allocator's side of the tensor OOM reported below it.
+            same[0].facts["bfc_requested_bytes"] = req_b
+            same[0].lines.append(i)
+            continue
+        soft = "not a failure" in line
+        facts = {"framework": "tensorflow", "allocator": m["alloc"], "requested_bytes": req_b}
+        facts["message"] = "BFC allocator ran out of memory"
+        facts["fatal"] = not soft
+        _put(facts, "rounded_bytes", int(m["rounded"]) if m["rounded"] else None)
+        _put(facts, "op", m["op"])
+        _put(facts, "freed_by_count", int(m["freed"]) if m["freed"] else None)
+        g = _TF_GPU.search(m["alloc"]) or re.search(r"GPU_(\d+)_", m["alloc"])
+        _put(facts, "device_index", int(g.group(1)) if g else None)
+        glog = ev.glog[i]
+        _put(facts, "log_severity", glog[1] if glog else None)
+        title = f"TensorFlow allocator {m['alloc']} ran out of memory allocating {m['v']}"
+        if soft:
+            title += " (non-fatal)"
+        key = ("tf-bfc", m["alloc"], req_b)
+        _add(found, key, _Acc(facts, title, "warning" if soft else "error", [i], ev.ts_ns(i)))
+
+    for i, line in enumerate(ev.lines):
+        if "CUDA_ERROR_OUT_OF_MEMORY" not in line or "failed to alloc" not in line:
+            continue
+        m = _TF_SE.search(line)
+        if not m:
+            continue
+        used.add(i)
+        nbytes = int(m["bytes"])
+        host = m["where"] == "on host"
+        facts = {
+            "framework": "tensorflow",
+            "component": "stream_executor",
+            "cuda_error": m["err"],
+            "cuda_error_code": 2,
+            "requested_bytes": nbytes,
+        }
+        _put(facts, "requested_printed", m["sz"])
+        if host:
+            facts["host_pinned_memory"] = True
+        where = "pinned host memory" if host else "device memory"
+        title = f"TensorFlow: failed to allocate {format_bytes(nbytes)} of {where} (CUDA_ERROR_OUT_OF_MEMORY)"
+        _add(found, ("tf-se", nbytes, host), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+    tf_accs = [a for a in found.values() if a.facts.get("framework") == "tensorflow"]
+    if not tf_accs:
+        return
+    # BFC "Stats:" block printed with the OOM: the allocator's limit and what was in use.
+    limit = next((int(m.group(1)) for m in map(_TF_LIMIT.match, ev.lines) if m), None)
+    inuse = next((int(m.group(1)) for m in map(_TF_INUSE.match, ev.lines) if m), None)
+    for a in tf_accs:
+        _put(a.facts, "total_capacity_bytes", limit)
+        _put(a.facts, "allocated_bytes", inuse)
+
+
+# ------------------------------------------------------------------------------------- JAX/XLA
+
+_JAX = re.compile(
+    r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?RESOURCE_EXHAUSTED: Out of memory "
+    rf"(?:while trying to allocate|allocating) (?P<v>{_SZ})"
+)
+_JAX_REQ = re.compile(
+    r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?(?:RESOURCE_EXHAUSTED|Resource exhausted): "
+    rf"Failed to allocate request for (?P<v>{_SZ})(?: \((?P<b>\d+)B\))? on device ordinal (?P<dev>\d+)"
+)
+_BUF = re.compile(rf"^\s*(?P<name>[a-z][a-z_ ]*?) (?P<what>allocation|fragmentation):\s+(?P<v>{_SZ})")
+
+
+def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        if "RESOURCE_EXHAUSTED" not in line and "Resource exhausted: Failed" not in line:
+            continue
+        m = _JAX.search(line) or _JAX_REQ.search(line)
+        if not m:
+            continue
+        used.add(i)
+        gd = m.groupdict()
+        nbytes = int(gd["b"]) if gd.get("b") else parse_size(m["v"])
+        facts: dict[str, FactValue] = {"framework": "jax", "status": "RESOURCE_EXHAUSTED"}
+        _put(facts, "exception", m["exc"])
+        facts["requested_bytes"] = nbytes
+        if gd.get("dev"):
+            facts["device_index"] = int(gd["dev"])
+        # BufferAssignment OOM debugging block: XLA's own accounting of the failed program.
+        for j in range(i + 1, min(len(ev.lines), i + 40)):
+            b = _BUF.match(ev.lines[j])
+            if b:
+                name = b["name"].strip().replace(" ", "_")
+                facts[f"buffer_{name}_{b['what']}_bytes"] = parse_size(b["v"])
+                used.add(j)
+            elif "BufferAssignment" in ev.lines[j]:
+                facts["buffer_assignment"] = True
+                used.add(j)
+        title = f"JAX/XLA OOM: tried to allocate {format_bytes(nbytes)}"
+        if "device_index" in facts:
+            title += f" on device {facts['device_index']}"
+        _add(found, ("jax", nbytes), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
+# ------------------------------------------------------------------------------------ raw CUDA
+
+_RAW = re.compile(
+    r"(?P<rt>CUDA error: out of memory)"
+    r"|(?P<rtname>cudaErrorMemoryAllocation)"
+    r"|(?P<drv>CUDA_ERROR_OUT_OF_MEMORY)"
+    r"|(?P<thc>cuda runtime error \(2\) : out of memory)"
+    r"|(?P<call>cuda\w*(?:Malloc|Alloc)\w*)(?:\(\))? failed: out of memory"
+)
+_RAW_SIZE = re.compile(rf"allocat\w* (?P<v>{_SZ})(?: on device (?P<dev>\d+))?")
+_RAW_DEV = re.compile(r"current device: (\d+)|device (\d+)")
+_LEAD_EXC = re.compile(r"(?:^|\s|>)([A-Za-z_][\w.]*(?:Error|Exception)):")
+
+
+def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        if i in used:
+            continue  # a framework parser already read this line with more context
+        m = _RAW.search(line)
+        if not m:
+            continue
+        used.add(i)
+        drv = bool(m["drv"])
+        name = "CUDA_ERROR_OUT_OF_MEMORY" if drv else "cudaErrorMemoryAllocation"
+        facts: dict[str, FactValue] = {"framework": "cuda", "cuda_error": name, "cuda_error_code": 2}
+        facts["cuda_api"] = "driver" if drv else "runtime"
+        _put(facts, "call", m["call"])
+        exc = _LEAD_EXC.search(line[: m.start()])
+        _put(facts, "exception", exc.group(1) if exc else None)
+        if m["thc"]:
+            facts["caller_framework"] = "pytorch"  # THC is PyTorch's pre-1.0 CUDA layer
+        sz = _RAW_SIZE.search(line)
+        if sz:
+            facts["requested_bytes"] = parse_size(sz["v"])
+            _put(facts, "device_index", int(sz["dev"]) if sz["dev"] else None)
+        if "device_index" not in facts:
+            for j in range(i, min(len(ev.lines), i + 3)):
+                d = _RAW_DEV.search(ev.lines[j])
+                if d and "current device" in ev.lines[j]:
+                    facts["device_index"] = int(d.group(1))
+                    break
+        title = f"CUDA out of memory ({name})"
+        if "call" in facts:
+            title = f"CUDA out of memory: {facts['call']} failed ({name})"
+        if "requested_bytes" in facts:
+            title += f", {format_bytes(int(facts['requested_bytes']))} requested"
+        key = ("cuda", name, facts.get("call"), facts.get("requested_bytes"), facts.get("device_index"))
+        _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
+# ------------------------------------------------------------------------------- cuBLAS, cuDNN
+
+_LIB_STATUS = re.compile(r"(?P<status>(?P<lib>CUBLAS|CUDNN)_STATUS_(?P<what>ALLOC_FAILED|NOT_INITIALIZED))")
+_CALL_BACKTICK = re.compile(r"when calling `([^`]+)`")
+_CALL_PAREN = re.compile(r"_STATUS_\w+ \((\w+)\)")
+_CNTK = re.compile(r"CUBLAS failure (\d+):")
+_GPU_EQ = re.compile(r"GPU=(\d+)")
+_CPP_FRAME = re.compile(r"^frame #\d+:")
+
+
+def _caller(text: str, lib: str) -> str | None:
+    """Which framework called the library, from the shape of its error text."""
+    if lib == "cublas" and _CNTK.search(text):
+        return "cntk"  # CNTK's CUBLAS_CALL macro prints "CUBLAS failure N: STATUS ; GPU=N ;"
+    if "luajit" in text or ".lua:" in text:
+        return "torch7"
+    if (
+        "c10::" in text
+        or "Exception raised from" in text
+        or "CUDA error: CUBLAS" in text
+        or "cuDNN error:" in text
+    ):
+        return "pytorch"
+    if "tensorflow/" in text:
+        return "tensorflow"
+    return None
+
+
+def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:
+    status_lines: dict[tuple[str, str], list[int]] = {}
+    for i, line in enumerate(ev.lines):
+        if "_STATUS_" not in line:
+            continue
+        for m in _LIB_STATUS.finditer(line):
+            status_lines.setdefault((m["lib"], m["what"]), []).append(i)
+    if not status_lines:
+        return
+    oom_found = list(found.values())
+    for (lib_u, what), idx in status_lines.items():
+        lib = lib_u.lower()
+        status = f"{lib_u}_STATUS_{what}"
+        if what == "NOT_INITIALIZED":
+            # A handle that failed to initialise is an OOM symptom only when the event shows the
+            # OOM; on its own it is as often a driver/library mismatch, so it is not reported.
+            if oom_found:
+                for a in oom_found:
+                    a.facts[f"{lib}_status"] = status
+                    a.facts[f"{lib}_status_count"] = len(idx)
+                    a.lines.extend(idx)
+                continue
+            # With no OOM finding, only the status line itself naming the cause counts
+            # ("... NOT_INITIALIZED (possibly out of memory)"); an unrelated "out of memory"
+            # elsewhere in a block is not evidence.
+            if not any("out of memory" in ev.lines[i] or "OUT_OF_MEMORY" in ev.lines[i] for i in idx):
+                continue
+        line = ev.lines[idx[0]]
+        facts: dict[str, FactValue] = {"framework": lib, "status": status}
+        if what == "NOT_INITIALIZED":
+            facts["oom_cause"] = True
+        call = _CALL_BACKTICK.search(line) or _CALL_PAREN.search(line)
+        _put(facts, "call", call.group(1) if call else None)
+        cntk = _CNTK.search(line)
+        _put(facts, "cublas_failure_code", int(cntk.group(1)) if cntk and lib == "cublas" else None)
+        gpu = _GPU_EQ.search(line)
+        _put(facts, "device_index", int(gpu.group(1)) if gpu else None)
+        exc = _LEAD_EXC.search(line)
+        _put(facts, "exception", exc.group(1) if exc else None)
+        _put(facts, "caller_framework", _caller(text, lib))
+        frames = sum(1 for x in ev.lines if _CPP_FRAME.match(x))
+        if frames:
+            facts["cpp_frames"] = frames
+        name = "cuBLAS" if lib == "cublas" else "cuDNN"
+        title = f"{name} allocation failed ({status})"
+        if "call" in facts:
+            title += f" in {facts['call']}"
+        acc = _Acc(facts, title, "error", list(idx), ev.ts_ns(idx[0]))
+        acc.occurrences = len(idx)
+        found[(lib, status)] = acc
+
+
+# ------------------------------------------------------------------------------------------ NVRM
+
+_NVRM = re.compile(
+    r"NVRM: (?P<fn>\w+): (?:Check|Assertion) failed: .*?\[NV_ERR_NO_MEMORY\] \((?P<code>0x[0-9a-fA-F]+)\)"
+    r"(?: returned from (?P<call>.*?))?(?: @ (?P<site>\S+:\d+))?\s*$"
+)
+
+
+def _nvrm(ev: _Event, found: dict[tuple, _Acc]) -> None:
+    idx = [i for i, line in enumerate(ev.lines) if "NV_ERR_NO_MEMORY" in line and "NVRM" in line]
+    if not idx:
+        return
+    facts: dict[str, FactValue] = {
+        "framework": "nvrm",
+        "nv_status": "NV_ERR_NO_MEMORY",
+        "nv_status_code": 0x51,
+    }
+    sites: list[str] = []
+    first_call = None
+    for i in idx:
+        m = _NVRM.search(ev.lines[i])
+        if m:
+            facts["nv_status_code"] = int(m["code"], 16)
+            if m["site"] and m["site"] not in sites:
+                sites.append(m["site"])
+            first_call = first_call or m["call"]
+    if sites:
+        facts["sites"] = ",".join(sites)
+    _put(facts, "returned_from", first_call)
+    up = _DMESG_UPTIME.match(ev.lines[idx[0]])
+    _put(facts, "kernel_uptime_s", float(up.group(1)) if up else None)
+    title = "NVIDIA driver out of memory (NV_ERR_NO_MEMORY)"
+    if sites:
+        title += f" at {sites[0]}"
+    # Lines between the checks ("Cannot allocate sysmem ...") belong to the same failure.
+    lines = list(range(idx[0], idx[-1] + 1))
+    acc = _Acc(facts, title, "error", lines, None)
+    acc.occurrences = len(idx)
+    found[("nvrm",)] = acc
+
+
+# ---------------------------------------------------------------------------------- classifier
+
+
+class CudaOomClassifier:
+    """Accelerator allocation failures from every framework the fleet runs."""
+
+    name = "cuda_oom"
+    # Every text this classifier reads contains one of these; the registry gates all classifiers
+    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
+    triggers = ('of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED', 'xhausted')
+    kind = KIND_CUDA_OOM
+
+    def classify(self, text: str) -> list[Finding]:
+        if not _maybe_oom(text):
+            return []
+        ev = _Event.of(text)
+        found: dict[tuple, _Acc] = {}
+        used: set[int] = set()
+        if "out of memory." in text:
+            _pytorch(ev, found, used)
+        if (
+            "OOM when allocating" in text
+            or "ran out of memory trying" in text
+            or "CUDA_ERROR_OUT_OF_MEMORY" in text
+        ):
+            _tensorflow(ev, found, used, text)
+        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: Failed" in text:
+            _jax(ev, found, used)
+        if (
+            "out of memory" in text
+            or "cudaErrorMemoryAllocation" in text
+            or "CUDA_ERROR_OUT_OF_MEMORY" in text
+        ):
+            _raw_cuda(ev, found, used)
+        if "NV_ERR_NO_MEMORY" in text:
+            _nvrm(ev, found)
+        if "_STATUS_" in text:
+            _libraries(ev, found, text)
+        if not found:
+            return []
+        log = ev.log_facts()
+        tb = ev.traceback_facts()
+        out: list[Finding] = []
+        for acc in found.values():
+            facts = dict(acc.facts)
+            for k, v in {**log, **tb}.items():
+                facts.setdefault(k, v)
+            # How many times the event printed this same failure (retries, chained re-raises).
+            facts["occurrences"] = acc.occurrences
+            out.append(
+                Finding(
+                    kind=KIND_CUDA_OOM,
+                    severity=acc.severity,
+                    title=acc.title,
+                    facts=facts,
+                    excerpt=_excerpt(ev.lines, acc.lines),
+                    ts_ns=acc.ts_ns,
+                )
+            )
+        return out

@@ -1,0 +1,716 @@
+"""Host memory exhaustion: the Linux OOM killer (3.x to 6.16), memcg OOM, Kubernetes/Docker OOMKilled.
+
+A kernel OOM kill is a burst of lines: "X invoked oom-killer", the CPU/Comm header, Mem-Info,
+the task table, the 4.19+ one-line ``oom-kill:`` summary, "Out of memory: Killed process", and
+the oom_reaper line. Given the whole burst as one event, the classifier returns one finding per
+victim with facts from all of those lines; given the lines one at a time (how plain log tails
+arrive), each line that names a victim still yields a finding on its own.
+
+Kubernetes and Docker report the same kill after the fact: ``kubectl get pods`` STATUS
+OOMKilled, ``kubectl describe`` "Reason: OOMKilled", pod status YAML/JSON ``reason: OOMKilled``,
+node events "OOMKilling", ``docker inspect`` ``"OOMKilled": true``. Those are read from the
+indented structure around the reason line, so a describe or YAML dump of several containers
+gives one finding per killed container.
+
+Kernel sizes are printed in kB and mean KiB; they are stored as bytes. Sizes in the task table
+are in pages and keep that unit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+
+from ._base import KIND_HOST_OOM, FactValue, Finding
+
+_EXCERPT_MAX = 2000
+
+
+def _maybe_oom(text: str) -> bool:
+    # Cheap gate run on every log line: each wording below contains one of these substrings
+    # ("oom-killer", "oom_reaper", "oom-kill:", "OOMKilled", "OOMKilling", "OOM Killed",
+    # "Memory cgroup out of memory", "Out of memory: Kill", 3.x's bare "Killed process", and the
+    # task-table header). A regex or lower() per line would cost more than all of them.
+    return (
+        "oom" in text
+        or "OOM" in text
+        or "of memory" in text
+        or "illed process" in text
+        or "tgid total_vm" in text
+    )
+
+
+# -------------------------------------------------------------------------- kernel log prefixes
+
+_PREFIX = re.compile(
+    r"^(?:<\d+>)?"
+    r"(?:[a-z]+ *:[a-z]+ *: )?"  # dmesg --decode: "kern  :warn  : "
+    r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) )?"
+    r"(?:(?P<sys>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) )?"
+    r"(?:(?P<host>[\w.-]+) (?=kernel))?"
+    r"(?:kernel(?:\[\d+\])?: )?"
+    r"(?:\[(?P<br>[^\]]*)\] ?)?"
+)
+_CTIME = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}$")
+
+
+@dataclass(frozen=True)
+class KernelLine:
+    """A kernel log line split into its prefix (times, host) and the message body."""
+
+    body: str
+    ts_ns: int | None = None  # only when the prefix printed a full date
+    log_time: str | None = None  # the printed wall time, e.g. "Jan  5 15:19:27" (no year)
+    uptime_s: float | None = None  # "[ 5864.708440]": seconds since boot
+    host: str | None = None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def dt_ns(dt: datetime) -> int:
+    """Exact nanoseconds since the epoch (float ``timestamp()`` loses the microseconds).
+
+    A time printed without a zone is the host's wall clock; fleet hosts log in UTC.
+    """
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return (dt - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+_ISO = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
+    r"(?:(?P<z>Z)|(?P<sign>[+-])(?P<oh>\d\d):?(?P<om>\d\d))?$"
+)
+
+
+def iso_ns(text: str) -> int | None:
+    """ISO-8601 time -> exact ns since the epoch, or None; a time without a zone is read as UTC.
+
+    Parsed by hand: Python 3.10's ``fromisoformat`` rejects "Z", "+0000", "," and nanosecond
+    fractions (Docker prints 9 digits), all of which logs contain.
+    """
+    m = _ISO.match(text.strip())
+    if not m:
+        return None
+    try:
+        dt = datetime.strptime(f"{m['d']} {m['t']}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    ns = dt_ns(dt) + int((m["frac"] or "0")[:9].ljust(9, "0"))
+    if m["sign"]:
+        offset = (int(m["oh"]) * 60 + int(m["om"])) * 60 * 1_000_000_000
+        ns -= offset if m["sign"] == "+" else -offset
+    return ns
+
+
+def split_kernel_prefix(line: str) -> KernelLine:
+    """Strip syslog / journal / dmesg (-T, --time-format iso) prefixes from one kernel line."""
+    m = _PREFIX.match(line)
+    if not m or m.end() == 0:
+        return KernelLine(line)
+    ts_ns = None
+    log_time = None
+    uptime = None
+    if m["iso"]:
+        log_time = m["iso"]
+        ts_ns = iso_ns(m["iso"])
+    if m["sys"]:
+        log_time = m["sys"]  # syslog prints no year: kept as text, no ts_ns
+    br = m["br"]
+    if br is not None:
+        b = br.strip()
+        if re.fullmatch(r"\d+\.\d+", b):
+            uptime = float(b)
+        elif _CTIME.match(b):
+            log_time = b
+            dt = datetime.strptime(" ".join(b.split()), "%a %b %d %H:%M:%S %Y")
+            ts_ns = dt_ns(dt)
+        else:
+            # Not a time: a "[ pid ]" table header or "[13536]" table row starts the body.
+            return KernelLine(line[m.start("br") - 1 :], ts_ns, log_time, uptime, m["host"])
+    return KernelLine(line[m.end() :], ts_ns, log_time, uptime, m["host"])
+
+
+def _kib(v: str | None) -> int | None:
+    return int(v) * 1024 if v is not None else None
+
+
+def _put(facts: dict[str, FactValue], key: str, value: FactValue | None) -> None:
+    if value is not None:
+        facts[key] = value
+
+
+# ------------------------------------------------------------------------------ kernel records
+
+_INVOKED = re.compile(
+    r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?,"
+    r"(?: nodemask=\S+?,)? order=(?P<order>-?\d+),(?: oom_adj=-?\d+,)? oom_score_adj=(?P<adj>-?\d+)"
+)
+_CONTEXT = re.compile(
+    r"CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?) "
+    r"(?:Not tainted|Tainted: [A-Z ]*?) ?(?P<rel>\S+) #\d"
+)
+_CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<mems>\S+)\s*$")
+_TASK_IN = re.compile(r"Task in (?P<task>\S+) killed as a result of limit of (?P<limit>\S+)")
+_MEMCG_USAGE = re.compile(r"^memory: usage (?P<u>\d+)kB, limit (?P<l>\d+)kB, failcnt (?P<f>\d+)")
+_FREE_SWAP = re.compile(r"^Free swap\s*=\s*(?P<v>\d+)kB")
+_TASKS_HEADER = re.compile(r"^\[\s*pid\s*\]\s+uid\s+tgid\s+total_vm\s+rss(?P<cols>.*)$")
+_TASK_ROW = re.compile(r"^\[\s*(?P<pid>\d+)\]\s+(?P<nums>(?:-?\d+\s+)+)(?P<name>\S.*?)\s*$")
+_SUMMARY = re.compile(
+    r"oom-kill:constraint=(?P<constraint>[^,]+),nodemask=(?P<nodemask>.*?)"
+    r"(?:,cpuset=(?P<cpuset>.*?),mems_allowed=(?P<mems>.*?))?"
+    r"(?:,(?P<global>global_oom)|,oom_memcg=(?P<oom_memcg>.*?))?"
+    r"(?:,task_memcg=(?P<task_memcg>.*?))?,task=(?P<task>.*?),pid=(?P<pid>\d+),uid=(?P<uid>\d+)"
+)
+_SELECTED = re.compile(
+    r"(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): "
+    r"[Kk]ill process (?P<pid>\d+) \((?P<name>.*)\) score (?P<score>\d+) or (?:sacrifice|a) child"
+)
+_KILLED = re.compile(
+    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
+    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*)\),? "
+    r"(?:total-vm|vsz):(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB"
+    r"(?:, shmem-rss:(?P<shmem>\d+)kB)?(?:,? UID:(?P<uid>\d+))?(?: pgtables:(?P<pgt>\d+)kB)?"
+    r"(?: oom_score_adj:(?P<adj>-?\d+))?"
+)
+_REAPER = re.compile(
+    r"oom_reaper: reaped process (?P<pid>\d+) \((?P<name>.*)\), now anon-rss:(?P<anon>\d+)kB, "
+    r"file-rss:(?P<file>\d+)kB, shmem-rss:(?P<shmem>\d+)kB"
+)
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+_CONTAINER_ID = re.compile(r"(?:^|/)(?:cri-containerd-|docker-|crio-)?([0-9a-f]{64})(?:\.scope)?$")
+_K8S_EVENT = re.compile(r"\b(?P<type>Warning|Normal)\s+(?P<reason>OOMKilling|SystemOOM)\b")
+_SYSTEM_OOM = re.compile(r"System OOM encountered(?:, victim process: (?P<name>.+?), pid: (?P<pid>\d+))?")
+
+_SCOPES = {
+    "CONSTRAINT_MEMCG": "memcg",
+    "CONSTRAINT_NONE": "system",
+    "CONSTRAINT_CPUSET": "cpuset",
+    "CONSTRAINT_MEMORY_POLICY": "mempolicy",
+}
+
+
+@dataclass  # not frozen: grows line by line, then becomes a frozen Finding
+class _Episode:
+    """One OOM kill while the event is read: context lines first, then the victim's lines."""
+
+    facts: dict[str, FactValue] = field(default_factory=dict)
+    lines: list[int] = field(default_factory=list)
+    ts_ns: int | None = None
+    has_victim: bool = False
+    killed: bool = False  # a "Kill(ed) process" or summary line, not just the reaper's aftermath
+
+
+def _scope_of(printed: str | None) -> str | None:
+    if not printed:
+        return None
+    return "memcg" if printed.startswith("Memory cgroup") else "system"
+
+
+def _memcg_ids(facts: dict[str, FactValue]) -> None:
+    """Pod UID and container ID from kubepods cgroup paths (cgroup v1 and v2 / systemd slices)."""
+    for key in ("task_memcg", "oom_memcg"):
+        path = facts.get(key)
+        if not isinstance(path, str):
+            continue
+        pod = _POD_UID.search(path)
+        if pod and "pod_uid" not in facts:
+            facts["pod_uid"] = pod.group(1).replace("_", "-")
+        cid = _CONTAINER_ID.search(path)
+        if cid and key == "task_memcg":
+            facts["container_id"] = cid.group(1)
+
+
+def _kernel(lines: list[str]) -> list[_Episode]:
+    episodes: list[_Episode] = []
+    by_pid: dict[int, _Episode] = {}
+    pending: _Episode | None = None  # context (invoker, memcg usage, task table) awaiting a victim
+
+    def victim(pid: int, i: int, kl: KernelLine) -> _Episode:
+        nonlocal pending
+        ep = by_pid.get(pid)
+        if ep is None:
+            ep = pending or _Episode()
+            pending = None
+            ep.has_victim = True
+            ep.facts["victim_pid"] = pid
+            by_pid[pid] = ep
+            episodes.append(ep)
+        ep.lines.append(i)
+        if ep.ts_ns is None:
+            ep.ts_ns = kl.ts_ns
+        _stamp(ep, kl)
+        return ep
+
+    def context(i: int, kl: KernelLine, start: bool = False) -> _Episode | None:
+        nonlocal pending
+        if start and (pending is None or "invoker_process" in pending.facts):
+            if pending is not None and pending.facts:
+                episodes.append(pending)  # an invoked burst that never named its victim
+            pending = _Episode()
+        if pending is None:
+            return None
+        pending.lines.append(i)
+        if pending.ts_ns is None:
+            pending.ts_ns = kl.ts_ns
+        _stamp(pending, kl)
+        return pending
+
+    for i, line in enumerate(lines):
+        if not line:
+            continue
+        # Dispatch on cheap substrings; most lines of a 360-line dmesg are none of these.
+        if "invoked oom-killer" in line:
+            kl = split_kernel_prefix(line)
+            m = _INVOKED.search(kl.body)
+            if m:
+                ep = context(i, kl, start=True)
+                assert ep is not None
+                ep.facts.update(
+                    invoker_process=m["comm"],
+                    gfp_mask=m["gfp"],
+                    order=int(m["order"]),
+                    invoker_oom_score_adj=int(m["adj"]),
+                )
+                _put(ep.facts, "gfp_flags", m["flags"])
+            continue
+        if "oom-kill:" in line:
+            kl = split_kernel_prefix(line)
+            m = _SUMMARY.search(kl.body)
+            if m:
+                ep = victim(int(m["pid"]), i, kl)
+                ep.killed = True
+                f = ep.facts
+                f["constraint"] = m["constraint"]
+                _put(f, "oom_scope", _SCOPES.get(m["constraint"]))
+                if m["nodemask"] and m["nodemask"] != "(null)":
+                    f["nodemask"] = m["nodemask"]
+                _put(f, "cpuset", m["cpuset"])
+                _put(f, "mems_allowed", m["mems"])
+                _put(f, "oom_memcg", m["oom_memcg"])
+                _put(f, "task_memcg", m["task_memcg"])
+                f["victim_process"] = m["task"]
+                f["uid"] = int(m["uid"])
+                _memcg_ids(f)
+            continue
+        if "ill process" in line:
+            kl = split_kernel_prefix(line)
+            m = _SELECTED.search(kl.body)
+            if m:
+                ep = victim(int(m["pid"]), i, kl)
+                ep.killed = True
+                ep.facts.update(victim_process=m["name"], oom_score=int(m["score"]))
+                ep.facts.setdefault("oom_scope", _scope_of(m["scope"]) or "system")
+                _k8s_event(ep.facts, line)
+            continue
+        if "illed process" in line:
+            kl = split_kernel_prefix(line)
+            m = _KILLED.search(kl.body)
+            if m:
+                ep = victim(int(m["pid"]), i, kl)
+                ep.killed = True
+                f = ep.facts
+                f["victim_process"] = m["name"]
+                f["total_vm_bytes"] = int(m["vm"]) * 1024
+                f["anon_rss_bytes"] = int(m["anon"]) * 1024
+                f["file_rss_bytes"] = int(m["file"]) * 1024
+                _put(f, "shmem_rss_bytes", _kib(m["shmem"]))
+                _put(f, "pgtables_bytes", _kib(m["pgt"]))
+                uid = m["uid"] or m["uid0"]
+                _put(f, "uid", int(uid) if uid else None)
+                _put(f, "oom_score_adj", int(m["adj"]) if m["adj"] else None)
+                scope = _scope_of(m["scope"])
+                if scope:
+                    f.setdefault("oom_scope", scope)
+                _k8s_event(f, line)
+            continue
+        if "oom_reaper:" in line:
+            kl = split_kernel_prefix(line)
+            m = _REAPER.search(kl.body)
+            if m:
+                ep = victim(int(m["pid"]), i, kl)
+                ep.facts.setdefault("victim_process", m["name"])
+                ep.facts.update(
+                    reaped=True,
+                    reaped_anon_rss_bytes=int(m["anon"]) * 1024,
+                    reaped_file_rss_bytes=int(m["file"]) * 1024,
+                    reaped_shmem_rss_bytes=int(m["shmem"]) * 1024,
+                )
+            continue
+        if "tgid total_vm" in line:
+            kl = split_kernel_prefix(line)
+            m = _TASKS_HEADER.search(kl.body)
+            if m:
+                ep = context(i, kl, start=pending is None)
+                assert ep is not None
+                ep.facts["dump_tasks_table"] = True
+                ep.facts["dump_tasks_rows"] = 0
+                if "rss_anon" in m["cols"]:
+                    ep.facts["dump_tasks_rss_detail"] = True  # 6.8+ columns
+            continue
+        if pending is None:
+            continue  # the lines below only mean something inside an OOM burst
+        if "Tasks state" in line:
+            context(i, split_kernel_prefix(line))
+        elif "CPU: " in line and "PID: " in line and "invoker_pid" not in pending.facts:
+            kl = split_kernel_prefix(line)
+            m = _CONTEXT.search(kl.body)
+            if m:
+                f = pending.facts
+                f.update(invoker_cpu=int(m["cpu"]), invoker_pid=int(m["pid"]), kernel_release=m["rel"])
+                _put(f, "invoker_uid", int(m["uid"]) if m["uid"] else None)
+                f.setdefault("invoker_process", m["comm"])
+                context(i, kl)
+        elif "cpuset=" in line:
+            kl = split_kernel_prefix(line)
+            m = _CPUSET.search(kl.body)
+            if m:
+                pending.facts.setdefault("cpuset", m["cpuset"])
+                pending.facts.setdefault("mems_allowed", m["mems"])
+        elif "Task in " in line:
+            m = _TASK_IN.search(line)
+            if m:
+                pending.facts["task_memcg"] = m["task"]
+                pending.facts["oom_memcg"] = m["limit"]
+                pending.facts.setdefault("oom_scope", "memcg")
+                context(i, split_kernel_prefix(line))
+        elif "memory: usage" in line:
+            m = _MEMCG_USAGE.search(split_kernel_prefix(line).body)
+            if m:
+                pending.facts.update(
+                    memcg_usage_bytes=int(m["u"]) * 1024,
+                    memcg_limit_bytes=int(m["l"]) * 1024,
+                    memcg_failcnt=int(m["f"]),
+                )
+        elif "Free swap" in line:
+            m = _FREE_SWAP.search(split_kernel_prefix(line).body)
+            if m:
+                pending.facts["free_swap_bytes"] = int(m["v"]) * 1024
+        elif "dump_tasks_rows" in pending.facts and "]" in line:
+            kl = split_kernel_prefix(line)
+            if _TASK_ROW.match(kl.body):
+                pending.facts["dump_tasks_rows"] = int(pending.facts["dump_tasks_rows"]) + 1
+    if pending is not None and pending.facts:
+        episodes.append(pending)
+    return episodes
+
+
+def _stamp(ep: _Episode, kl: KernelLine) -> None:
+    f = ep.facts
+    if kl.uptime_s is not None:
+        f.setdefault("kernel_uptime_s", kl.uptime_s)
+    if kl.log_time is not None:
+        f.setdefault("log_time", kl.log_time)
+    if kl.host is not None:
+        f.setdefault("host", kl.host)
+
+
+def _k8s_event(facts: dict[str, FactValue], line: str) -> None:
+    ev = _K8S_EVENT.search(line)
+    if ev:
+        facts["source"] = "kubernetes_event"
+        facts["k8s_event_type"] = ev["type"]
+        facts["k8s_event_reason"] = ev["reason"]
+
+
+def _kernel_title(f: dict[str, FactValue]) -> str:
+    scope = f.get("oom_scope")
+    who = "Memory cgroup OOM" if scope == "memcg" else "Kernel OOM"
+    if "victim_pid" in f:
+        name = f.get("victim_process", "?")
+        verb = (
+            "reaped" if f.get("reaped") and "anon_rss_bytes" not in f and "oom_score" not in f else "killed"
+        )
+        title = f"{who}: {verb} {name} (pid {f['victim_pid']})"
+        if "anon_rss_bytes" in f:
+            title += f", anon-rss {int(f['anon_rss_bytes']) // 1024} kB"
+        if isinstance(f.get("task_memcg"), str):
+            title += f" in {f['task_memcg']}"
+        return title
+    if "invoker_process" in f:
+        return f"Kernel OOM killer invoked by {f['invoker_process']} (order {f.get('order', '?')}, gfp_mask {f.get('gfp_mask', '?')})"
+    return "Kernel OOM killer task dump (victim not in this event)"
+
+
+def _kernel_severity(ep: _Episode) -> str:
+    if ep.has_victim and not ep.killed:
+        return "info"  # only the oom_reaper aftermath; the kill line is the incident
+    # A system-wide OOM means the host itself ran out: every process there was at risk.
+    return "critical" if ep.facts.get("oom_scope") == "system" else "error"
+
+
+# --------------------------------------------------------------------- Kubernetes and Docker
+
+_DESCRIBE_REASON = re.compile(r"^\s*Reason:\s+(?P<r>OOMKilled|OOM Killed)\s*$")
+_STRUCT_REASON = re.compile(r'^\s*(?:- )?"?reason"?\s*:\s*"?(?P<r>OOMKilled|OOM Killed)"?,?\s*$')
+_DOCKER_OOM = re.compile(r'^\s*"OOMKilled"\s*:\s*true,?\s*$')
+_DOCKER_INLINE = re.compile(r'"OOMKilled"\s*:\s*true')
+_DOCKER_EXIT = re.compile(r'"ExitCode"\s*:\s*(-?\d+)')
+_DOCKER_FINISHED = re.compile(r'"FinishedAt"\s*:\s*"([^"]+)"')
+_GET_ROW = re.compile(
+    r"^\s*(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>OOMKilled)\s+"
+    r"(?P<restarts>\d+)(?:\s+\((?P<ago>[^)]*)\))?\s+(?P<age>\S+)"
+)
+_KV = re.compile(r'^\s*(?:- )?"?(?P<k>[A-Za-z][\w .-]*?)"?\s*:(?:\s+|$)(?P<v>.*?),?\s*$')
+_DESCRIBE_NAME = re.compile(r"^Name:\s+(\S+)\s*$")
+
+
+def _indent(line: str) -> int:
+    stripped = line.lstrip(" \t")
+    n = len(line) - len(stripped)
+    return n + 2 if stripped.startswith("- ") else n  # a YAML list item's keys sit after "- "
+
+
+def _kv(line: str) -> tuple[str, str] | None:
+    m = _KV.match(line)
+    if not m:
+        return None
+    v = m["v"].strip()
+    if len(v) >= 2 and v[0] == v[-1] == '"':
+        v = v[1:-1]
+    return m["k"].strip(), v
+
+
+def _norm(key: str) -> str:
+    return key.replace(" ", "").replace("_", "").lower()
+
+
+def _siblings(lines: list[str], i: int) -> tuple[dict[str, str], int | None]:
+    """Keys at line ``i``'s indentation within its parent, and the parent's line index."""
+    ind = _indent(lines[i])
+    sib: dict[str, str] = {}
+    parent = None
+    j = i - 1
+    while j >= 0:
+        if lines[j].strip():
+            d = _indent(lines[j])
+            if d < ind:
+                parent = j
+                break
+            if d == ind:
+                kv = _kv(lines[j])
+                if kv:
+                    sib.setdefault(_norm(kv[0]), kv[1])
+        j -= 1
+    for j in range(i, len(lines)):
+        if not lines[j].strip():
+            continue
+        d = _indent(lines[j])
+        if d < ind:
+            break
+        if d == ind:
+            kv = _kv(lines[j])
+            if kv:
+                sib.setdefault(_norm(kv[0]), kv[1])
+    return sib, parent
+
+
+_STATE_KEYS = {"laststate": "last", "lastterminationstate": "last", "state": "current"}
+
+
+def _time_ns(value: str | None) -> int | None:
+    if not value or value in ("null", "<none>"):
+        return None
+    try:
+        if "T" in value and value[:4].isdigit():
+            return iso_ns(value)
+        return dt_ns(parsedate_to_datetime(value))  # "Fri, 15 Sep 2023 09:56:17 +0200"
+    except (ValueError, TypeError):
+        return None
+
+
+def _structured(lines: list[str], i: int, docker: bool) -> Finding:
+    """A reason/OOMKilled line inside describe output, YAML or JSON: read it and its ancestors."""
+    sib, parent = _siblings(lines, i)
+    f: dict[str, FactValue] = {"source": "docker" if docker else "kubernetes"}
+    if docker:
+        f["docker_oom_killed"] = True
+        f["k8s_reason"] = "OOMKilled"
+    else:
+        r = _DESCRIBE_REASON.match(lines[i]) or _STRUCT_REASON.match(lines[i])
+        f["k8s_reason"] = r["r"] if r else "OOMKilled"
+    code = sib.get("exitcode")
+    if code is not None and code.lstrip("-").isdigit():
+        f["exit_code"] = int(code)
+    for key, fact in (
+        ("started", "started_at"),
+        ("startedat", "started_at"),
+        ("finished", "finished_at"),
+        ("finishedat", "finished_at"),
+        ("containerid", "container_id"),
+        ("pid", "container_pid"),
+    ):
+        if sib.get(key) and sib[key] not in ("null", "<none>") and fact not in f:
+            f[fact] = sib[key]
+    if "container_pid" in f:
+        f.pop("container_pid")  # docker prints Pid 0 once the container is gone: not useful
+    # Walk up: the state key says current vs last termination; above it sits the container.
+    lines_used = [i]
+    node = parent
+    state_node = None
+    for _ in range(4):
+        if node is None:
+            break
+        lines_used.append(node)
+        kv = _kv(lines[node])
+        key = _norm(kv[0]) if kv else ""
+        if key in _STATE_KEYS:
+            f["k8s_state"] = _STATE_KEYS[key]
+            state_node = node
+            if not docker:
+                up_sib, up = _siblings(lines, node)
+                if up_sib.get("restartcount", "").isdigit():
+                    f["restarts"] = int(up_sib["restartcount"])
+                if up_sib.get("name"):
+                    f["container"] = up_sib["name"].lstrip("/")
+                if "container" not in f and up is not None:
+                    ukv = _kv(lines[up])
+                    # describe: "  app:" ; kubelet JSON: '"oom-test": {'
+                    if ukv and ukv[1] in ("", "{") and _norm(ukv[0]) not in ("containers", "initcontainers"):
+                        f["container"] = ukv[0]
+                        lines_used.append(up)
+            break
+        _, node = _siblings(lines, node)
+    if docker and parent is not None:
+        up_sib, _ = _siblings(lines, parent)
+        if up_sib.get("name"):
+            f["container"] = up_sib["name"].lstrip("/")
+        if up_sib.get("id"):
+            f["container_id"] = up_sib["id"]
+        f.setdefault("k8s_state", "current")
+    if state_node is None and not docker:
+        f.setdefault("k8s_state", "unknown")
+    pod = next((m.group(1) for m in map(_DESCRIBE_NAME.match, lines) if m), None)
+    _put(f, "pod", pod)
+    who = f.get("container") or f.get("pod") or "container"
+    title = f"{'Docker' if docker else 'Kubernetes'}: {who} OOMKilled"
+    if "exit_code" in f:
+        title += f" (exit code {f['exit_code']})"
+    return Finding(
+        kind=KIND_HOST_OOM,
+        severity="error",
+        title=title,
+        facts=f,
+        excerpt="\n".join(lines[j] for j in sorted(set(lines_used)))[:_EXCERPT_MAX],
+        ts_ns=_time_ns(str(f.get("finished_at", "")) or None),
+    )
+
+
+def _docker_inline(line: str) -> Finding:
+    """``docker inspect --format '{{json .State}}'``: the whole state object on one line."""
+    f: dict[str, FactValue] = {"source": "docker", "docker_oom_killed": True, "k8s_reason": "OOMKilled"}
+    code = _DOCKER_EXIT.search(line)
+    _put(f, "exit_code", int(code.group(1)) if code else None)
+    fin = _DOCKER_FINISHED.search(line)
+    _put(f, "finished_at", fin.group(1) if fin else None)
+    title = "Docker: container OOMKilled" + (f" (exit code {f['exit_code']})" if "exit_code" in f else "")
+    return Finding(
+        kind=KIND_HOST_OOM,
+        severity="error",
+        title=title,
+        facts=f,
+        excerpt=line.strip()[:_EXCERPT_MAX],
+        ts_ns=_time_ns(fin.group(1) if fin else None),
+    )
+
+
+def _get_row(line: str) -> Finding | None:
+    m = _GET_ROW.match(line)
+    if not m:
+        return None
+    f: dict[str, FactValue] = {"source": "kubernetes", "pod": m["name"], "ready": m["ready"]}
+    f["k8s_status"] = m["status"]
+    f["restarts"] = int(m["restarts"])
+    _put(f, "last_restart_ago", m["ago"])
+    f["age"] = m["age"]
+    _put(f, "namespace", m["ns"])
+    return Finding(
+        kind=KIND_HOST_OOM,
+        severity="error",
+        title=f"Kubernetes: pod {m['name']} OOMKilled ({f['restarts']} restarts)",
+        facts=f,
+        excerpt=line.strip(),
+    )
+
+
+def _kubernetes(lines: list[str], taken: set[int]) -> list[Finding]:
+    out: list[Finding] = []
+    for i, line in enumerate(lines):
+        if "OOM" not in line or i in taken:
+            continue
+        if "OOMKilled" in line or "OOM Killed" in line:
+            if _DESCRIBE_REASON.match(line) or _STRUCT_REASON.match(line):
+                out.append(_structured(lines, i, docker=False))
+                continue
+            if _DOCKER_OOM.match(line):
+                out.append(_structured(lines, i, docker=True))
+                continue
+            if _DOCKER_INLINE.search(line):
+                out.append(_docker_inline(line))
+                continue
+            row = _get_row(line)
+            if row:
+                out.append(row)
+                continue
+        if "SystemOOM" in line or "OOMKilling" in line:
+            ev = _K8S_EVENT.search(line)
+            if not ev:
+                continue
+            f: dict[str, FactValue] = {"source": "kubernetes_event", "k8s_event_type": ev["type"]}
+            f["k8s_event_reason"] = ev["reason"]
+            so = _SYSTEM_OOM.search(line)
+            if so and so["pid"]:
+                f["victim_pid"] = int(so["pid"])
+                f["victim_process"] = so["name"]
+            f["oom_scope"] = "system" if ev["reason"] == "SystemOOM" else "memcg"
+            out.append(
+                Finding(
+                    kind=KIND_HOST_OOM,
+                    severity="critical" if ev["reason"] == "SystemOOM" else "error",
+                    title=f"Kubernetes node event {ev['reason']}"
+                    + (f": {f['victim_process']} (pid {f['victim_pid']})" if "victim_pid" in f else ""),
+                    facts=f,
+                    excerpt=line.strip(),
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------------- classifier
+
+
+class HostOomClassifier:
+    """Kernel OOM kills, cgroup OOM, and the Kubernetes/Docker view of them."""
+
+    name = "host_oom"
+    # Every text this classifier reads contains one of these; the registry gates all classifiers
+    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
+    triggers = ('oom-', 'oom_', 'OOM', 'of memory', 'illed process', 'tgid total_vm')
+    kind = KIND_HOST_OOM
+
+    def classify(self, text: str) -> list[Finding]:
+        if not _maybe_oom(text):
+            return []
+        lines = text.splitlines()
+        out: list[Finding] = []
+        taken: set[int] = set()
+        for ep in _kernel(lines):
+            f = dict(ep.facts)
+            f.setdefault("source", "kernel")
+            taken.update(ep.lines)
+            out.append(
+                Finding(
+                    kind=KIND_HOST_OOM,
+                    severity=_kernel_severity(ep),
+                    title=_kernel_title(f),
+                    facts=f,
+                    excerpt="\n".join(lines[j] for j in sorted(set(ep.lines)))[:_EXCERPT_MAX],
+                    ts_ns=ep.ts_ns,
+                )
+            )
+        if "OOM" in text:
+            out.extend(_kubernetes(lines, taken))
+        return out

@@ -1,0 +1,303 @@
+"""Jetson memory-allocation failures: NvMap, jetson-utils mapped memory, nvgpu DMA, CMA.
+
+On Jetson the GPU has no memory of its own: CUDA allocations come from NvMap (the Tegra buffer
+allocator) and, for physically contiguous buffers, from the kernel's CMA pool. A GPU OOM there
+shows up as an NvMap error number in user space ("NvMapMemAllocInternalTagged: <tag> error 12")
+or as a failed nvgpu DMA / CMA allocation in the kernel log, not as a CUDA message alone.
+
+NvMap's number is an errno. Only ENOMEM (12) means the memory ran out; other numbers (EINVAL 22
+from NvMapReserveOp, seen with mismatched user-space and kernel) are reported as warnings with
+``out_of_memory`` False, so a query for OOMs does not count them.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from dataclasses import dataclass, field
+
+from ._base import KIND_JETSON_MEMORY, FactValue, Finding
+from .cuda_oom import format_bytes
+from .host_oom import KernelLine, split_kernel_prefix
+
+_EXCERPT_MAX = 2000
+_ENOMEM = errno.ENOMEM  # 12 on Linux, which is what Jetson runs
+
+
+def _maybe_jetson(text: str) -> bool:
+    # Every wording read here contains one of these ("NvMap...", "nvmap_...", "NVMAP_IOC_...",
+    # "cudaAllocMapped", "cma_alloc" / "dma_alloc_attrs", nvgpu's "DMA alloc FAILED" and its
+    # "[ERR]" lines); a handful of `in` checks is the cheapest gate per log line.
+    return "Map" in text or "nvmap" in text or "NVMAP" in text or "ma_alloc" in text or "nvgpu" in text
+
+
+def _errno_name(n: int) -> str | None:
+    return errno.errorcode.get(n)
+
+
+def _put(facts: dict[str, FactValue], key: str, value: FactValue | None) -> None:
+    if value is not None:
+        facts[key] = value
+
+
+@dataclass  # not frozen: grows line by line, then becomes a frozen Finding
+class _Acc:
+    facts: dict[str, FactValue]
+    title: str
+    severity: str
+    lines: list[int] = field(default_factory=list)
+    ts_ns: int | None = None
+    items: list[str] = field(default_factory=list)  # ops / tags seen for a grouped NvMap failure
+    count: int = 0  # lines that reported this same failure
+
+
+def _stamp(facts: dict[str, FactValue], kl: KernelLine) -> None:
+    _put(facts, "host", kl.host)
+    _put(facts, "log_time", kl.log_time)
+    _put(facts, "kernel_uptime_s", kl.uptime_s)
+
+
+# ---------------------------------------------------------------------------------------- NvMap
+
+_NVMAP_TAGGED = re.compile(r"\b(?P<call>NvMap\w+): (?P<arg>\d+|0x[0-9a-fA-F]+) error (?P<err>-?\d+)")
+_NVMAP_ERR = re.compile(r"\b(?P<call>NvMap\w+): error (?P<err>-?\d+)")
+_NVMAP_OP = re.compile(r"\b(?P<call>NvMap\w+) (?P<arg>0x[0-9a-fA-F]+|\d+) failed \[(?P<err>-?\d+)\]")
+_NVMAP_KERNEL = re.compile(r"\b(?P<call>nvmap_\w+|NVMAP_IOC_\w+)\b.*?\b(?:fail(?:ed|ure)?|error)\b", re.I)
+_PID = re.compile(r"\bPID:? (\d+)")
+_SIZE_BYTES = re.compile(r"(\d+) bytes|\bsize[=: ]+(0x[0-9a-fA-F]+|\d+)")
+_HEAP = re.compile(r"\bheap[=: ]+(\w+)|\b(iovmm|carveout|vpr|generic)\b", re.I)
+_CUDA_AFTER = re.compile(
+    r"(cuda\w*(?:Malloc|Alloc)\w* failed: [^\n]*|CUDA error: out of memory|cudaErrorMemoryAllocation)"
+)
+
+
+def _nvmap(lines: list[str], out: list[_Acc]) -> None:
+    groups: dict[tuple[str, int], _Acc] = {}
+    last: _Acc | None = None
+    for i, line in enumerate(lines):
+        if "NvMap" not in line and "nvmap" not in line and "NVMAP" not in line:
+            if last is not None and ("cuda" in line or "CUDA" in line):
+                c = _CUDA_AFTER.search(line)
+                if c:
+                    last.facts.setdefault("cuda_error", c.group(1).strip())
+                    last.lines.append(i)
+            continue
+        m = _NVMAP_TAGGED.search(line) or _NVMAP_OP.search(line)
+        arg = m["arg"] if m else None
+        if not m:
+            m = _NVMAP_ERR.search(line)
+        if m:
+            err = abs(int(m["err"]))
+            if err == 0:
+                # "NvMapMemHandleAlloc: error 0" after a failed allocation: the caller's
+                # follow-up report, not a second failure.
+                if last is not None:
+                    last.facts.setdefault("followed_by", f"{m['call']}: error 0")
+                    last.lines.append(i)
+                continue
+            key = (m["call"], err)
+            acc = groups.get(key)
+            if acc is None:
+                oom = err == _ENOMEM
+                f: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": m["call"], "errno": err}
+                _put(f, "errno_name", _errno_name(err))
+                f["out_of_memory"] = oom
+                name = f" ({f['errno_name']})" if "errno_name" in f else ""
+                what = "allocation failed" if oom else "failed"
+                title = f"NvMap {m['call']} {what}: error {err}{name}"
+                acc = _Acc(f, title, "error" if oom else "warning")
+                groups[key] = acc
+                out.append(acc)
+            acc.lines.append(i)
+            acc.count += 1
+            if arg is not None and arg not in acc.items:
+                acc.items.append(arg)
+            last = acc
+            continue
+        k = _NVMAP_KERNEL.search(line)
+        if not k:
+            continue
+        kl = split_kernel_prefix(line)
+        f = {"source": "nvmap", "nvmap_call": k["call"], "message": kl.body.strip()[:300]}
+        pid = _PID.search(line)
+        _put(f, "pid", int(pid.group(1)) if pid else None)
+        sz = _SIZE_BYTES.search(line)
+        if sz:
+            f["requested_bytes"] = int(sz.group(1) or sz.group(2), 0)
+        heap = _HEAP.search(line)
+        _put(f, "heap", (heap.group(1) or heap.group(2)).lower() if heap else None)
+        oom = "alloc" in line.lower() or "no memory" in line.lower() or "ENOMEM" in line
+        f["out_of_memory"] = oom
+        _stamp(f, kl)
+        acc = _Acc(f, f"NvMap {k['call']} failed", "error" if oom else "warning", [i], kl.ts_ns)
+        out.append(acc)
+        last = acc
+    for acc in groups.values():
+        acc.facts["occurrences"] = acc.count
+        if not acc.items:
+            continue
+        # A tagged allocation prints its flags/tag word; a reserve op prints the op code.
+        key = "nvmap_ops" if acc.items[0].startswith("0x") else "nvmap_tag"
+        acc.facts[key] = ",".join(acc.items)
+        if key == "nvmap_tag" and len(acc.items) == 1 and acc.items[0].isdigit():
+            acc.facts["nvmap_tag"] = int(acc.items[0])
+
+
+# ------------------------------------------------------------------------------ jetson-utils
+
+_ALLOC_MAPPED = re.compile(
+    r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)): )?(?:(?P<lib>jetson[._-]utils) -- )?"
+    r"(?:\[cuda\]\s*)?(?P<call>cudaAllocMapped\(\)):?\s*(?:-- )?(?P<msg>failed[^\n]*?)\s*$"
+)
+
+
+def _alloc_mapped(lines: list[str], out: list[_Acc]) -> None:
+    seen: dict[str, _Acc] = {}
+    for i, line in enumerate(lines):
+        if "cudaAllocMapped" not in line:
+            continue
+        m = _ALLOC_MAPPED.search(line)
+        if not m:
+            continue
+        msg = m["msg"].rstrip(".")
+        if msg in seen:
+            seen[msg].lines.append(i)
+            continue
+        f: dict[str, FactValue] = {"source": "jetson-utils", "call": m["call"], "message": msg}
+        _put(f, "library", m["lib"])
+        _put(f, "exception", m["exc"])
+        sz = _SIZE_BYTES.search(msg)
+        if sz:
+            f["requested_bytes"] = int(sz.group(1) or sz.group(2), 0)
+        f["out_of_memory"] = True
+        title = f"{m['lib'] or 'jetson-utils'}: cudaAllocMapped() {msg}"
+        acc = _Acc(f, title, "error", [i])
+        seen[msg] = acc
+        out.append(acc)
+
+
+# ---------------------------------------------------------------------------------- nvgpu, CMA
+
+_NVGPU = re.compile(r"nvgpu: (?P<dev>\S+)\s+(?P<fn>\w+):(?P<ln>\d+)\s+\[(?P<lvl>\w+)\]\s+(?P<msg>.*?)\s*$")
+_DMA_FAIL = re.compile(
+    r"DMA alloc FAILED: \[(?P<heap>\w+)\] size=(?P<size>\d+) aligned=(?P<al>\d+)(?: flags:(?P<flags>\S+))?"
+)
+_DMA_ATTRS = re.compile(r"dma_alloc_attrs\b.*?\b(?:fail(?:ed)?|error)\b", re.I)
+_CMA = re.compile(
+    r"cma_alloc: (?:(?P<area>[^:]+): )?alloc failed, req-size: (?P<pages>\d+) pages, ret: (?P<ret>-?\d+)"
+)
+
+
+def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
+    dma: list[_Acc] = []
+    errors: list[tuple[int, str]] = []
+    cma: dict[tuple, _Acc] = {}
+    for i, line in enumerate(lines):
+        if "nvgpu" in line:
+            m = _NVGPU.search(line)
+            if not m:
+                continue
+            kl = split_kernel_prefix(line)
+            d = _DMA_FAIL.search(m["msg"])
+            if d:
+                f: dict[str, FactValue] = {"source": "nvgpu", "nvgpu_device": m["dev"], "heap": d["heap"]}
+                f["requested_bytes"] = int(d["size"])
+                f["aligned_bytes"] = int(d["al"])
+                _put(f, "dma_flags", d["flags"])
+                f["out_of_memory"] = True
+                _stamp(f, kl)
+                title = (
+                    f"nvgpu {m['dev']}: DMA alloc of {format_bytes(int(d['size']))} from {d['heap']} failed"
+                )
+                acc = _Acc(f, title, "error", [i], kl.ts_ns)
+                dma.append(acc)
+                out.append(acc)
+            elif m["lvl"] == "ERR":
+                errors.append((i, f"{m['fn']}: {m['msg']}"))
+            continue
+        if "cma_alloc" in line:
+            m2 = _CMA.search(line)
+            if not m2:
+                continue
+            kl = split_kernel_prefix(line)
+            ret = int(m2["ret"])
+            key = (m2["area"], m2["pages"], ret)
+            if key in cma:
+                cma[key].lines.append(i)
+                continue
+            f = {"source": "cma", "requested_pages": int(m2["pages"]), "cma_ret": ret, "errno": abs(ret)}
+            _put(f, "cma_area", m2["area"])
+            _put(f, "errno_name", _errno_name(abs(ret)))
+            f["out_of_memory"] = abs(ret) == _ENOMEM
+            _stamp(f, kl)
+            area = f" ({m2['area']})" if m2["area"] else ""
+            title = f"CMA{area} allocation of {m2['pages']} pages failed: ret {ret}"
+            acc = _Acc(f, title, "error", [i], kl.ts_ns)
+            cma[key] = acc
+            out.append(acc)
+            continue
+        if "dma_alloc_attrs" in line and _DMA_ATTRS.search(line):
+            kl = split_kernel_prefix(line)
+            f = {"source": "dma", "call": "dma_alloc_attrs", "message": kl.body.strip()[:300]}
+            sz = _SIZE_BYTES.search(line)
+            if sz:
+                f["requested_bytes"] = int(sz.group(1) or sz.group(2), 0)
+            f["out_of_memory"] = True
+            _stamp(f, kl)
+            out.append(_Acc(f, "dma_alloc_attrs failed", "error", [i], kl.ts_ns))
+    if not errors:
+        return
+    text = "; ".join(e for _, e in errors)
+    if dma:
+        # nvgpu's [ERR] lines after a failed DMA allocation are its consequences (power-on
+        # aborted): kept on that finding rather than reported again.
+        dma[0].facts["nvgpu_errors"] = text
+        dma[0].lines.extend(i for i, _ in errors)
+        return
+    alloc = [(i, e) for i, e in errors if "alloc" in e.lower()]
+    if alloc:
+        i0 = alloc[0][0]
+        kl = split_kernel_prefix(lines[i0])
+        m = _NVGPU.search(lines[i0])
+        f = {"source": "nvgpu", "nvgpu_errors": text, "out_of_memory": True}
+        _put(f, "nvgpu_device", m["dev"] if m else None)
+        _stamp(f, kl)
+        out.append(
+            _Acc(f, f"nvgpu allocation error: {alloc[0][1]}", "error", [i for i, _ in errors], kl.ts_ns)
+        )
+
+
+# ---------------------------------------------------------------------------------- classifier
+
+
+class JetsonMemoryClassifier:
+    """NvMap, jetson-utils, nvgpu DMA and CMA allocation failures on Jetson."""
+
+    name = "jetson_memory"
+    # Every text this classifier reads contains one of these; the registry gates all classifiers
+    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
+    triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu')
+    kind = KIND_JETSON_MEMORY
+
+    def classify(self, text: str) -> list[Finding]:
+        if not _maybe_jetson(text):
+            return []
+        lines = text.splitlines()
+        accs: list[_Acc] = []
+        if "NvMap" in text or "nvmap" in text or "NVMAP" in text:
+            _nvmap(lines, accs)
+        if "cudaAllocMapped" in text:
+            _alloc_mapped(lines, accs)
+        if "nvgpu" in text or "ma_alloc" in text:
+            _nvgpu_cma(lines, accs)
+        return [
+            Finding(
+                kind=KIND_JETSON_MEMORY,
+                severity=a.severity,
+                title=a.title,
+                facts=a.facts,
+                excerpt="\n".join(lines[i] for i in sorted(set(a.lines)))[:_EXCERPT_MAX],
+                ts_ns=a.ts_ns,
+            )
+            for a in accs
+        ]

@@ -79,6 +79,13 @@ def register(sub: Any) -> None:
     p.add_argument("--name-prefix", default="sim", help="device names start with this (default %(default)s)")
     p.set_defaults(func=run_simulate)
 
+    from fleetscope.agent.sdk._doctor import DOCTOR_DESCRIPTION, add_doctor_arguments
+
+    p = sub.add_parser("doctor", help="check torch/CUDA/ONNX Runtime/TensorRT settings that slow training or inference",
+                       description=DOCTOR_DESCRIPTION)
+    add_doctor_arguments(p)
+    p.set_defaults(func=run_doctor)
+
 
 def _stop_on_signals(stop: threading.Event) -> None:
     def handler(signum: int, _frame: object) -> None:
@@ -132,6 +139,12 @@ def run_agent(args: argparse.Namespace) -> int:
     st = agent.spool.stats()
     print(f"agent stopped; {st.batches} batches left in the spool", file=sys.stderr)
     return 0
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from fleetscope.agent.sdk._doctor import run_doctor as doctor
+
+    return doctor(args)
 
 
 def run_simulate(args: argparse.Namespace) -> int:

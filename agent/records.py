@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Union
 
 # A fact extracted from a log line or reported by a program: what incidents carry.
-FactValue = Union[str, int, float, bool]
+FactValue = str | int | float | bool
 
 
 @dataclass(frozen=True)

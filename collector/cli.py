@@ -63,6 +63,14 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=1000, help="most lines, newest kept (default %(default)s)")
     p.set_defaults(func=_needs_collector(run_logs))
 
+    p = sub.add_parser("latency", help="latency percentiles per operation, from merged histograms")
+    _db_arg(p)
+    p.add_argument("--device", required=True, help="device name (or agent id)")
+    p.add_argument("--name", help="only this operation (as named in the SDK's latency())")
+    p.add_argument("--since", default="1h", help="start (default 1h ago)")
+    p.add_argument("--until", default="now", help="end (default now)")
+    p.set_defaults(func=_needs_collector(run_latency))
+
     p = sub.add_parser("incidents", help="OOM, Xid, TensorRT, latency and other incidents")
     _db_arg(p)
     p.add_argument("--device", help="only this device")
@@ -254,6 +262,28 @@ def run_logs(args: argparse.Namespace) -> int:
         print(f"{format_ns(ln.ts_ns)} {ln.level.upper():8} {ln.source}: {ln.message}")
     if not lines:
         print("no log events in that range")
+    return 0
+
+
+def run_latency(args: argparse.Namespace) -> int:
+    from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.query import latency_percentiles
+
+    with _session(args.db) as session:
+        try:
+            views = latency_percentiles(session=session, device=args.device, since_ns=time_ns(args.since),
+                                        until_ns=time_ns(args.until), name=args.name)
+        except UnknownDevice as exc:
+            return _unknown_device(exc)
+    if args.json:
+        _print_json({"latency": views})
+        return 0
+    if not views:
+        print("no latency data in that range: time code with fleetscope.agent.sdk.latency(...)")
+        return 0
+    _table(["OPERATION", "LABELS", "CALLS", "ERRORS", "MEAN", "P50", "P90", "P99", "P99.9"],
+           [[v.name, ",".join(f"{k}={x}" for k, x in sorted(v.labels.items())) or "-", str(v.count), str(v.errors),
+             *[_fmt(x, " ms") for x in (v.mean_ms, v.p50_ms, v.p90_ms, v.p99_ms, v.p999_ms)]] for v in views])
     return 0
 
 

@@ -24,6 +24,7 @@ from fleetscope.collector.storage.schema import (
     gpu_samples,
     gpu_state,
     host_samples,
+    latency_histograms,
     log_events,
 )
 
@@ -259,3 +260,59 @@ def list_incidents(
         )
         for i, name in rows
     ]
+
+
+@dataclass(frozen=True)
+class LatencyView:
+    """One named operation's latency over a range, from summed histogram buckets."""
+
+    device: str
+    name: str
+    labels: dict[str, str]
+    count: int
+    errors: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    calls_per_s: float | None
+
+
+def latency_percentiles(
+    *, session: Session, device: str, since_ns: int, until_ns: int, name: str | None = None
+) -> list[LatencyView]:
+    """Percentiles per (operation, labels), computed from merged buckets (never averaged)."""
+    from fleetscope.proto import buckets as bucket_scheme
+
+    d = _device_row(session, device)
+    c = latency_histograms.c
+    q = select(latency_histograms).where(c.device_id == d.id, c.start_ns < until_ns, c.end_ns > since_ns)
+    if name is not None:
+        q = q.where(c.name == name)
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in session.execute(q):
+        m = row._mapping
+        g = groups.setdefault((m["name"], m["labels"]), {"buckets": {}, "count": 0, "errors": 0, "sum": 0, "zero": 0,
+                                                         "start": m["start_ns"], "end": m["end_ns"]})
+        for k, v in json.loads(m["buckets"]).items():
+            g["buckets"][int(k)] = g["buckets"].get(int(k), 0) + v
+        g["count"] += m["count"]
+        g["errors"] += m["errors"]
+        g["sum"] += m["sum_ns"]
+        g["zero"] += m["zero_count"]
+        g["start"], g["end"] = min(g["start"], m["start_ns"]), max(g["end"], m["end_ns"])
+    out = []
+    for (op, labels), g in sorted(groups.items()):
+        def q_ms(p: float, g: dict[str, Any] = g) -> float | None:
+            v = bucket_scheme.quantile(g["buckets"], p, zero_count=g["zero"])
+            return None if v is None else v / 1e6
+
+        span_s = max(1e-9, (g["end"] - g["start"]) / 1e9)
+        out.append(LatencyView(
+            device=d.name, name=op, labels=json.loads(labels), count=g["count"], errors=g["errors"],
+            mean_ms=g["sum"] / g["count"] / 1e6 if g["count"] else None,
+            p50_ms=q_ms(0.5), p90_ms=q_ms(0.9), p99_ms=q_ms(0.99), p999_ms=q_ms(0.999),
+            calls_per_s=g["count"] / span_s,
+        ))
+    return out

@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleetscope.collector.errors import BatchInvalid
-from fleetscope.proto.columns import GPU_COLUMNS, HOST_COLUMNS, PROCESS_COLUMNS, ColumnError, check_values, column_values, with_nulls
+from fleetscope.proto.columns import (
+    GPU_COLUMNS,
+    HOST_COLUMNS,
+    PROCESS_COLUMNS,
+    ColumnError,
+    check_values,
+    column_values,
+    with_nulls,
+)
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 

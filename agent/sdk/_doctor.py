@@ -57,14 +57,15 @@ def format_report(report: EnvironmentReport) -> str:
     return "\n".join(lines)
 
 
-def doctor_main(argv: Sequence[str] | None = None) -> int:
-    """Print what the environment check sees; exit 1 when it has an error finding, else 0."""
-    parser = argparse.ArgumentParser(
-        prog="fleetscope doctor",
-        description="Check torch, CUDA, ONNX Runtime and TensorRT settings that slow a training or "
-        "inference run down. Models and DataLoaders are checked from inside the program with "
-        "fleetscope.agent.sdk.check_environment(models=..., dataloaders=...).",
-    )
+DOCTOR_DESCRIPTION = (
+    "Check torch, CUDA, ONNX Runtime and TensorRT settings that slow a training or "
+    "inference run down. Models and DataLoaders are checked from inside the program with "
+    "fleetscope.agent.sdk.check_environment(models=..., dataloaders=...)."
+)
+
+
+def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    """The doctor's options, on a parser of its own or on the `fleetscope doctor` subparser."""
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--send", action="store_true", help="also report it to the local agent as an 'environment' record"
@@ -77,7 +78,16 @@ def doctor_main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="judge settings as if a GPU were available (to check a machine's setup before it gets one)",
     )
-    args = parser.parse_args(list(argv) if argv is not None else None)
+
+
+def doctor_main(argv: Sequence[str] | None = None) -> int:
+    """Print what the environment check sees; exit 1 when it has an error finding, else 0."""
+    parser = argparse.ArgumentParser(prog="fleetscope doctor", description=DOCTOR_DESCRIPTION)
+    add_doctor_arguments(parser)
+    return run_doctor(parser.parse_args(list(argv) if argv is not None else None))
+
+
+def run_doctor(args: argparse.Namespace) -> int:
     if args.socket:
         _runtime.configure(socket=args.socket)
     report = check_environment(

@@ -57,6 +57,7 @@ def register(sub: Any) -> None:
     p.add_argument("--sdk-socket", default=os.environ.get("FLEETSCOPE_SDK_SOCKET"), metavar="PATH",
                    help="Unix socket for the in-process SDK (e.g. /run/fleetscope/agent.sock); off by default")
     p.add_argument("--no-host", action="store_true", help="do not sample the host with psutil")
+    p.add_argument("--no-gpu", action="store_true", help="do not sample NVIDIA GPUs through NVML")
     p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: run until stopped)")
     p.set_defaults(func=run_agent)
 
@@ -97,11 +98,26 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def build_samplers(args: argparse.Namespace) -> list:
+    """The sources this device has; a missing one is said once and skipped."""
     samplers: list = []
     if not args.no_host:
         from fleetscope.agent.samplers.host import HostSampler
 
         samplers.append(HostSampler())
+    if not args.no_gpu:
+        from fleetscope.agent.samplers._base import SourceUnavailable
+        from fleetscope.agent.samplers.nvml import NvmlSampler
+
+        if NvmlSampler.available():
+            sampler = NvmlSampler(xid_events=True)
+            try:
+                gpus = sampler.inventory()
+                log.info("NVML: %d GPU(s), driver %s", len(gpus), sampler.driver_version)
+                samplers.append(sampler)
+            except SourceUnavailable as exc:
+                log.warning("no NVIDIA GPU sampling: %s", exc)
+        else:
+            log.info("no NVIDIA driver here: GPU sampling through NVML is off")
     return samplers
 
 

@@ -26,7 +26,7 @@ from fleetscope.agent.identity import (
 )
 from fleetscope.agent.logfiles import FileFollower
 from fleetscope.agent.records import IncidentRecord, LogEvent
-from fleetscope.agent.samplers._base import Sampler, SampleSet
+from fleetscope.agent.samplers._base import Sampler, SampleSet, SourceUnavailable
 from fleetscope.agent.spool import Spool, SpoolError
 from fleetscope.agent.uplink import Backoff, Uplink
 from fleetscope.proto.v1 import telemetry_pb2 as pb
@@ -153,9 +153,12 @@ class Agent:
     def tick(self, now_ns: int | None = None) -> None:
         """Sample every source once."""
         now_ns = self._clock() if now_ns is None else now_ns
-        for sampler in self._samplers:
+        for sampler in list(self._samplers):
             try:
                 self.add(sampler.sample(now_ns))
+            except SourceUnavailable as exc:
+                log.warning("turning off source %s: %s", sampler.name, exc)
+                self._samplers.remove(sampler)
             except Exception as exc:  # one broken source must not stop the others
                 self._sampler_errors += 1
                 if sampler.name not in self._warned:

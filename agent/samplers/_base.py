@@ -14,6 +14,11 @@ from typing import Protocol
 from fleetscope.agent.records import GpuInfo, GpuSample, HostSample, IncidentRecord, LogEvent
 
 
+class SourceUnavailable(RuntimeError):
+    """The source cannot work on this device (library or driver missing): the agent turns it
+    off with one log line instead of counting an error every tick."""
+
+
 @dataclass
 class SampleSet:
     """What one ``sample`` call produced; any list may be empty."""

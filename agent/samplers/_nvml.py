@@ -37,6 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetscope.agent.samplers._base import SourceUnavailable
+
 log = logging.getLogger(__name__)
 
 # Error codes as nvml.h defines them. They are read from the module when it has them (any
@@ -83,7 +85,7 @@ _UNAVAILABLE = (
 SYSTEM = "system"  # the key for calls that are not about one GPU
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(SourceUnavailable):
     """NVML cannot be used on this device: no ``pynvml``, no library, or no driver."""
 
 

@@ -289,12 +289,15 @@ def run_latency(args: argparse.Namespace) -> int:
 
 def run_incidents(args: argparse.Namespace) -> int:
     from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.incident_context import incidents_with_context
     from fleetscope.collector.query import list_incidents
 
     with _session(args.db) as session:
         try:
-            incidents = list_incidents(session=session, since_ns=time_ns(args.since), until_ns=time_ns(args.until),
-                                       device=args.device, kind=args.kind, limit=args.limit)
+            # JSON carries each incident's context (the device's samples a minute either side).
+            fetch = incidents_with_context if args.json else list_incidents
+            incidents = fetch(session=session, since_ns=time_ns(args.since), until_ns=time_ns(args.until),
+                              device=args.device, kind=args.kind, limit=args.limit)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -58,6 +59,9 @@ def register(sub: Any) -> None:
                    help="Unix socket for the in-process SDK (e.g. /run/fleetscope/agent.sock); off by default")
     p.add_argument("--no-host", action="store_true", help="do not sample the host with psutil")
     p.add_argument("--no-gpu", action="store_true", help="do not sample NVIDIA GPUs through NVML")
+    p.add_argument("--tegrastats-cmd", metavar="COMMAND",
+                   help="take Jetson readings from this command's tegrastats lines (on a Jetson the default is "
+                   "'tegrastats --interval <ms>'; 'cat FILE' replays a recording)")
     p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: run until stopped)")
     p.set_defaults(func=run_agent)
 
@@ -118,6 +122,16 @@ def build_samplers(args: argparse.Namespace) -> list:
                 log.warning("no NVIDIA GPU sampling: %s", exc)
         else:
             log.info("no NVIDIA driver here: GPU sampling through NVML is off")
+    from fleetscope.agent.identity import read_jetson_model
+
+    if args.tegrastats_cmd or (read_jetson_model() is not None and shutil.which("tegrastats")):
+        from fleetscope.agent.samplers._base import SourceUnavailable
+        from fleetscope.agent.samplers.tegrastats import TegrastatsSampler
+
+        try:
+            samplers.append(TegrastatsSampler(args.tegrastats_cmd, interval_s=args.interval))
+        except SourceUnavailable as exc:
+            log.warning("no tegrastats readings: %s", exc)
     return samplers
 
 

@@ -138,6 +138,7 @@ class Agent:
             p.gpu.extend(records.gpu)
             p.logs.extend(records.logs)
             p.incidents.extend(records.incidents)
+            p.metrics.extend(records.metrics)
 
     def add_sdk_report(self, report: pb.SdkReport) -> None:
         with self._pending_lock:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleetscope.agent.records import GpuInfo, GpuSample, HostSample, IncidentRecord, LogEvent
+from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 
 class SourceUnavailable(RuntimeError):
@@ -27,6 +28,7 @@ class SampleSet:
     gpu: list[GpuSample] = field(default_factory=list)
     logs: list[LogEvent] = field(default_factory=list)
     incidents: list[IncidentRecord] = field(default_factory=list)
+    metrics: list[pb.MetricPoint] = field(default_factory=list)  # device scalars without a column (Jetson rails)
 
 
 class Sampler(Protocol):

@@ -15,8 +15,10 @@ __all__ = ["main", "build_parser"]
 
 def build_parser() -> argparse.ArgumentParser:
     from fleetscope.agent import cli as agent_cli
+    from fleetscope.agent import scan_cli
     from fleetscope.cli import demo
     from fleetscope.collector import cli as collector_cli
+    from fleetscope.dashboard import cli as dashboard_cli
 
     parser = argparse.ArgumentParser(
         prog="fleetscope",
@@ -26,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     agent_cli.register(sub)
+    scan_cli.register(sub)
     collector_cli.register(sub)
+    dashboard_cli.register(sub)
     demo.register(sub)
     return parser
 

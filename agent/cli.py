@@ -55,6 +55,10 @@ def register(sub: Any) -> None:
     p.add_argument("--spool-max-size", type=size_bytes, default=256 << 20, metavar="SIZE", help="spool bound (default 256MiB)")
     p.add_argument("--log-file", action="append", default=[], metavar="PATH",
                    help="a log file or glob to follow (repeatable), e.g. '/var/log/train/*.log'")
+    p.add_argument("--no-kernel-log", action="store_true",
+                   help="do not follow the kernel log (/dev/kmsg, or journalctl -k) for OOM kills and Xid errors")
+    p.add_argument("--journal-unit", action="append", default=[], metavar="UNIT",
+                   help="also follow this systemd unit's journal (repeatable), e.g. triton.service")
     p.add_argument("--sdk-socket", default=os.environ.get("FLEETSCOPE_SDK_SOCKET"), metavar="PATH",
                    help="Unix socket for the in-process SDK (e.g. /run/fleetscope/agent.sock); off by default")
     p.add_argument("--no-host", action="store_true", help="do not sample the host with psutil")
@@ -62,6 +66,8 @@ def register(sub: Any) -> None:
     p.add_argument("--tegrastats-cmd", metavar="COMMAND",
                    help="take Jetson readings from this command's tegrastats lines (on a Jetson the default is "
                    "'tegrastats --interval <ms>'; 'cat FILE' replays a recording)")
+    p.add_argument("--jetson-source", choices=["sysfs", "tegrastats"], default="sysfs",
+                   help="on a Jetson, read sysfs (cheaper, the default) or run tegrastats (adds EMC load and engines)")
     p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: run until stopped)")
     p.set_defaults(func=run_agent)
 
@@ -122,16 +128,22 @@ def build_samplers(args: argparse.Namespace) -> list:
                 log.warning("no NVIDIA GPU sampling: %s", exc)
         else:
             log.info("no NVIDIA driver here: GPU sampling through NVML is off")
-    from fleetscope.agent.identity import read_jetson_model
+    from fleetscope.agent.samplers._base import SourceUnavailable
+    from fleetscope.agent.samplers.jetson import JetsonSampler
 
-    if args.tegrastats_cmd or (read_jetson_model() is not None and shutil.which("tegrastats")):
-        from fleetscope.agent.samplers._base import SourceUnavailable
+    on_jetson = JetsonSampler.available()
+    if args.tegrastats_cmd or (on_jetson and args.jetson_source == "tegrastats" and shutil.which("tegrastats")):
         from fleetscope.agent.samplers.tegrastats import TegrastatsSampler
 
         try:
             samplers.append(TegrastatsSampler(args.tegrastats_cmd, interval_s=args.interval))
         except SourceUnavailable as exc:
             log.warning("no tegrastats readings: %s", exc)
+    elif on_jetson:
+        sampler = JetsonSampler()
+        log.info("Jetson %s (L4T %s, JetPack %s): reading sysfs", sampler.board.model, sampler.board.l4t_release,
+                 sampler.board.jetpack_version)
+        samplers.append(sampler)
     return samplers
 
 
@@ -156,6 +168,8 @@ def run_agent(args: argparse.Namespace) -> int:
         batch_interval_s=args.batch_interval or max(1.0, args.interval),
         spool_max_bytes=args.spool_max_size,
         log_files=tuple(args.log_file),
+        kernel_log=not args.no_kernel_log,
+        journal_units=tuple(args.journal_unit),
         sdk_socket=args.sdk_socket,
     )
     agent = Agent(settings, samplers=build_samplers(args), classify=classify_event)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fleetscope.agent import __version__
 from fleetscope.agent.batcher import Pending, build_batches
+from fleetscope.agent.grouping import EventGrouper
 from fleetscope.agent.identity import (
     detect_kind,
     host_inventory,
@@ -48,6 +49,8 @@ class AgentSettings:
     batch_interval_s: float = 1.0
     spool_max_bytes: int = 256 << 20
     log_files: tuple[str, ...] = ()
+    kernel_log: bool = False
+    journal_units: tuple[str, ...] = ()
     sdk_socket: str | None = None
     window: int = 16
     drain_timeout_s: float = 5.0
@@ -73,7 +76,8 @@ class Agent:
         self.boot_id = read_boot_id()
         self._samplers = samplers
         self._classify = classify
-        self._followers = FileFollower(list(settings.log_files)) if settings.log_files else None
+        self._log_sources = self._build_log_sources(settings)
+        self._grouper = EventGrouper()
         self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
         self._pending = Pending()
         self._pending_lock = threading.Lock()
@@ -95,6 +99,21 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._local_server = None
 
+    @staticmethod
+    def _build_log_sources(settings: AgentSettings) -> list:
+        sources: list = []
+        if settings.log_files:
+            sources.append(FileFollower(list(settings.log_files)))
+        if settings.kernel_log:
+            from fleetscope.agent.kernel_log import KernelLogSource
+
+            sources.append(KernelLogSource())
+        if settings.journal_units:
+            from fleetscope.agent.journal import JournalSource
+
+            sources.append(JournalSource(list(settings.journal_units)))
+        return sources
+
     def _build_inventory(self) -> pb.Inventory:
         inv = host_inventory()
         index = 0
@@ -108,6 +127,9 @@ class Agent:
                     int8_tensor_cores=bool(g.int8_tensor_cores),
                 )
                 index += 1
+            fill = getattr(s, "inventory_fields", None)
+            if fill is not None:
+                fill(inv)
             driver = getattr(s, "driver_version", None)
             if callable(driver):
                 driver = driver()
@@ -165,13 +187,27 @@ class Agent:
                 if sampler.name not in self._warned:
                     self._warned.add(sampler.name)
                     log.warning("sampler %s failed: %s (further failures are only counted)", sampler.name, exc)
-        if self._followers is not None:
-            events = self._followers.poll(now_ns)
-            incidents: list[IncidentRecord] = []
-            if self._classify is not None:
-                for ev in events:
-                    incidents.extend(self._classify(ev))
-            self.add(SampleSet(logs=events, incidents=incidents))
+        if self._log_sources:
+            lines: list[LogEvent] = []
+            for source in self._log_sources:
+                try:
+                    lines.extend(source.poll(now_ns))
+                except Exception as exc:  # a log source must not stop sampling
+                    self._sampler_errors += 1
+                    if source.__class__.__name__ not in self._warned:
+                        self._warned.add(source.__class__.__name__)
+                        log.warning("log source %s failed: %s", source.__class__.__name__, exc)
+            # Every tick, even with no lines: that is when held multi-line groups time out.
+            self._add_log_events(self._grouper.feed(lines))
+
+    def _add_log_events(self, events: list[LogEvent]) -> None:
+        if not events:
+            return
+        incidents: list[IncidentRecord] = []
+        if self._classify is not None:
+            for ev in events:
+                incidents.extend(self._classify(ev))
+        self.add(SampleSet(logs=events, incidents=incidents))
 
     def flush(self, now_ns: int | None = None) -> int:
         """Move pending records into the spool as batches; returns how many were written."""
@@ -240,6 +276,12 @@ class Agent:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        self._add_log_events(self._grouper.flush_all())
+        for source in self._log_sources:
+            try:
+                source.close()
+            except Exception as exc:  # closing is best effort
+                log.debug("closing %s: %s", source, exc)
         self.flush()
         if self._local_server is not None:
             self._local_server.stop(1.0)

@@ -67,10 +67,12 @@ def nvml_sampler(gpus: int):  # type: ignore[no-untyped-def]
 
 
 def jetson_sampler(tmp: Path):  # type: ignore[no-untyped-def]
-    from fleetscope.agent.samplers.jetson import JetsonSampler, write_demo_tree
+    # The Orin Nano tree the Jetson tests are written against (tests/agent/test_jetson_sysfs.py).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fleetscope.agent.samplers.jetson import JetsonSampler
+    from tests.agent.test_jetson_sysfs import ORIN_NANO, ORIN_NANO_LINKS, build_tree
 
-    root = tmp / "sysfs"
-    write_demo_tree(root)
+    root = build_tree(tmp / "sysfs", ORIN_NANO, ORIN_NANO_LINKS)
     return JetsonSampler(sysfs_root=root), 1
 
 

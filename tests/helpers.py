@@ -59,7 +59,7 @@ class CountingSampler:
 
 
 def make_agent(tmp_path: Path, collectors: list[str], sampler, *, name: str = "dev-1", token: str = "test-token",
-               interval_s: float = 0.05, clock=time.time_ns, **overrides) -> Agent:  # type: ignore[no-untyped-def]
+               interval_s: float = 0.05, clock=time.time_ns, classify=None, **overrides) -> Agent:  # type: ignore[no-untyped-def]
     settings = AgentSettings(
         collectors=tuple(collectors), spool_dir=tmp_path / f"spool-{name}", token=token, name=name,
         labels={"site": "test"}, interval_s=interval_s, batch_interval_s=overrides.pop("batch_interval_s", 0.1),
@@ -67,7 +67,7 @@ def make_agent(tmp_path: Path, collectors: list[str], sampler, *, name: str = "d
         **overrides,
     )
     return Agent(settings, samplers=[sampler], inventory=pb.Inventory(cpu_model="test"), kind=pb.DEVICE_KIND_SERVER,
-                 clock=clock)
+                 clock=clock, classify=classify)
 
 
 def gpu_sequence_numbers(db_url: str, device: str = "dev-1") -> list[int]:

@@ -135,6 +135,9 @@ class Agent:
                 driver = driver()
             if driver:
                 inv.driver_version = str(driver)
+            cuda = getattr(s, "cuda_driver_version", None)
+            if cuda:
+                inv.cuda_driver_version = str(cuda)
         return inv
 
     def register_request(self) -> pb.RegisterRequest:

@@ -179,9 +179,14 @@ class Agent:
     def tick(self, now_ns: int | None = None) -> None:
         """Sample every source once."""
         now_ns = self._clock() if now_ns is None else now_ns
+        lines: list[LogEvent] = []
         for sampler in list(self._samplers):
             try:
-                self.add(sampler.sample(now_ns))
+                records = sampler.sample(now_ns)
+                # A source's own log lines (a simulated job's output) are classified like followed files'.
+                lines.extend(records.logs)
+                records.logs = []
+                self.add(records)
             except SourceUnavailable as exc:
                 log.warning("turning off source %s: %s", sampler.name, exc)
                 self._samplers.remove(sampler)
@@ -190,18 +195,16 @@ class Agent:
                 if sampler.name not in self._warned:
                     self._warned.add(sampler.name)
                     log.warning("sampler %s failed: %s (further failures are only counted)", sampler.name, exc)
-        if self._log_sources:
-            lines: list[LogEvent] = []
-            for source in self._log_sources:
-                try:
-                    lines.extend(source.poll(now_ns))
-                except Exception as exc:  # a log source must not stop sampling
-                    self._sampler_errors += 1
-                    if source.__class__.__name__ not in self._warned:
-                        self._warned.add(source.__class__.__name__)
-                        log.warning("log source %s failed: %s", source.__class__.__name__, exc)
-            # Every tick, even with no lines: that is when held multi-line groups time out.
-            self._add_log_events(self._grouper.feed(lines))
+        for source in self._log_sources:
+            try:
+                lines.extend(source.poll(now_ns))
+            except Exception as exc:  # a log source must not stop sampling
+                self._sampler_errors += 1
+                if source.__class__.__name__ not in self._warned:
+                    self._warned.add(source.__class__.__name__)
+                    log.warning("log source %s failed: %s", source.__class__.__name__, exc)
+        # Every tick, even with no lines: that is when held multi-line groups time out.
+        self._add_log_events(self._grouper.feed(lines))
 
     def _add_log_events(self, events: list[LogEvent]) -> None:
         if not events:

@@ -36,6 +36,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-batch-size", type=size_bytes, default=32 << 20, metavar="SIZE", help="largest batch accepted (default 32MiB)")
     p.add_argument("--grace", type=duration_ns, default=10 * 10**9, metavar="DURATION",
                    help="on stop, how long in-flight streams get to finish (default 10s)")
+    p.add_argument("--no-rollups", action="store_true",
+                   help="do not maintain the minute/hour rollups the dashboard reads (another collector does)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
     p.set_defaults(func=_needs_collector(run_collector))
@@ -137,7 +139,7 @@ def run_collector(args: argparse.Namespace) -> int:
     elif args.token:
         tokens = frozenset([args.token])
     settings = CollectorSettings(listen=args.listen, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
-                                 grace_s=args.grace / 1e9)
+                                 grace_s=args.grace / 1e9, rollups=not args.no_rollups)
     if tokens is None:
         print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
     if args.workers > 1:

@@ -36,7 +36,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import BigInteger, Connection, Engine, and_, case, cast, delete, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    and_,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -132,7 +146,10 @@ SOURCES = (GPU, HOST)
 def raw_aggregates(source: Source) -> list[ColumnElement]:
     """SELECT expressions over the raw table, labelled with the rollup column names."""
     t = source.raw.c  # type: ignore[attr-defined]
-    out: list[ColumnElement] = [func.count().label("n"), (func.max(t.ts_ns) - func.min(t.ts_ns)).label("span_ns")]
+    out: list[ColumnElement] = [
+        func.count().label("n"),
+        (func.max(t.ts_ns) - func.min(t.ts_ns)).label("span_ns"),
+    ]
     for a in source.aggs:
         col = t[a.raw]
         if a.how == "avg":
@@ -274,11 +291,17 @@ class RollupJob:
             return False, holder
         try:
             with self.engine.begin() as conn:
-                conn.execute(insert(rollup_leases).values(name=LEASE_NAME, owner=self.owner, expires_ns=now_ns + self.lease_ns))
+                conn.execute(
+                    insert(rollup_leases).values(
+                        name=LEASE_NAME, owner=self.owner, expires_ns=now_ns + self.lease_ns
+                    )
+                )
             return True, self.owner
         except IntegrityError:  # another collector inserted the first lease in between
             with self.engine.connect() as conn:
-                return False, conn.execute(select(lease.owner).where(lease.name == LEASE_NAME)).scalar() or "?"
+                return False, conn.execute(
+                    select(lease.owner).where(lease.name == LEASE_NAME)
+                ).scalar() or "?"
 
     def release(self) -> None:
         """Give the lease up now, so another collector need not wait for it to expire."""
@@ -322,7 +345,9 @@ class RollupJob:
         best: int | None = None
         for t in (host_samples, gpu_samples):
             order = t.c.ts_ns.desc() if newest else t.c.ts_ns.asc()
-            ts = conn.execute(select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(order).limit(1)).scalar()
+            ts = conn.execute(
+                select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(order).limit(1)
+            ).scalar()
             if ts is not None:
                 best = ts if best is None else (max(best, ts) if newest else min(best, ts))
         return best
@@ -357,7 +382,9 @@ class RollupJob:
             start = end
         return True
 
-    def _chunk(self, device_id: int, step_s: int, start: int, end: int, now_ns: int, report: RollupReport) -> bool:
+    def _chunk(
+        self, device_id: int, step_s: int, start: int, end: int, now_ns: int, report: RollupReport
+    ) -> bool:
         """Roll buckets [start, end) of one device at one step, in one transaction."""
         step_ns = step_s * NS
         try:
@@ -370,17 +397,29 @@ class RollupJob:
         return True
 
     def _chunk_in(
-        self, conn: Connection, device_id: int, step_s: int, step_ns: int, start: int, end: int, now_ns: int, report: RollupReport
+        self,
+        conn: Connection,
+        device_id: int,
+        step_s: int,
+        step_ns: int,
+        start: int,
+        end: int,
+        now_ns: int,
+        report: RollupReport,
     ) -> None:
         for src in SOURCES:
             report.rows[step_s] += self._aggregate(conn, src, device_id, step_s, start, end)
         report.rows[step_s] += self._latency(conn, device_id, step_s, step_ns, start, end)
         p = rollup_progress.c
         res = conn.execute(
-            update(rollup_progress).where(p.device_id == device_id, p.step_s == step_s).values(rolled_until_ns=end)
+            update(rollup_progress)
+            .where(p.device_id == device_id, p.step_s == step_s)
+            .values(rolled_until_ns=end)
         )
         if res.rowcount == 0:
-            conn.execute(insert(rollup_progress).values(device_id=device_id, step_s=step_s, rolled_until_ns=end))
+            conn.execute(
+                insert(rollup_progress).values(device_id=device_id, step_s=step_s, rolled_until_ns=end)
+            )
         # Renew the lease inside the same transaction: if another collector took it over
         # (we stalled past expiry), this chunk is rolled back and we stop.
         lease = rollup_leases.c
@@ -397,7 +436,11 @@ class RollupJob:
         r = src.rollup
         rc = r.c  # type: ignore[attr-defined]
         step_ns = step_s * NS
-        conn.execute(delete(r).where(rc.device_id == device_id, rc.step_s == step_s, rc.bucket_ns >= start, rc.bucket_ns < end))  # type: ignore[arg-type]
+        conn.execute(
+            delete(r).where(
+                rc.device_id == device_id, rc.step_s == step_s, rc.bucket_ns >= start, rc.bucket_ns < end
+            )
+        )  # type: ignore[arg-type]
         keys: list[ColumnElement] = []
         if step_s == 60:
             t = src.raw.c  # type: ignore[attr-defined]
@@ -409,7 +452,9 @@ class RollupJob:
             from_ = src.raw
         else:
             bucket = bucket_of(rc.bucket_ns, step_ns)
-            where = and_(rc.device_id == device_id, rc.step_s == 60, rc.bucket_ns >= start, rc.bucket_ns < end)
+            where = and_(
+                rc.device_id == device_id, rc.step_s == 60, rc.bucket_ns >= start, rc.bucket_ns < end
+            )
             if src.per_gpu:
                 keys.append(rc.gpu_index)
             values = rollup_aggregates(src)
@@ -430,18 +475,38 @@ class RollupJob:
     def _latency(conn: Connection, device_id: int, step_s: int, step_ns: int, start: int, end: int) -> int:
         lr = latency_rollups.c
         conn.execute(
-            delete(latency_rollups).where(lr.device_id == device_id, lr.step_s == step_s, lr.bucket_ns >= start, lr.bucket_ns < end)
+            delete(latency_rollups).where(
+                lr.device_id == device_id, lr.step_s == step_s, lr.bucket_ns >= start, lr.bucket_ns < end
+            )
         )
         if step_s == 60:
             h = latency_histograms.c
             rows = conn.execute(
-                select(h.start_ns, h.end_ns - h.start_ns, h.name, h.labels, h.count, h.sum_ns, h.errors, h.zero_count, h.buckets)
-                .where(h.device_id == device_id, h.start_ns >= start, h.start_ns < end)
+                select(
+                    h.start_ns,
+                    h.end_ns - h.start_ns,
+                    h.name,
+                    h.labels,
+                    h.count,
+                    h.sum_ns,
+                    h.errors,
+                    h.zero_count,
+                    h.buckets,
+                ).where(h.device_id == device_id, h.start_ns >= start, h.start_ns < end)
             )
         else:
             rows = conn.execute(
-                select(lr.bucket_ns, lr.window_ns, lr.name, lr.labels, lr.count, lr.sum_ns, lr.errors, lr.zero_count, lr.buckets)
-                .where(lr.device_id == device_id, lr.step_s == 60, lr.bucket_ns >= start, lr.bucket_ns < end)
+                select(
+                    lr.bucket_ns,
+                    lr.window_ns,
+                    lr.name,
+                    lr.labels,
+                    lr.count,
+                    lr.sum_ns,
+                    lr.errors,
+                    lr.zero_count,
+                    lr.buckets,
+                ).where(lr.device_id == device_id, lr.step_s == 60, lr.bucket_ns >= start, lr.bucket_ns < end)
             )
         merged: dict[tuple[int, str, str], list] = {}
         for ts, window, name, labels, count, sum_ns, errors, zero, buckets in rows:
@@ -459,8 +524,16 @@ class RollupJob:
             insert(latency_rollups),
             [
                 {
-                    "device_id": device_id, "step_s": step_s, "bucket_ns": b, "name": name, "labels": labels,
-                    "count": a[0], "sum_ns": a[1], "errors": a[2], "zero_count": a[3], "window_ns": a[4],
+                    "device_id": device_id,
+                    "step_s": step_s,
+                    "bucket_ns": b,
+                    "name": name,
+                    "labels": labels,
+                    "count": a[0],
+                    "sum_ns": a[1],
+                    "errors": a[2],
+                    "zero_count": a[3],
+                    "window_ns": a[4],
                     "buckets": json.dumps(bucket_math.merge(a[5]), separators=(",", ":")),
                 }
                 for (b, name, labels), a in merged.items()

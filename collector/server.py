@@ -33,6 +33,7 @@ class CollectorSettings:
     max_batch_bytes: int = 32 << 20
     grace_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    rollups: bool = True  # maintain the minute/hour rollups the dashboard reads (one collector at a time, by lease)
 
 
 def read_tokens_file(path: Path) -> frozenset[str]:
@@ -63,6 +64,12 @@ class Collector:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self.writer.start()
+        rollup_job = None
+        if self.settings.rollups:
+            from fleetscope.collector.rollup import RollupJob
+
+            rollup_job = RollupJob(self.engine)
+            rollup_job.start()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", self.settings.max_batch_bytes),
@@ -93,6 +100,8 @@ class Collector:
         self._service.begin_shutdown()
         await server.stop(self.settings.grace_s)
         await asyncio.to_thread(self.writer.stop)
+        if rollup_job is not None:
+            await asyncio.to_thread(rollup_job.stop)
         self.engine.dispose()
         log.info("collector stopped")
 

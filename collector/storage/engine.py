@@ -15,6 +15,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, select
 from sqlalchemy.engine import make_url
 
 from fleetscope.collector.errors import StoreUnavailable
+from fleetscope.collector.storage import rollup_schema  # noqa: F401  (its tables join the metadata)
 from fleetscope.collector.storage.schema import SCHEMA_VERSION, metadata, schema_info
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,301 @@
+"""Vega-Lite chart specs, written as plain dicts.
+
+Why not Altair or ``st.line_chart``: both build and validate an Altair object per chart, which
+costs tens of milliseconds each; a device page has a dozen charts and a budget of 1.5 s. A
+dict spec goes to the browser as is. Every time chart takes the page's time ``domain`` so that
+all charts of a page (and the incident strip) share one x axis, and can carry shaded bands
+(throttling) and incident markers as extra layers with their own named datasets.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+SEVERITY_COLORS = {"critical": "#b40426", "error": "#e45756", "warning": "#f2a93b", "info": "#4c78a8"}
+HEIGHT = 220
+# Distinct hues for GPUs and groups (the theme's first two colours are both blue).
+PALETTE = [
+    "#4c78a8",
+    "#f58518",
+    "#54a24b",
+    "#e45756",
+    "#72b7b2",
+    "#b279a2",
+    "#eeca3b",
+    "#9d755d",
+    "#ff9da6",
+    "#bab0ac",
+]
+
+
+def _records(df: pd.DataFrame) -> pd.DataFrame:
+    """Datasets go to Streamlit as frames: it serialises them to Arrow for the browser."""
+    return df.reset_index(drop=True)
+
+
+def _time_format(domain: tuple[int, int] | None) -> str | None:
+    """24-hour labels (Vega's default is 12-hour without am/pm), with dates for long ranges."""
+    if not domain:
+        return None
+    span_s = (domain[1] - domain[0]) / 1000
+    if span_s <= 600:
+        return "%H:%M:%S"
+    if span_s <= 36 * 3600:
+        return "%H:%M"
+    return "%b %d %H:%M"
+
+
+def _x(domain: tuple[int, int] | None, field: str = "t") -> dict[str, Any]:
+    axis: dict[str, Any] = {"labelOverlap": True, "grid": False}
+    if _time_format(domain):
+        axis["format"] = _time_format(domain)
+    x: dict[str, Any] = {"field": field, "type": "temporal", "title": None, "axis": axis}
+    if domain:
+        # ISO strings, not epoch numbers: Streamlit's Vega-Lite embedding ignores (collapses)
+        # a numeric domain on a temporal scale, while data fields in epoch ms work.
+        x["scale"] = {"domain": [_iso(d) for d in domain]}
+    return x
+
+
+def _iso(ms: float) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _legend() -> dict[str, Any]:
+    return {"orient": "top", "direction": "horizontal", "title": None, "symbolSize": 60, "labelLimit": 260}
+
+
+def time_chart(
+    df: pd.DataFrame,
+    *,
+    title: str,
+    unit: str,
+    domain: tuple[int, int] | None,
+    y: str = "value",
+    series: str | None = "series",
+    number_format: str = ".1f",
+    y_domain: tuple[float, float] | None = None,
+    bands: pd.DataFrame | None = None,
+    markers: pd.DataFrame | None = None,
+    area: bool = False,
+    height: int = HEIGHT,
+) -> dict[str, Any]:
+    """A line (or area) chart over time, one line per ``series`` value."""
+    y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": unit, "axis": {"tickCount": 4}}
+    if y_domain:
+        y_enc["scale"] = {"domain": list(y_domain)}
+    enc: dict[str, Any] = {
+        "x": _x(domain),
+        "y": y_enc,
+        "tooltip": [
+            {"field": "t", "type": "temporal", "title": "time", "format": TIME_FORMAT},
+            *([{"field": series, "type": "nominal", "title": "series"}] if series else []),
+            {"field": y, "type": "quantitative", "title": unit, "format": number_format},
+        ],
+    }
+    if series:
+        single = df.empty or df[series].nunique() <= 1
+        enc["color"] = {
+            "field": series,
+            "type": "nominal",
+            "title": None,
+            "legend": None if single else _legend(),
+            "scale": {"range": PALETTE},
+        }
+    mark: dict[str, Any] = (
+        {"type": "area", "opacity": 0.35, "line": True} if area else {"type": "line", "strokeWidth": 1.5}
+    )
+    if len(df) <= 2000:  # smoothing costs the browser time per point; thousands of points need none
+        mark["interpolate"] = "monotone"
+    if len(df) < 40:  # a handful of buckets: show the points, a lone one draws no line at all
+        mark["point"] = {"size": 30, "filled": True}
+    # Only the columns this chart encodes: the GPU frame has fifteen, and every chart's data
+    # travels to the browser on its own.
+    datasets: dict[str, Any] = {"main": _records(df[[c for c in ("t", series, y) if c and c in df.columns]])}
+    layers: list[dict[str, Any]] = []
+    if bands is not None and not bands.empty:
+        datasets["bands"] = _records(bands)
+        layers.append(
+            {
+                "data": {"name": "bands"},
+                "mark": {"type": "rect", "opacity": 0.16},
+                "encoding": {
+                    "x": _x(domain, "start"),
+                    "x2": {"field": "end"},
+                    "color": {"field": "color", "type": "nominal", "scale": None, "legend": None},
+                    "tooltip": [{"field": "reason", "title": "throttled"}],
+                },
+            }
+        )
+    layers.append({"data": {"name": "main"}, "mark": mark, "encoding": enc})
+    if markers is not None and not markers.empty:
+        datasets["markers"] = _records(markers)
+        layers.append(marker_layer(domain))
+    return {
+        "height": height,
+        "title": {"text": title, "anchor": "start", "fontSize": 13},
+        "datasets": datasets,
+        "layer": layers,
+        "resolve": {"scale": {"color": "independent"}, "legend": {"color": "independent"}},
+    }
+
+
+def marker_layer(domain: tuple[int, int] | None) -> dict[str, Any]:
+    """Incidents as dashed vertical rules, coloured by severity."""
+    return {
+        "data": {"name": "markers"},
+        "mark": {"type": "rule", "strokeDash": [4, 3], "strokeWidth": 2},
+        "encoding": {
+            "x": _x(domain),
+            "color": {
+                "field": "severity",
+                "type": "nominal",
+                "legend": None,
+                "scale": {"domain": list(SEVERITY_COLORS), "range": list(SEVERITY_COLORS.values())},
+            },
+            "tooltip": [{"field": "when", "title": "time"}, {"field": "kind"}, {"field": "title"}],
+        },
+    }
+
+
+def incident_strip(
+    markers: pd.DataFrame, *, domain: tuple[int, int] | None, height: int = 90
+) -> dict[str, Any]:
+    """Incidents on the shared time axis: one row per kind, a dot per incident."""
+    return {
+        "height": height,
+        "title": {"text": "Incidents", "anchor": "start", "fontSize": 13},
+        "datasets": {"markers": _records(markers)},
+        "data": {"name": "markers"},
+        "mark": {"type": "point", "filled": True, "size": 80},
+        "encoding": {
+            "x": _x(domain),
+            "y": {"field": "kind", "type": "nominal", "title": None},
+            "color": {
+                "field": "severity",
+                "type": "nominal",
+                "title": None,
+                "scale": {"domain": list(SEVERITY_COLORS), "range": list(SEVERITY_COLORS.values())},
+                "legend": _legend(),
+            },
+            "tooltip": [
+                {"field": "when", "title": "time"},
+                {"field": "kind"},
+                {"field": "severity"},
+                {"field": "title"},
+            ],
+        },
+    }
+
+
+def count_bars(
+    df: pd.DataFrame, *, domain: tuple[int, int] | None, title: str, height: int = 230
+) -> dict[str, Any]:
+    """Stacked bars from (t, end, kind, count) rows: incidents per bucket by kind."""
+    return {
+        "height": height,
+        "title": {"text": title, "anchor": "start", "fontSize": 13},
+        "datasets": {"main": _records(df)},
+        "data": {"name": "main"},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": _x(domain),
+            "x2": {"field": "end"},
+            "y": {"field": "count", "type": "quantitative", "stack": True, "title": "incidents"},
+            "color": {
+                "field": "kind",
+                "type": "nominal",
+                "title": None,
+                "legend": _legend(),
+                "scale": {"range": PALETTE},
+            },
+            "tooltip": [
+                {"field": "t", "type": "temporal", "title": "from", "format": TIME_FORMAT},
+                {"field": "kind"},
+                {"field": "count", "type": "quantitative"},
+            ],
+        },
+    }
+
+
+def grouped_bars(
+    df: pd.DataFrame,
+    *,
+    x: str,
+    value: str,
+    group: str,
+    title: str,
+    unit: str,
+    number_format: str = ".2f",
+    height: int = 220,
+) -> dict[str, Any]:
+    """Bars per ``x`` with one bar per ``group`` side by side (e.g. p50/p90/p99 per device group)."""
+    return {
+        "height": height,
+        "title": {"text": title, "anchor": "start", "fontSize": 13},
+        "datasets": {"main": _records(df)},
+        "data": {"name": "main"},
+        "mark": {"type": "bar", "cornerRadiusEnd": 2},
+        "encoding": {
+            "x": {"field": x, "type": "nominal", "title": None, "sort": None, "axis": {"labelAngle": 0}},
+            "xOffset": {"field": group, "type": "nominal", "sort": None},
+            "y": {"field": value, "type": "quantitative", "title": unit},
+            "color": {
+                "field": group,
+                "type": "nominal",
+                "title": None,
+                "sort": None,
+                "legend": _legend(),
+                "scale": {"range": PALETTE},
+            },
+            "tooltip": [
+                {"field": group},
+                {"field": x},
+                {"field": value, "type": "quantitative", "format": number_format, "title": unit},
+            ],
+        },
+    }
+
+
+def bars(
+    df: pd.DataFrame,
+    *,
+    group: str,
+    value: str,
+    title: str,
+    unit: str,
+    number_format: str = ".3g",
+    height: int = 220,
+) -> dict[str, Any]:
+    """One bar per group, labelled on the axis (no legend to decode)."""
+    return {
+        "height": height,
+        "title": {"text": title, "anchor": "start", "fontSize": 13},
+        "datasets": {"main": _records(df)},
+        "data": {"name": "main"},
+        "mark": {"type": "bar", "cornerRadiusEnd": 2},
+        "encoding": {
+            "x": {"field": group, "type": "nominal", "title": None, "sort": None, "axis": {"labelAngle": 0}},
+            "y": {"field": value, "type": "quantitative", "title": unit},
+            "color": {
+                "field": group,
+                "type": "nominal",
+                "legend": None,
+                "sort": None,
+                "scale": {"range": PALETTE},
+            },
+            "tooltip": [
+                {"field": group},
+                {"field": value, "type": "quantitative", "format": number_format, "title": unit},
+            ],
+        },
+    }
+
+
+def show(spec: dict[str, Any], *, key: str | None = None) -> None:
+    st.vega_lite_chart(spec=spec, width="stretch", key=key)

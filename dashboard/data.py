@@ -1,0 +1,300 @@
+"""The dashboard's only way to the database: cached calls into the collector's query API.
+
+Pages call these functions and nothing else that reads data. Each opens a short read-only
+session, calls ``fleetscope.collector.query`` / ``fleet_query`` (the code the CLI uses) and
+returns their frozen dataclasses, cached with ``st.cache_data`` for a few seconds: a page
+that several people keep open, refreshing every few seconds, costs one query per TTL.
+
+Times passed in are quantised by the callers (see ``timerange``), so reruns within one
+refresh period hit the cache instead of missing it by a few nanoseconds.
+
+The engine is opened read-only: SQLite connections get ``PRAGMA query_only``, PostgreSQL
+sessions ``default_transaction_read_only``, so no bug in a page can write to the fleet's data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import streamlit as st
+from sqlalchemy import Engine, event, select
+from sqlalchemy.orm import Session
+
+from fleetscope.collector import fleet_query as fq
+from fleetscope.collector import query as q
+from fleetscope.collector.storage.engine import has_schema, make_engine, normalise_url
+
+log = logging.getLogger(__name__)
+
+URL_KEY = "fleetscope_db_url"
+FLEET_TTL_S = 5
+SERIES_TTL_S = 15
+SLOW_TTL_S = 60
+
+
+class DataUnavailable(RuntimeError):
+    """The database cannot be read; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class Status:
+    ok: bool
+    has_schema: bool
+    devices: int
+    message: str  # what to do when not ok or empty
+
+
+def set_url(url: str) -> None:
+    st.session_state[URL_KEY] = normalise_url(url)
+
+
+def url() -> str:
+    return str(st.session_state.get(URL_KEY, ""))
+
+
+def display_url() -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url()).render_as_string(hide_password=True)
+    except Exception:
+        return url()
+
+
+@st.cache_resource(show_spinner=False)
+def _engine(db_url: str) -> Engine:
+    engine = make_engine(db_url, create=False)
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _read_only(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA query_only = ON")
+            cur.close()
+
+    elif engine.dialect.name == "postgresql":
+
+        @event.listens_for(engine, "connect")
+        def _read_only_pg(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            cur.close()
+            dbapi_conn.commit()
+
+    return engine
+
+
+@contextmanager
+def _session(db_url: str) -> Iterator[Session]:
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        with Session(_engine(db_url)) as session:
+            yield session
+    except OperationalError as exc:
+        log.warning("database read failed: %s", exc)
+        raise DataUnavailable(
+            f"The database could not be read ({exc.orig}). Is it reachable, and is the URL right?"
+        ) from exc
+
+
+def _missing_sqlite_file(db_url: str) -> str | None:
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(db_url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return None if Path(parsed.database).exists() else parsed.database
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def status(db_url: str) -> Status:
+    from fleetscope.collector.storage.schema import Device
+
+    missing = _missing_sqlite_file(db_url)
+    if missing:
+        # Opening it would create an empty file: a read-only viewer must not leave one behind.
+        return Status(
+            False,
+            False,
+            0,
+            f"no database at `{missing}` yet: start a collector with "
+            f"`fleetscope collector --db {display_url()}`, or point --db at its database",
+        )
+    try:
+        engine = _engine(db_url)
+        if not has_schema(engine):
+            return Status(
+                False,
+                False,
+                0,
+                "no fleetscope data in this database yet: start a collector with "
+                f"`fleetscope collector --db {display_url()}`",
+            )
+        with _session(db_url) as s:
+            n = len(s.execute(select(Device.id)).all())
+    except DataUnavailable as exc:
+        return Status(False, False, 0, str(exc))
+    except Exception as exc:
+        log.exception("status check failed")
+        return Status(False, False, 0, f"The database could not be opened: {exc}")
+    if n == 0:
+        return Status(
+            True,
+            True,
+            0,
+            "no devices yet: start an agent with `fleetscope agent --collector HOST:PORT`"
+            " (or `fleetscope simulate --collector HOST:PORT` for simulated ones)",
+        )
+    return Status(True, True, n, "")
+
+
+# -- fleet and devices ----------------------------------------------------------------------
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def fleet(db_url: str, now_ns: int) -> fq.FleetOverview:
+    with _session(db_url) as s:
+        return fq.fleet_overview(session=s, now_ns=now_ns)
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def devices(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
+    with _session(db_url) as s:
+        return q.list_devices(session=s, now_ns=now_ns)
+
+
+@st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
+def device_series(db_url: str, device: str, since_ns: int, until_ns: int) -> fq.DeviceSeries:
+    with _session(db_url) as s:
+        return fq.device_series(session=s, device=device, since_ns=since_ns, until_ns=until_ns)
+
+
+@st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
+def logs(
+    db_url: str, device: str, since_ns: int, until_ns: int, min_level: str | None, text: str | None
+) -> list[q.LogLine]:
+    with _session(db_url) as s:
+        return fq.search_logs(
+            session=s,
+            device=device,
+            since_ns=since_ns,
+            until_ns=until_ns,
+            min_level=min_level,
+            text=text or None,
+            limit=500,
+        )
+
+
+# -- incidents ----------------------------------------------------------------------------
+
+
+@st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
+def incidents(
+    db_url: str,
+    since_ns: int,
+    until_ns: int,
+    kinds: tuple[str, ...] = (),
+    devices: tuple[str, ...] | None = None,
+    severities: tuple[str, ...] = (),
+    text: str = "",
+    limit: int = 500,
+) -> list[q.IncidentView]:
+    with _session(db_url) as s:
+        return fq.search_incidents(
+            session=s,
+            since_ns=since_ns,
+            until_ns=until_ns,
+            kinds=list(kinds) or None,
+            devices=list(devices) if devices is not None else None,
+            severities=list(severities) or None,
+            text=text or None,
+            limit=limit,
+        )
+
+
+@st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
+def incident_counts(
+    db_url: str,
+    since_ns: int,
+    until_ns: int,
+    step_s: int,
+    kinds: tuple[str, ...] = (),
+    devices: tuple[str, ...] | None = None,
+    severities: tuple[str, ...] = (),
+) -> list[fq.IncidentCount]:
+    with _session(db_url) as s:
+        return fq.incident_counts(
+            session=s,
+            since_ns=since_ns,
+            until_ns=until_ns,
+            step_s=step_s,
+            kinds=list(kinds) or None,
+            devices=list(devices) if devices is not None else None,
+            severities=list(severities) or None,
+        )
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
+def incident_kinds(db_url: str) -> list[str]:
+    with _session(db_url) as s:
+        return fq.incident_kinds(session=s)
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
+def incident_context(db_url: str, incident_id: int) -> fq.IncidentContext | None:
+    with _session(db_url) as s:
+        return fq.incident_context(session=s, incident_id=incident_id)
+
+
+# -- compare ------------------------------------------------------------------------------
+
+
+def _groups(groups: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, list[str]]:
+    return {name: list(members) for name, members in groups}
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
+def operations(db_url: str, devices: tuple[str, ...], since_ns: int, until_ns: int) -> list[str]:
+    with _session(db_url) as s:
+        return fq.latency_operations(session=s, devices=list(devices), since_ns=since_ns, until_ns=until_ns)
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
+def compare(
+    db_url: str,
+    groups: tuple[tuple[str, tuple[str, ...]], ...],
+    since_ns: int,
+    until_ns: int,
+    operation: str | None,
+) -> list[fq.GroupComparison]:
+    with _session(db_url) as s:
+        return fq.compare_groups(
+            session=s, groups=_groups(groups), since_ns=since_ns, until_ns=until_ns, operation=operation
+        )
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
+def group_latency(
+    db_url: str, groups: tuple[tuple[str, tuple[str, ...]], ...], operation: str, since_ns: int, until_ns: int
+) -> dict[str, fq.LatencySeries | None]:
+    with _session(db_url) as s:
+        return fq.group_latency_series(
+            session=s, groups=_groups(groups), operation=operation, since_ns=since_ns, until_ns=until_ns
+        )
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
+def benchmarks(
+    db_url: str, devices: tuple[str, ...], since_ns: int, until_ns: int
+) -> list[fq.BenchmarkRecord]:
+    with _session(db_url) as s:
+        return fq.benchmark_records(session=s, since_ns=since_ns, until_ns=until_ns, devices=list(devices))

@@ -1,0 +1,45 @@
+"""The pages, defined once: the router builds ``st.navigation`` from them and pages link to
+each other through ``go`` (``st.switch_page`` needs the same ``st.Page`` definition).
+
+Page modules are imported lazily: they import this module to link, and the router imports
+this module to route.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+# name -> (module, title, Material icon)
+PAGES: dict[str, tuple[str, str, str]] = {
+    "fleet": ("page_fleet", "Fleet", ":material/dashboard:"),
+    "device": ("page_device", "Device", ":material/memory:"),
+    "compare": ("page_compare", "Compare", ":material/compare_arrows:"),
+    "incidents": ("page_incidents", "Incidents", ":material/report:"),
+}
+DEFAULT = "fleet"
+
+
+def _render(name: str) -> Callable[[], None]:
+    module = importlib.import_module(f"fleetscope.dashboard.{PAGES[name][0]}")
+    return module.render  # type: ignore[no-any-return]
+
+
+def page(name: str, *, default: bool = False) -> Any:
+    _module, title, icon = PAGES[name]
+    return st.Page(_render(name), title=title, icon=icon, url_path=name, default=default)
+
+
+def pages(default: str | None = None) -> list[Any]:
+    start = default if default in PAGES else DEFAULT
+    return [page(name, default=(name == start)) for name in PAGES]
+
+
+def go(name: str, **params: str) -> None:
+    """Open another page with these query parameters (stops this run)."""
+    # A page's identity is its url_path (not whether it is the default), so a fresh st.Page
+    # with the same url_path and callable names the registered one.
+    st.switch_page(page(name), query_params=params or None)

@@ -1,0 +1,342 @@
+"""Device: one device's GPUs and host over a chosen range, its latencies, incidents and logs.
+
+Every chart shares the range's x axis, and the device's incidents are drawn on each as
+dashed rules, so "the p99 went up when the GPU throttled, right before the OOM" is one look.
+The resolution follows the range (``fleet_query.resolution_for``) and is stated under the
+charts. ``?device=NAME&range=24h`` in the URL opens the same view.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from fleetscope.collector.errors import UnknownDevice
+from fleetscope.collector.fleet_query import (
+    BENCHMARK_KIND,
+    LEVELS,
+    DeviceSeries,
+    describe_resolution,
+    device_model,
+)
+from fleetscope.collector.query import DeviceSummary, IncidentView
+from fleetscope.dashboard import charts, data, fmt, frames, nav, timerange
+
+
+def _pick_device(devices: list[DeviceSummary]) -> DeviceSummary:
+    names = [d.name for d in devices]
+    wanted = st.query_params.get("device")
+    # A link (a fleet row, an incident) names a device in the URL: it wins over the last pick.
+    if wanted in names and wanted != st.session_state.get("_device_from_url"):
+        st.session_state["device_pick"] = wanted
+    if st.session_state.get("device_pick") not in names:
+        st.session_state["device_pick"] = names[0]
+    name = st.selectbox("Device", names, key="device_pick")
+    st.query_params["device"] = name
+    st.session_state["_device_from_url"] = name
+    return devices[names.index(name)]
+
+
+def _header(d: DeviceSummary, now_ns: int) -> None:
+    state = (
+        ":green[● online]" if d.online else f":red[● offline] · last seen {fmt.ago(d.last_seen_ns, now_ns)}"
+    )
+    inv = d.inventory or {}
+    bits = [device_model(d), state]
+    if inv.get("driver_version"):
+        bits.append(f"driver {inv['driver_version']}")
+    if inv.get("jetpack_version"):
+        bits.append(f"JetPack {inv['jetpack_version']}")
+    if d.agent_version:
+        bits.append(f"agent {d.agent_version}")
+    st.markdown(" · ".join(bits))
+    labels = " ".join(f"`{k}={v}`" for k, v in sorted(d.labels.items()))
+    if labels:
+        st.markdown(labels)
+
+
+def _now_metrics(gpu: pd.DataFrame, host: pd.DataFrame) -> None:
+    c = st.columns(6)
+    last_gpu = gpu.dropna(subset=["util"]).sort_values("t").groupby("gpu").tail(1) if not gpu.empty else gpu
+    last_host = host.dropna(subset=["cpu"]).tail(1) if not host.empty else host
+    has_gpu = not last_gpu.empty
+    c[0].metric("GPU utilisation", fmt.pct(last_gpu["util"].mean()) if has_gpu else fmt.MISSING)
+    c[1].metric("GPU memory", fmt.gib(last_gpu["mem_gib"].sum() * 1024**3) if has_gpu else fmt.MISSING)
+    c[2].metric("Hottest GPU", fmt.celsius(last_gpu["temp_max"].max()) if has_gpu else fmt.MISSING)
+    c[3].metric("GPU power", fmt.watts(last_gpu["power"].sum()) if has_gpu else fmt.MISSING)
+    c[4].metric("CPU", fmt.pct(last_host["cpu"].iloc[0]) if not last_host.empty else fmt.MISSING)
+    c[5].metric(
+        "RAM", fmt.gib(last_host["ram_gib"].iloc[0] * 1024**3) if not last_host.empty else fmt.MISSING
+    )
+
+
+def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, int]) -> None:
+    if gpu.empty:
+        st.info(
+            "No GPU samples in this range. Devices without an NVIDIA GPU (or without NVML) send host samples only."
+        )
+        return
+    bands = frames.throttle_bands(gpu, s.step_s)
+    mem_total = max((g.memory_total_bytes or 0) for g in s.gpus) / 1024**3 if s.gpus else 0
+    left, right = st.columns(2)
+    with left:
+        charts.show(
+            charts.time_chart(
+                gpu.rename(columns={"gpu": "series"}),
+                y="util",
+                title="GPU utilisation",
+                unit="%",
+                domain=domain,
+                y_domain=(0, 100),
+                markers=markers,
+                number_format=".0f",
+            ),
+            key="c_util",
+        )
+        charts.show(
+            charts.time_chart(
+                gpu.rename(columns={"gpu": "series"}),
+                y="temp",
+                title="GPU temperature",
+                unit="°C",
+                domain=domain,
+                markers=markers,
+                bands=bands,
+                number_format=".0f",
+            ),
+            key="c_temp",
+        )
+        charts.show(
+            charts.time_chart(
+                gpu.rename(columns={"gpu": "series"}),
+                y="sm_clock",
+                title="SM clock (shaded: throttled)",
+                unit="MHz",
+                domain=domain,
+                bands=bands,
+                markers=markers,
+                number_format=".0f",
+            ),
+            key="c_clock",
+        )
+    with right:
+        charts.show(
+            charts.time_chart(
+                gpu.rename(columns={"gpu": "series"}),
+                y="mem_gib",
+                title="GPU memory used",
+                unit="GiB",
+                domain=domain,
+                markers=markers,
+                number_format=".2f",
+                y_domain=(0, mem_total) if mem_total else None,
+            ),
+            key="c_mem",
+        )
+        charts.show(
+            charts.time_chart(
+                gpu.rename(columns={"gpu": "series"}),
+                y="power",
+                title="GPU power",
+                unit="W",
+                domain=domain,
+                markers=markers,
+                number_format=".0f",
+            ),
+            key="c_power",
+        )
+        if not bands.empty:
+            total = (bands["end"] - bands["start"]).sum() / 1000
+            st.caption(
+                f"Throttled for about {fmt.duration(total)} of this range "
+                f"({', '.join(sorted(set(bands['reason'])))}): shaded on the temperature and clock charts."
+            )
+        else:
+            st.caption("No throttling in this range.")
+
+
+def _host_charts(host: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, int]) -> None:
+    if host.empty:
+        st.info("No host samples in this range.")
+        return
+    left, right = st.columns(2)
+    with left:
+        charts.show(
+            charts.time_chart(
+                frames.long(host, {"cpu": "mean", "cpu_max": "busiest sample"}),
+                title="CPU",
+                unit="%",
+                domain=domain,
+                y_domain=(0, 100),
+                markers=markers,
+                number_format=".0f",
+            ),
+            key="c_cpu",
+        )
+        charts.show(
+            charts.time_chart(
+                frames.long(host, {"disk_read": "read", "disk_write": "write"}),
+                title="Disk I/O",
+                unit="MiB/s",
+                domain=domain,
+                markers=markers,
+                number_format=".2f",
+            ),
+            key="c_disk",
+        )
+    with right:
+        charts.show(
+            charts.time_chart(
+                frames.long(host, {"ram_gib": "RAM used", "swap_gib": "swap used"}),
+                title="RAM and swap",
+                unit="GiB",
+                domain=domain,
+                markers=markers,
+                number_format=".2f",
+            ),
+            key="c_ram",
+        )
+        charts.show(
+            charts.time_chart(
+                frames.long(host, {"net_rx": "received", "net_tx": "sent"}),
+                title="Network",
+                unit="MiB/s",
+                domain=domain,
+                markers=markers,
+                number_format=".2f",
+            ),
+            key="c_net",
+        )
+
+
+def _latency(s: DeviceSeries, markers: pd.DataFrame, domain: tuple[int, int]) -> None:
+    lat = frames.latency_frame(s.latency)
+    if lat.empty:
+        st.info(
+            "No latency histograms in this range. Time an operation with the SDK: "
+            '`with sdk.latency("infer"): ...` (see docs/sdk/).'
+        )
+        return
+    ops = list(dict.fromkeys(lat["operation"]))
+    rows = []
+    for series in s.latency:
+        total = sum(series.count)
+        rows.append(
+            {
+                "Operation": series.name,
+                "Labels": ", ".join(f"{k}={v}" for k, v in sorted(series.labels.items())),
+                "Count": total,
+                "Errors": sum(series.errors),
+                "Worst p99": fmt.ms(max((p for p in series.p99_ms if p is not None), default=None)),
+            }
+        )
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="device_latency")
+    for i, op in enumerate(ops[:6]):
+        part = lat[lat["operation"] == op]
+        charts.show(
+            charts.time_chart(
+                frames.long(part, {"p50": "p50", "p90": "p90", "p99": "p99"}),
+                title=f"{op}: latency",
+                unit="ms",
+                domain=domain,
+                markers=markers,
+                number_format=".2f",
+            ),
+            key=f"c_lat_{i}",
+        )
+
+
+def _incidents(
+    incidents: list[IncidentView], markers: pd.DataFrame, domain: tuple[int, int], now_ns: int
+) -> None:
+    if not incidents:
+        st.success("No incidents in this range.")
+        return
+    if not markers.empty:
+        charts.show(charts.incident_strip(markers, domain=domain), key="c_strip")
+    df = pd.DataFrame(
+        [
+            {
+                "When": fmt.when(i.ts_ns),
+                "Ago": fmt.ago(i.ts_ns, now_ns),
+                "Kind": i.kind,
+                "Severity": i.severity,
+                "Title": i.title,
+                "id": i.id,
+            }
+            for i in incidents
+        ]
+    )
+    picked = st.dataframe(
+        df,
+        hide_index=True,
+        width="stretch",
+        column_order=["When", "Ago", "Kind", "Severity", "Title"],
+        on_select="rerun",
+        selection_mode="single-row",
+        key="device_incidents",
+    )
+    if picked and picked.selection.rows:
+        nav.go("incidents", incident=str(int(df.iloc[picked.selection.rows[0]]["id"])))
+
+
+def _logs(device: str, since_ns: int, until_ns: int) -> None:
+    c1, c2 = st.columns([1, 3])
+    level = c1.selectbox("Level at least", ["all", *LEVELS], key="keep_device_log_level")
+    text = c2.text_input("Search logs", key="keep_device_log_search", placeholder="text in the message")
+    lines = data.logs(
+        data.url(), device, since_ns, until_ns, None if level == "all" else level, text.strip() or None
+    )
+    if not lines:
+        st.info("No log lines match." if text or level != "all" else "No log lines in this range.")
+        return
+    df = pd.DataFrame(
+        [
+            {"Time": fmt.when(ln.ts_ns), "Level": ln.level, "Source": ln.source, "Message": ln.message}
+            for ln in reversed(lines)
+        ]
+    )
+    st.dataframe(df, hide_index=True, width="stretch", height=min(38 + 35 * len(df), 420), key="device_logs")
+    st.caption(f"{len(lines)} newest lines shown (at most 500), newest first.")
+
+
+def render() -> None:
+    status = data.status(data.url())
+    if not status.ok or status.devices == 0:
+        st.title("Device")
+        st.info(status.message)
+        return
+    now = timerange.now_ns()
+    devices = data.devices(data.url(), now)
+    top = st.columns([3, 2])
+    with top[0]:
+        device = _pick_device(devices)
+    with top[1]:
+        tr = timerange.picker("keep_device_range", default="1h")
+    st.title(device.name)
+    _header(device, now)
+    try:
+        s = data.device_series(data.url(), device.name, tr.since_ns, tr.until_ns)
+    except UnknownDevice as exc:
+        st.error(str(exc))
+        return
+    incidents = data.incidents(data.url(), tr.since_ns, tr.until_ns, devices=(device.name,))
+    domain = (tr.since_ns // 10**6, tr.until_ns // 10**6)
+    markers = frames.incident_markers([i for i in incidents if i.kind != BENCHMARK_KIND])
+    gpu, host = frames.gpu_frame(s), frames.host_frame(s)
+    _now_metrics(gpu, host)
+    st.caption(f"{tr.label}: {describe_resolution(s.step_s, s.sources)} · dashed lines are incidents")
+    # Only the open tab runs (and only its charts go to the browser); the tab is in the URL.
+    names = ["GPU", "Host", "Latency", "Incidents", "Logs"]
+    tabs = st.tabs(names, key="tab", on_change="rerun", bind="query-params")
+    sections = [
+        lambda: _gpu_charts(s, gpu, markers, domain),
+        lambda: _host_charts(host, markers, domain),
+        lambda: _latency(s, markers, domain),
+        lambda: _incidents(incidents, markers, domain, now),
+        lambda: _logs(device.name, tr.since_ns, tr.until_ns),
+    ]
+    for tab, draw in zip(tabs, sections):
+        with tab:
+            if tab.open is not False:
+                draw()

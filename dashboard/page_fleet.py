@@ -1,0 +1,258 @@
+"""Fleet: every device at a glance, refreshing on its own.
+
+The filters sit outside the refreshing fragment (and in ``keep_`` session keys), so a refresh
+redraws the table and never resets what the operator chose. Offline devices sort first by
+default and are tinted, because that is what someone glancing at the screen needs to see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from fleetscope.collector.fleet_query import FleetDevice, FleetOverview, labels_match
+from fleetscope.dashboard import data, fmt, nav, timerange
+
+REFRESH = {"5 s": 5, "10 s": 10, "30 s": 30, "1 min": 60, "Off": 0}
+SORTS = ("Offline first", "Name", "Last seen", "GPU utilisation", "Temperature", "Power", "Open incidents")
+STATES = ("All", "Online", "Offline")
+STATE_COLORS = {"online": "#21a366", "offline": "#d62728"}
+SEVERITY_COLORS = {"critical": "#b40426", "error": "#e45756", "warning": "#f2a93b", "info": "#4c78a8"}
+
+
+@dataclass(frozen=True)
+class Filters:
+    search: str
+    kinds: tuple[str, ...]
+    labels: tuple[str, ...]
+    state: str
+    sort: str
+
+
+def _filter_bar(overview: FleetOverview) -> tuple[Filters, int]:
+    kinds = sorted({d.kind for d in overview.devices} | {d.model for d in overview.devices})
+    labels = sorted({f"{k}={v}" for d in overview.devices for k, v in d.labels.items()})
+    c = st.columns([3, 2.2, 2.2, 1.4, 1.6, 1])
+    search = c[0].text_input("Search", key="keep_fleet_search", placeholder="name, label, GPU model…")
+    picked_kinds = c[1].multiselect("Kind", kinds, key="keep_fleet_kinds", placeholder="all kinds")
+    picked_labels = c[2].multiselect(
+        "Labels", labels, key="keep_fleet_labels", placeholder="site, fleet, drone…"
+    )
+    state = c[3].selectbox("State", STATES, key="keep_fleet_state")
+    sort = c[4].selectbox("Sort by", SORTS, key="keep_fleet_sort")
+    st.session_state.setdefault(
+        "keep_fleet_refresh", "10 s"
+    )  # a default via state: the widget keeps no default of its own
+    refresh = c[5].selectbox("Refresh", list(REFRESH), key="keep_fleet_refresh")
+    return Filters(search.strip().lower(), tuple(picked_kinds), tuple(picked_labels), state, sort), REFRESH[
+        refresh
+    ]
+
+
+def select_devices(devices: Sequence[FleetDevice], f: Filters) -> list[FleetDevice]:
+    out = []
+    for d in devices:
+        if f.kinds and d.kind not in f.kinds and d.model not in f.kinds:
+            continue
+        if f.labels and not labels_match(d.labels, f.labels):
+            continue
+        if f.state == "Online" and not d.online or f.state == "Offline" and d.online:
+            continue
+        if f.search:
+            hay = " ".join(
+                [d.name, d.kind, d.model, *d.gpu_names, *(f"{k}={v}" for k, v in d.labels.items())]
+            ).lower()
+            if f.search not in hay:
+                continue
+        out.append(d)
+    keys = {
+        "Offline first": lambda d: (d.online, d.name),
+        "Name": lambda d: d.name,
+        "Last seen": lambda d: -d.last_seen_ns,
+        "GPU utilisation": lambda d: -(d.util_percent or -1),
+        "Temperature": lambda d: -(d.temp_c or -1),
+        "Power": lambda d: -(d.power_w or -1),
+        "Open incidents": lambda d: (-d.open_incidents, d.name),
+    }
+    return sorted(out, key=keys[f.sort])
+
+
+def _spark(values: Sequence[float | None]) -> list[float]:
+    # Chart cells cannot draw nulls (the cell shows an error): keep the buckets that have data.
+    return [round(v, 1) for v in values if v is not None]
+
+
+def _kind(d: FleetDevice) -> str:
+    return d.model.replace("NVIDIA ", "").replace(" Developer Kit", "").replace("x ", "× ", 1)
+
+
+def table(devices: Sequence[FleetDevice], now_ns: int) -> pd.DataFrame:
+    rows = []
+    for d in devices:
+        rows.append(
+            {
+                "Device": d.name,
+                # One-element lists: shown as a coloured pill (MultiselectColumn), the only way to
+                # colour a cell without a Styler (which would flatten the sparklines to text).
+                "State": ["online" if d.online else "offline"],
+                "Kind": _kind(d),
+                "Last seen": fmt.ago(d.last_seen_ns, now_ns),
+                "GPU util": d.util_percent,
+                "Util 30 min": _spark(d.spark_util),
+                "GPU memory": fmt.used_of(d.memory_used_bytes, d.memory_total_bytes),
+                "Memory 30 min": _spark(d.spark_mem_percent),
+                "Temp": fmt.celsius(d.temp_c),
+                "Temp 30 min": _spark(d.spark_temp),
+                "Power": fmt.watts(d.power_w),
+                "Power 30 min": _spark(d.spark_power),
+                "Incidents 24 h": [f"{d.open_incidents} {d.worst_severity}"] if d.open_incidents else [],
+                "Labels": [f"{k}={v}" for k, v in sorted(d.labels.items())],
+                "GPUs": d.gpu_count,
+                "CPU": d.cpu_percent,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _columns(devices: Sequence[FleetDevice]) -> dict[str, object]:
+    cc = st.column_config
+    incident_values = sorted({f"{d.open_incidents} {d.worst_severity}" for d in devices if d.open_incidents})
+    spark = 78
+    return {
+        "Device": cc.TextColumn(width=125, pinned=True),
+        "State": cc.MultiselectColumn(
+            options=list(STATE_COLORS), color=list(STATE_COLORS.values()), width=72
+        ),
+        "Kind": cc.TextColumn(width=130),
+        "Last seen": cc.TextColumn(width=72),
+        "GPU util": cc.ProgressColumn(format="%.0f %%", min_value=0, max_value=100, width=78),
+        "Util 30 min": cc.AreaChartColumn(y_min=0, y_max=100, width=spark),
+        "GPU memory": cc.TextColumn(width=104),
+        "Memory 30 min": cc.AreaChartColumn(
+            y_min=0, y_max=100, width=spark, help="GPU memory used, % of total"
+        ),
+        "Temp": cc.TextColumn(width=56, help="hottest GPU"),
+        "Temp 30 min": cc.LineChartColumn(y_min=20, y_max=100, width=spark, help="hottest GPU"),
+        "Power": cc.TextColumn(width=58, help="all GPUs together"),
+        "Power 30 min": cc.LineChartColumn(y_min=0, width=spark),
+        "Incidents 24 h": cc.MultiselectColumn(
+            options=incident_values,
+            width=96,
+            help="warnings and worse in the last 24 h, with the worst severity",
+            color=[SEVERITY_COLORS.get(v.split(" ", 1)[1], "#888") for v in incident_values],
+        ),
+        "Labels": cc.MultiselectColumn(width="large", color="auto"),
+        "GPUs": cc.NumberColumn(width=50, format="%d"),
+        "CPU": cc.NumberColumn(format="%.0f %%", width=56),
+    }
+
+
+def _offline_notice(overview: FleetOverview) -> None:
+    offline = [d for d in overview.devices if not d.online]
+    if not offline:
+        return
+    names = ", ".join(f"**{d.name}** ({fmt.ago(d.last_seen_ns, overview.now_ns)})" for d in offline[:8])
+    more = f" and {len(offline) - 8} more" if len(offline) > 8 else ""
+    st.error(
+        f"{len(offline)} device{'s' if len(offline) != 1 else ''} offline: {names}{more}",
+        icon=":material/wifi_off:",
+    )
+
+
+def _summary(overview: FleetOverview, shown: Sequence[FleetDevice]) -> None:
+    online = sum(d.online for d in overview.devices)
+    total = len(overview.devices)
+    utils = [d.util_percent for d in shown if d.util_percent is not None]
+    c = st.columns(5)
+    c[0].metric("Online", f"{online} / {total}")
+    c[1].metric("Offline", total - online)
+    c[2].metric("GPUs", sum(d.gpu_count for d in overview.devices))
+    c[3].metric(
+        "Open incidents (24 h)", len(overview.open_incidents) if len(overview.open_incidents) < 50 else "50+"
+    )
+    c[4].metric("GPU utilisation (shown)", fmt.pct(sum(utils) / len(utils)) if utils else fmt.MISSING)
+
+
+def _alerts(overview: FleetOverview) -> None:
+    st.subheader("Alerts")
+    st.caption(
+        "Alert rules arrive in a later release. Until then, this lists open incidents: warnings and worse "
+        "from the last 24 hours, newest first. Select one to open it."
+    )
+    if not overview.open_incidents:
+        st.success("No open incidents in the last 24 hours.")
+        return
+    rows = [
+        {
+            "When": fmt.ago(i.ts_ns, overview.now_ns),
+            "Device": i.device,
+            "Severity": [i.severity],
+            "Kind": i.kind,
+            "Title": i.title,
+            "id": i.id,
+        }
+        for i in overview.open_incidents[:20]
+    ]
+    df = pd.DataFrame(rows)
+    severity = st.column_config.MultiselectColumn(
+        options=list(SEVERITY_COLORS), color=list(SEVERITY_COLORS.values())
+    )
+    picked = st.dataframe(
+        df,
+        hide_index=True,
+        width="stretch",
+        column_order=["When", "Device", "Severity", "Kind", "Title"],
+        column_config={"Severity": severity},
+        on_select="rerun",
+        selection_mode="single-row",
+        key="fleet_alerts",
+    )
+    chosen = picked.selection.rows if picked else []
+    if chosen:
+        nav.go("incidents", incident=str(int(df.iloc[chosen[0]]["id"])))
+
+
+def _live(filters: Filters, refresh_s: int) -> None:
+    now = timerange.now_ns()
+    overview = data.fleet(data.url(), now)
+    shown = select_devices(overview.devices, filters)
+    _summary(overview, shown)
+    _offline_notice(overview)
+    if not shown:
+        st.info("No device matches these filters.")
+    else:
+        df = table(shown, overview.now_ns)
+        picked = st.dataframe(
+            df,
+            hide_index=True,
+            width="stretch",
+            column_config=_columns(shown),
+            on_select="rerun",
+            selection_mode="single-row",
+            key="fleet_table",
+            height=min(38 + 35 * len(df), 720),
+        )
+        chosen = picked.selection.rows if picked else []
+        if chosen:
+            nav.go("device", device=str(df.iloc[chosen[0]]["Device"]))
+    every = f"refreshes every {fmt.duration(refresh_s)}" if refresh_s else "auto-refresh off"
+    st.caption(
+        f"{len(shown)} of {len(overview.devices)} devices · updated {fmt.when(overview.now_ns)} · {every} · "
+        "sparklines: last 30 min in 1 min buckets · select a row to open the device"
+    )
+    _alerts(overview)
+
+
+def render() -> None:
+    st.title("Fleet")
+    status = data.status(data.url())
+    if not status.ok or status.devices == 0:
+        st.info(status.message)
+        return
+    overview = data.fleet(data.url(), timerange.now_ns())
+    filters, refresh_s = _filter_bar(overview)
+    live = st.fragment(run_every=refresh_s or None)(_live)
+    live(filters, refresh_s)

@@ -1,0 +1,205 @@
+"""The rollup job: rolled buckets equal what the raw rows say, one roller at a time, and a
+device's late backlog (a drone back in radio range) is rolled when it arrives."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from sqlalchemy import Engine, insert, select
+from sqlalchemy.orm import Session
+
+from fleetscope.collector import fleet_query as fq
+from fleetscope.collector.rollup import RollupJob
+from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.rollup_schema import gpu_rollups, rollup_progress
+from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
+
+NS = 10**9
+T0 = 1_800_000_000 * NS  # a fixed "now" so buckets are the same on every run
+
+
+def _device(engine: Engine, name: str) -> int:
+    with Session(engine) as s, s.begin():
+        d = Device(
+            agent_id=f"agent-{name}",
+            name=name,
+            kind="server",
+            first_seen_ns=T0,
+            last_seen_ns=T0,
+            labels={},
+            inventory={
+                "gpus": [
+                    {"index": 0, "name": "A100", "memory_total_bytes": 80 << 30},
+                    {"index": 1, "name": "A100", "memory_total_bytes": 80 << 30},
+                ]
+            },
+        )
+        s.add(d)
+        s.flush()
+        return d.id
+
+
+def _samples(engine: Engine, device_id: int, start_ns: int, end_ns: int, seed: int) -> None:
+    rng = random.Random(seed)
+    gpu, host, lat = [], [], []
+    energy = 0.0
+    for t in range(start_ns, end_ns, NS):
+        for g in (0, 1):
+            energy += rng.uniform(100, 300)
+            gpu.append(
+                {
+                    "device_id": device_id,
+                    "ts_ns": t,
+                    "gpu_index": g,
+                    "util_gpu_percent": rng.uniform(0, 100),
+                    "memory_used_bytes": rng.uniform(1e9, 8e10),
+                    "temp_c": rng.uniform(30, 90),
+                    "power_w": rng.uniform(50, 400),
+                    "energy_j": energy,
+                    "sm_clock_mhz": rng.choice([1410.0, 900.0]),
+                    "throttle_reasons": float(rng.choice([0, 0, 0, 0x20, 0x4, 0x1])),
+                }
+            )
+        host.append(
+            {
+                "device_id": device_id,
+                "ts_ns": t,
+                "cpu_percent": rng.uniform(0, 100),
+                "mem_used_bytes": rng.uniform(1e9, 5e9),
+                "mem_total_bytes": 8e9,
+                "disk_read_bytes": float(t - start_ns) / NS * 4096,
+                "net_rx_bytes": None,
+            }
+        )
+        if (t // NS) % 10 == 0:
+            lat.append(
+                {
+                    "device_id": device_id,
+                    "start_ns": t,
+                    "end_ns": t + 10 * NS,
+                    "name": "infer",
+                    "labels": "{}",
+                    "count": 50,
+                    "sum_ns": 50 * 4_000_000,
+                    "errors": 1,
+                    "zero_count": 0,
+                    "buckets": json.dumps({"380": 20, "390": 25, "400": 5}),
+                }
+            )
+    with engine.begin() as conn:
+        conn.execute(insert(gpu_samples), gpu)
+        conn.execute(insert(host_samples), host)
+        if lat:
+            conn.execute(insert(latency_histograms), lat)
+
+
+def _series(engine: Engine, device: str, since: int, until: int, step_s: int) -> fq.DeviceSeries:
+    with Session(engine) as s:
+        return fq.device_series(session=s, device=device, since_ns=since, until_ns=until, step_s=step_s)
+
+
+def _assert_same(a: fq.SeriesTable, b: fq.SeriesTable, *, exact_deltas: bool = True) -> None:
+    """Equal, column by column. Re-aggregated rollups (steps above a minute) lose the increment
+    between two minute buckets in counter deltas and spans (by design, 1/60): there the rates
+    (delta / span) must agree instead."""
+    assert a.columns["ts_ns"] == b.columns["ts_ns"]
+    for name, col in a.columns.items():
+        if not exact_deltas and (name == "span_ns" or "delta" in name):
+            if name != "span_ns":
+                for x, y, sx, sy in zip(col, b.columns[name], a.columns["span_ns"], b.columns["span_ns"]):
+                    if x is not None and sx and sy:
+                        assert x / sx == pytest.approx(y / sy, rel=0.03), name
+            continue
+        for x, y in zip(col, b.columns[name]):
+            assert (x is None and y is None) or x == pytest.approx(y, rel=1e-9, abs=1e-6), name
+
+
+@pytest.fixture
+def engine(db_url: str):  # type: ignore[no-untyped-def]
+    e = make_engine(db_url)
+    yield e
+    e.dispose()
+
+
+def test_rolled_series_equal_the_raw_aggregates(engine: Engine) -> None:
+    d = _device(engine, "srv")
+    start = T0 - 3 * 3600 * NS - 17 * NS  # not aligned: the first minute and hour are partial
+    _samples(engine, d, start, T0, seed=1)
+    before = {step: _series(engine, "srv", start, T0, step) for step in (60, 300, 3600)}
+    assert all(s.sources == ("raw",) for s in before.values())
+    report = RollupJob(engine, settle_s=0).run_once(T0)
+    assert report.ran and report.rows[60] > 0 and report.rows[3600] > 0
+    for step in (60, 300, 3600):
+        after = _series(engine, "srv", start, T0, step)
+        assert after.sources != ("raw",), step
+        _assert_same(before[step].gpu, after.gpu, exact_deltas=step == 60)
+        _assert_same(before[step].host, after.host, exact_deltas=step == 60)
+        assert [x.count for x in before[step].latency] == [x.count for x in after.latency]
+        assert [x.p99_ms for x in before[step].latency] == [x.p99_ms for x in after.latency]
+    assert _series(engine, "srv", start, T0, 3600).sources == ("hour", "minute", "raw")
+    # A throttled share is counted per reason: thermal and power-cap bits are both in the data.
+    hour = _series(engine, "srv", start, T0, 3600).gpu.columns
+    assert sum(hour["throttle_thermal_n"]) > 0 and sum(hour["throttle_power_n"]) > 0
+
+
+def test_a_second_collector_waits_for_the_lease(engine: Engine) -> None:
+    d = _device(engine, "srv")
+    _samples(engine, d, T0 - 600 * NS, T0, seed=2)
+    first = RollupJob(engine, owner="collector-a", settle_s=0, lease_s=60, clock=lambda: T0)
+    second = RollupJob(engine, owner="collector-b", settle_s=0, lease_s=60, clock=lambda: T0)
+    assert first.run_once(T0).ran
+    skipped = second.run_once(T0)
+    assert not skipped.ran and skipped.holder == "collector-a"
+    assert second.run_once(T0 + 61 * NS).ran, "an expired lease is taken over"
+    assert not first.run_once(T0 + 62 * NS).ran, "and the old holder now waits"
+    second.release()
+    assert first.run_once(T0 + 63 * NS).ran, "a released lease is free at once"
+
+
+def test_late_backlog_is_rolled_when_it_arrives(engine: Engine) -> None:
+    online = _device(engine, "online")
+    drone = _device(engine, "drone")
+    _samples(engine, online, T0 - 2 * 3600 * NS, T0, seed=3)
+    _samples(engine, drone, T0 - 2 * 3600 * NS, T0 - 3600 * NS, seed=4)  # out of range for the last hour
+    job = RollupJob(engine, settle_s=0)
+    job.run_once(T0)
+    with engine.connect() as conn:
+        progress = {
+            r.device_id: r.rolled_until_ns
+            for r in conn.execute(select(rollup_progress).where(rollup_progress.c.step_s == 60))
+        }
+    # A minute is final once the device sent data past it: its last minute waits for more.
+    assert progress[online] == T0 - 60 * NS and progress[drone] == T0 - 3660 * NS, (
+        "each device to its own frontier"
+    )
+    _samples(engine, drone, T0 - 3600 * NS, T0, seed=5)  # back in range: the spool uploads the hour it missed
+    raw = _series(engine, "drone", T0 - 2 * 3600 * NS, T0, 60)
+    job.run_once(T0 + 30 * NS)
+    rolled = _series(engine, "drone", T0 - 2 * 3600 * NS, T0, 60)
+    assert rolled.sources == ("minute", "raw")
+    _assert_same(raw.gpu, rolled.gpu)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(gpu_rollups.c.bucket_ns).where(
+                gpu_rollups.c.device_id == drone, gpu_rollups.c.step_s == 60
+            )
+        ).all()
+    assert len(rows) == 2 * 119, "two GPUs, every finished minute of both hours, each once"
+
+
+def test_fleet_overview_reads_rollups_and_the_unrolled_edge(engine: Engine) -> None:
+    d = _device(engine, "srv")
+    _samples(engine, d, T0 - 1800 * NS, T0, seed=6)
+    with engine.begin() as conn:
+        conn.execute(Device.__table__.update().values(last_seen_ns=T0))  # type: ignore[attr-defined]
+    with Session(engine) as s:
+        before = fq.fleet_overview(session=s, now_ns=T0)
+    RollupJob(engine, settle_s=0).run_once(T0 - 300 * NS)  # rolled up to five minutes ago only
+    with Session(engine) as s:
+        after = fq.fleet_overview(session=s, now_ns=T0)
+    a, b = before.devices[0], after.devices[0]
+    assert a.online and a.gpu_count == 2 and len([v for v in a.spark_util if v is not None]) >= 29
+    assert a.spark_util == pytest.approx(b.spark_util) and a.spark_power == pytest.approx(b.spark_power)
+    assert a.util_percent == b.util_percent is not None

@@ -143,7 +143,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     address = f"127.0.0.1:{port}"
     log = open(Path(tmp.name) / "collector.log", "wb")
     collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--listen", address, "--db", db_url,
-                                  "--token", TOKEN, "--workers", str(args.workers)], stdout=log, stderr=subprocess.STDOUT)
+                                  "--token", TOKEN, "--workers", str(args.workers), *([] if args.rollups else ["--no-rollups"])], stdout=log, stderr=subprocess.STDOUT)
     for _ in range(300):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -252,6 +252,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=125, help="timestamps per batch (rows = steps * (gpus + 1))")
     p.add_argument("--window", type=int, default=4, help="unacknowledged batches per agent")
     p.add_argument("--workers", type=int, default=1, help="collector worker processes (fleetscope collector --workers)")
+    p.add_argument("--no-rollups", dest="rollups", action="store_false",
+                   help="collectors skip the dashboard's rollups (as when another collector maintains them)")
     p.set_defaults(func=run_ingest)
     p = sub.add_parser("agent", help="the real agent's RSS and CPU at a 1 s interval")
     p.add_argument("--seconds", type=float, default=60.0)

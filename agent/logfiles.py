@@ -11,9 +11,11 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 
+from fleetscope.agent.classify.host_oom import iso_ns
 from fleetscope.agent.records import LogEvent
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,18 @@ _LEVEL_WORDS = (
     ("warning", ("WARNING", "WARN", "Warning:")),
     ("debug", ("DEBUG",)),
 )
+
+
+# A leading ISO 8601 time, as Python's logging, glog-less services, Docker and journal exports print it.
+_LEADING_TIME = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
+
+
+def parsed_time_ns(line: str) -> int | None:
+    """The time printed at the start of ``line`` (a zoneless time is read as UTC), or None."""
+    if not line[:1].isdigit():  # most lines: one character test, no regex
+        return None
+    m = _LEADING_TIME.match(line)
+    return iso_ns(m.group(0)) if m else None
 
 
 def guess_level(line: str) -> str:
@@ -115,7 +129,8 @@ class FileFollower:
                 raw = raw[: self._max_line]
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
             if text:
-                out.append(LogEvent(ts_ns=now_ns, source=state.path, message=text, level=guess_level(text)))
+                out.append(LogEvent(ts_ns=now_ns, source=state.path, message=text, level=guess_level(text),
+                                    parsed_ts_ns=parsed_time_ns(text)))
         return out
 
     def _warn_once(self, key: str, message: str) -> None:

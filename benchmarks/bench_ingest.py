@@ -218,7 +218,7 @@ def run_agent(args: argparse.Namespace) -> int:
     logfile.touch()
     agent = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "agent", "--collector", address, "--token", TOKEN,
                               "--name", "bench-agent", "--spool", str(tmp / "spool"), "--interval", "1s",
-                              "--log-file", str(logfile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              "--log-file", str(logfile), *args.agent_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(5)  # start-up (imports, first samples) is not the steady state
     cpu0, t0 = _cpu_seconds(agent.pid), time.monotonic()
     rss_max = 0
@@ -257,6 +257,7 @@ def main() -> int:
     p.set_defaults(func=run_ingest)
     p = sub.add_parser("agent", help="the real agent's RSS and CPU at a 1 s interval")
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("agent_args", nargs="*", help="extra `fleetscope agent` options, after --")
     p.set_defaults(func=run_agent)
     args = parser.parse_args()
     return args.func(args)

@@ -71,3 +71,13 @@ def test_levels_from_words() -> None:
     assert guess_level("Traceback (most recent call last):") == "error"
     assert guess_level("WARNING: low disk space") == "warning"
     assert guess_level("step 10 loss 0.3") == "info"
+
+
+def test_time_printed_in_the_line_is_kept(tmp_path: Path) -> None:
+    log = tmp_path / "svc.log"
+    log.touch()
+    f = FileFollower([str(log)])
+    _append(log, "2026-12-02 10:00:01,250 INFO step 1\n2026-12-02T10:00:02+01:00 WARNING hot\nno time here\n")
+    events = f.poll(now_ns=1)
+    assert [e.parsed_ts_ns for e in events] == [1796205601250000000, 1796202002000000000, None]
+    assert all(e.ts_ns == 1 for e in events), "the receive time stays the event's time"

@@ -90,7 +90,7 @@ def register(sub: Any) -> None:
     p.add_argument("--name-prefix", default="sim", help="device names start with this (default %(default)s)")
     p.set_defaults(func=run_simulate)
 
-    from fleetscope.agent.sdk._doctor import DOCTOR_DESCRIPTION, add_doctor_arguments
+    from fleetscope.agent.doctor_args import DOCTOR_DESCRIPTION, add_doctor_arguments
 
     p = sub.add_parser("doctor", help="check torch/CUDA/ONNX Runtime/TensorRT settings that slow training or inference",
                        description=DOCTOR_DESCRIPTION)

@@ -112,6 +112,10 @@ def generator_process(address: str, agents: int, seconds: float, gpus: int, step
         t.start()
     for t in threads:
         t.join()
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    totals["cpu_s"] = ru.ru_utime + ru.ru_stime
     out.put(totals)
 
 
@@ -162,12 +166,14 @@ def run_ingest(args: argparse.Namespace) -> int:
     # Progress, and the steady-state rate from the database itself (warm-up excluded).
     time.sleep(min(5.0, args.seconds / 4))
     start_rows, start_t = count_rows(db_url), time.monotonic()
-    while any(p.is_alive() for p in procs):
-        time.sleep(5)
-        n = count_rows(db_url)
-        print(f"  [{time.monotonic() - t0:.0f}s] {n:,} rows stored, {(n - start_rows) / (time.monotonic() - start_t):,.0f} rows/s",
+    # The window ends a second before the generators stop sending: their wind-down is not load.
+    load_end = t0 + args.seconds - 1.0
+    end_rows, end_t = start_rows, start_t
+    while time.monotonic() < load_end:
+        time.sleep(max(0.0, min(5.0, load_end - time.monotonic())))
+        end_rows, end_t = count_rows(db_url), time.monotonic()
+        print(f"  [{end_t - t0:.0f}s] {end_rows:,} rows stored, {(end_rows - start_rows) / (end_t - start_t):,.0f} rows/s",
               file=sys.stderr)
-    end_rows, end_t = count_rows(db_url), time.monotonic()
     totals = [out.get() for _ in procs]
     for p in procs:
         p.join()
@@ -181,7 +187,8 @@ def run_ingest(args: argparse.Namespace) -> int:
     print(f"agents: {args.agents} in {len(procs)} generator processes, batch = {args.steps} host + {args.steps * args.gpus} GPU rows")
     print(f"sustained: {rate:,.0f} sample rows/s stored (steady state, from database counts)")
     print(f"acknowledged rows: {acked_rows:,}; stored rows: {stored:,}; exactly once: {stored == acked_rows}")
-    print(f"collector CPU: {cpu_collector:.1f} s; stream errors: {sum(t['errors'] for t in totals)}")
+    print(f"collector CPU: {cpu_collector:.1f} s; load generator CPU: {sum(t['cpu_s'] for t in totals):.1f} s; "
+          f"stream errors: {sum(t['errors'] for t in totals)}")
     tmp.cleanup()
     return 0 if stored == acked_rows else 1
 

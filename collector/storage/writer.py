@@ -17,11 +17,13 @@ the futures with ``StoreUnavailable``; the agents keep the batches in their spoo
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
 import queue
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import chain
@@ -29,7 +31,7 @@ from itertools import chain
 from sqlalchemy import Engine
 
 from fleetscope.collector.errors import StoreUnavailable
-from fleetscope.collector.storage.rows import BatchRows, GpuStateCache, batch_rows, counters_dict
+from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
 from fleetscope.collector.storage.schema import (
     GPU_SAMPLE_COLUMNS,
     GPU_STATE_COLUMNS,
@@ -203,12 +205,36 @@ class BatchWriter:
         for item, outcome in zip(group, outcomes):
             item.future.set_result(outcome)
 
+    def _prepare(self, item: WriteItem, sqlite: bool) -> _Prepared:
+        """The batch's rows and their insert parameters: Python work done before the write lock."""
+        assert item.batch is not None and item.decoded is not None
+        rows = batch_rows(
+            item.batch,
+            item.decoded,
+            device_id=item.device_id,
+            correction_ns=item.correction_ns,
+            received_ns=item.received_ns,
+            state_cache=self._state,
+        )
+        prepared = _Prepared(item, rows, [(r[0], r[2]) for r in rows.gpu_state])
+        for table, attr in _ROW_FIELD.items():
+            part = getattr(rows, attr)
+            if len(part):
+                if sqlite:
+                    _sqlite_chunks(table, part, prepared.params)
+                else:
+                    prepared.params[(table, 0)] = [part.rows() if isinstance(part, ColumnBlock) else part]
+        return prepared
+
     def _transaction(self, group: list[WriteItem]) -> list[WriteOutcome]:
         conn = self._connection()
         driver = conn.driver_connection
         sqlite = self._dialect == "sqlite"
+        # Rows are built before the transaction: with several collector processes on one SQLite
+        # file, only the statements themselves wait for the write lock.
+        prepared = [None if item.batch is None else self._prepare(item, sqlite) for item in group]
+        state_keys = [k for p in prepared if p is not None for k in p.state_keys]
         cur = driver.cursor()
-        state_keys: list[tuple[int, int]] = []
         locked = False
         try:
             if sqlite:
@@ -220,46 +246,38 @@ class BatchWriter:
                     locked = True
                 cur.execute("BEGIN IMMEDIATE")
             outcomes: list[WriteOutcome] = []
-            tables: dict[str, list[tuple]] = {t: [] for t in _TABLE_COLUMNS}
+            statements: dict[tuple[str, int], list] = {}
             incidents: list[dict] = []
             device_updates: dict[int, dict] = {}
-            for item in group:
-                if item.batch is None:
+            for item, prep in zip(group, prepared):
+                if prep is None:
                     upd = device_updates.setdefault(item.device_id, {"stored": 0, "rejected": 0})
                     upd["rejected"] += 1
                     upd["last_rejection"] = item.rejection or ""
                     upd["last_seen_ns"] = item.received_ns
                     outcomes.append(WriteOutcome(item.seq, False, 0))
                     continue
-                if not self._claim(cur, item, sqlite):
+                rows = prep.rows
+                if not self._claim(cur, item, rows.sample_rows, sqlite):
+                    self._state.forget(prep.state_keys)  # its state rows are not written
                     outcomes.append(WriteOutcome(item.seq, True, 0))
                     continue
-                assert item.decoded is not None
-                rows = batch_rows(
-                    item.batch,
-                    item.decoded,
-                    device_id=item.device_id,
-                    correction_ns=item.correction_ns,
-                    received_ns=item.received_ns,
-                    state_cache=self._state,
-                )
-                state_keys.extend((r[0], r[2]) for r in rows.gpu_state)
-                for table, attr in _ROW_FIELD.items():
-                    part = getattr(rows, attr)
-                    if part:
-                        tables[table].extend(part)
+                for key, params in prep.params.items():
+                    statements.setdefault(key, []).extend(params)
                 incidents.extend(rows.incidents)
-                self._fix_rows_count(cur, item, rows, sqlite)
                 upd = device_updates.setdefault(item.device_id, {"stored": 0, "rejected": 0})
                 upd["stored"] += 1
                 upd["last_seen_ns"] = item.received_ns
                 upd["clock_skew_ns"] = item.clock_skew_ns
+                assert item.batch is not None
                 if item.batch.HasField("counters"):
                     upd["counters"] = counters_dict(item.batch.counters)
                 outcomes.append(WriteOutcome(item.seq, False, rows.sample_rows))
-            for table, rows_ in tables.items():
-                if rows_:
-                    (self._sqlite_insert if sqlite else self._pg_copy)(cur, table, rows_)
+            for (table, per), params in statements.items():
+                if sqlite:
+                    cur.executemany(_sqlite_insert_sql(table, per), params)
+                else:
+                    self._pg_copy(cur, table, chain.from_iterable(params))
             if incidents:
                 self._insert_incidents(cur, incidents, sqlite)
             for device_id, upd in device_updates.items():
@@ -285,49 +303,23 @@ class BatchWriter:
                 fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
     @staticmethod
-    def _claim(cur, item: WriteItem, sqlite: bool) -> bool:  # type: ignore[no-untyped-def]
+    def _claim(cur, item: WriteItem, sample_rows: int, sqlite: bool) -> bool:  # type: ignore[no-untyped-def]
         """Record the batch key; False when it was stored before (a replay)."""
         if sqlite:
             cur.execute(
-                "INSERT OR IGNORE INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (?,?,?,?,0)",
-                (item.agent_id, item.boot_id, item.seq, item.received_ns),
+                "INSERT OR IGNORE INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (?,?,?,?,?)",
+                (item.agent_id, item.boot_id, item.seq, item.received_ns, sample_rows),
             )
         else:
             cur.execute(
-                "INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (%s,%s,%s,%s,0)"
+                "INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (%s,%s,%s,%s,%s)"
                 " ON CONFLICT DO NOTHING",
-                (item.agent_id, item.boot_id, item.seq, item.received_ns),
+                (item.agent_id, item.boot_id, item.seq, item.received_ns, sample_rows),
             )
         return cur.rowcount == 1
 
     @staticmethod
-    def _fix_rows_count(cur, item: WriteItem, rows: BatchRows, sqlite: bool) -> None:  # type: ignore[no-untyped-def]
-        if not rows.sample_rows:
-            return
-        p = "?" if sqlite else "%s"
-        cur.execute(
-            f"UPDATE ingested_batches SET rows = {p} WHERE agent_id = {p} AND boot_id = {p} AND seq = {p}",
-            (rows.sample_rows, item.agent_id, item.boot_id, item.seq),
-        )
-
-    @staticmethod
-    def _sqlite_insert(cur, table: str, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
-        """Multi-row VALUES statements of ``_SQLITE_ROWS_PER_STATEMENT`` rows: one VM step per
-        chunk instead of one per row, measured about 1.5x faster than plain executemany here."""
-        cols = _TABLE_COLUMNS[table]
-        one = "(" + ", ".join("?" * len(cols)) + ")"
-        head = f"INSERT INTO {table} ({', '.join(cols)}) VALUES "
-        per = max(1, min(_SQLITE_ROWS_PER_STATEMENT, _SQLITE_MAX_PARAMS // len(cols)))
-        full = len(rows) // per * per
-        if full:
-            chunk_sql = head + ", ".join([one] * per)
-            flat = chain.from_iterable
-            cur.executemany(chunk_sql, [tuple(flat(rows[i : i + per])) for i in range(0, full, per)])
-        if full < len(rows):
-            cur.executemany(head + one, rows[full:])
-
-    @staticmethod
-    def _pg_copy(cur, table: str, rows: list[tuple]) -> None:  # type: ignore[no-untyped-def]
+    def _pg_copy(cur, table: str, rows: Iterable[tuple]) -> None:  # type: ignore[no-untyped-def]
         cols = _TABLE_COLUMNS[table]
         types = [_PG_TYPES.get(c, "text" if c in _PG_TEXT else "float8") for c in cols]
         with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN (FORMAT BINARY)") as copy:
@@ -362,6 +354,39 @@ class BatchWriter:
             params.append(upd["last_rejection"])
         params.append(device_id)
         cur.execute(f"UPDATE devices SET {', '.join(sets)} WHERE id = {p}", params)
+
+
+@dataclass
+class _Prepared:
+    """One batch ready to write: its rows, and per (table, rows per statement) the parameters."""
+
+    item: WriteItem
+    rows: BatchRows
+    state_keys: list[tuple[int, int]]
+    params: dict[tuple[str, int], list] = field(default_factory=dict)
+
+
+def _sqlite_chunks(table: str, part: ColumnBlock | list[tuple], into: dict[tuple[str, int], list]) -> None:
+    """Cut a table's rows into multi-row ``VALUES`` statements of ``_SQLITE_ROWS_PER_STATEMENT``
+    rows (one VM step per chunk instead of one per row, about 1.5x faster than plain
+    ``executemany`` here), plus one statement for the remainder."""
+    width = len(_TABLE_COLUMNS[table])
+    per = max(1, min(_SQLITE_ROWS_PER_STATEMENT, _SQLITE_MAX_PARAMS // width))
+    flat = part.flat() if isinstance(part, ColumnBlock) else list(chain.from_iterable(part))
+    n = len(part)
+    full = n // per * per
+    if full:
+        step = per * width
+        into.setdefault((table, per), []).extend(flat[i : i + step] for i in range(0, full * width, step))
+    if full < n:
+        into.setdefault((table, n - full), []).append(flat[full * width :])
+
+
+@functools.lru_cache(maxsize=512)
+def _sqlite_insert_sql(table: str, rows: int) -> str:
+    cols = _TABLE_COLUMNS[table]
+    one = "(" + ", ".join("?" * len(cols)) + ")"
+    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES " + ", ".join([one] * rows)
 
 
 def _writer_lock_file(engine: Engine) -> int | None:

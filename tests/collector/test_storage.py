@@ -132,3 +132,34 @@ def test_one_bad_batch_in_a_group_does_not_sink_the_others(store) -> None:  # ty
 def test_unreachable_database_is_a_clear_error() -> None:
     with pytest.raises(StoreUnavailable, match="cannot open database"):
         make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+
+
+def test_every_row_of_a_large_batch_keeps_its_own_values(store) -> None:  # type: ignore[no-untyped-def]
+    """Row counts that are not a multiple of the writer's statement size, distinct values per
+    row and per column, some readings missing: what is read back is exactly what was sent."""
+    engine, writer = store
+    device_id = _register(engine)
+    now = time.time_ns()
+    steps, gpus = 123, 3
+    t0 = now - steps * 10**9
+    host = [HostSample(ts_ns=t0 + s * 10**9, cpu_percent=s % 100, load1=s / 10, mem_used_bytes=(s + 1) << 20,
+                       swap_used_bytes=None if s % 7 == 0 else s) for s in range(steps)]
+    gpu = [GpuSample(ts_ns=t0 + s * 10**9, gpu_index=g, util_gpu_percent=(s + g) % 100, temp_c=30 + g + s / 1000,
+                     power_w=None if (s + g) % 5 == 0 else 100 + s, sm_clock_mhz=1000 + g, throttle_reasons=s % 3)
+           for s in range(steps) for g in range(gpus)]
+    batch = pb.Batch(agent_id="id-gpu-node-1", boot_id="boot", seq=1, created_ns=now, sent_ns=now)
+    for bb in build_batches(Pending(host=host, gpu=gpu), now_ns=now):
+        batch.MergeFrom(bb.batch)
+    batch.seq = 1
+    item = WriteItem(batch=batch, device_id=device_id, agent_id="id-gpu-node-1", boot_id="boot", seq=1, received_ns=now,
+                     correction_ns=0, clock_skew_ns=0, decoded=validate_batch(batch, Limits()))
+    assert writer.submit(item).result(10).rows == steps * (gpus + 1)
+    with Session(engine) as s:
+        m = device_metrics(session=s, device="gpu-node-1", since_ns=t0, until_ns=now)
+    got_host = {p.ts_ns: (p.values["cpu_percent"], p.values["load1"], p.values["mem_used_bytes"], p.values["swap_used_bytes"])
+                for p in m.host}
+    assert got_host == {h.ts_ns: (h.cpu_percent, h.load1, h.mem_used_bytes, h.swap_used_bytes) for h in host}
+    got_gpu = {(p.ts_ns, p.gpu_index): (p.values["util_gpu_percent"], p.values["temp_c"], p.values["power_w"],
+                                        p.values["sm_clock_mhz"], p.values["throttle_reasons"]) for p in m.gpu}
+    assert got_gpu == {(x.ts_ns, x.gpu_index): (x.util_gpu_percent, x.temp_c, x.power_w, x.sm_clock_mhz, x.throttle_reasons)
+                       for x in gpu}

@@ -39,6 +39,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_port(address: str, timeout_s: float = 30.0) -> None:
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex((host, int(port))) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {address} after {timeout_s:.0f} s")
+
+
 def build_batch(agent_id: str, gpus: int, steps: int, t0: int):  # type: ignore[no-untyped-def]
     from fleetscope.agent.batcher import fill_gpu, fill_host
     from fleetscope.agent.records import GpuSample, HostSample
@@ -148,11 +159,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     log = open(Path(tmp.name) / "collector.log", "wb")
     collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--listen", address, "--db", db_url,
                                   "--token", TOKEN, "--workers", str(args.workers), *([] if args.rollups else ["--no-rollups"])], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(300):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
+    wait_for_port(address)
     print(f"collector pid {collector.pid} on {address}, db {db_url.split('@')[-1]}", file=sys.stderr)
     per_proc = [args.agents // args.processes + (1 if i < args.agents % args.processes else 0) for i in range(args.processes)]
     ctx = mp.get_context("spawn")  # no forked gRPC state in the children

@@ -23,20 +23,36 @@ def _first_dim(obj: object) -> int | None:
 
 def batch_size_of(batch: object, _depth: int = 0) -> int | None:
     """The first dimension of the first tensor in ``batch``; None when it cannot tell."""
+    found = batch_size_path(batch, _depth)
+    return None if found is None else found[0]
+
+
+def batch_size_path(batch: object, _depth: int = 0) -> tuple[int, tuple[object, ...]] | None:
+    """Like ``batch_size_of``, with the keys that lead from ``batch`` to that tensor, so a loop
+    whose batches all look alike can go straight there next time (see ``size_at``)."""
     n = _first_dim(batch)
-    if n is not None or _depth >= 3:
-        return n
+    if n is not None:
+        return n, ()
+    if _depth >= 3:
+        return None
     if isinstance(batch, (list, tuple)):
-        items = batch
+        keys: list[object] = list(range(min(len(batch), _MAX_ITEMS)))
     elif isinstance(batch, Mapping):
-        items = list(batch.values())
+        keys = list(batch.keys())[:_MAX_ITEMS]
     else:
         return None
-    for item in items[:_MAX_ITEMS]:
-        n = batch_size_of(item, _depth + 1)
-        if n is not None:
-            return n
+    for key in keys:
+        found = batch_size_path(batch[key], _depth + 1)  # type: ignore[index]
+        if found is not None:
+            return found[0], (key, *found[1])
     return None
+
+
+def size_at(batch: object, path: tuple[object, ...]) -> int:
+    """The first dimension of the tensor at ``path`` in ``batch``; raises when it is not there."""
+    for key in path:
+        batch = batch[key]  # type: ignore[index]
+    return int(batch.shape[0])  # type: ignore[attr-defined]
 
 
 def shape_text(obj: object) -> str | None:

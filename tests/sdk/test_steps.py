@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from fleetscope.agent import sdk
 from fleetscope.agent.sdk import _steps
+from fleetscope.agent.sdk._shapes import batch_size_of
 
 from .conftest import facts
 
@@ -120,18 +121,23 @@ def test_a_real_grad_scaler_whose_scale_collapses_is_an_incident(agent) -> None:
 
 
 def test_batch_size_from_the_first_tensor_or_as_given() -> None:
-    assert _steps.batch_size_of(torch.zeros(7, 3)) == 7
-    assert _steps.batch_size_of((torch.zeros(5, 2), torch.zeros(5))) == 5
-    assert _steps.batch_size_of({"input_ids": torch.zeros(3, 128), "labels": torch.zeros(3)}) == 3
-    assert _steps.batch_size_of([[torch.zeros(2, 2)]]) == 2
-    assert _steps.batch_size_of(torch.tensor(1.0)) is None
-    assert _steps.batch_size_of("text") is None
+    assert batch_size_of(torch.zeros(7, 3)) == 7
+    assert batch_size_of((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert batch_size_of({"input_ids": torch.zeros(3, 128), "labels": torch.zeros(3)}) == 3
+    assert batch_size_of([[torch.zeros(2, 2)]]) == 2
+    assert batch_size_of(("no tensor first", torch.zeros(4))) == 4
+    assert batch_size_of(torch.tensor(1.0)) is None
+    assert batch_size_of("text") is None
     steps = sdk.train_steps([{"x": torch.zeros(6, 1)}] * 3, name="bs")
     assert [steps.batch_size for _ in steps] == [6, 6, 6]
+    # The loop remembers where the last batch kept its tensor; batches that differ still count right.
+    mixed = [{"x": torch.zeros(6, 1)}, {"x": torch.zeros(2, 1)}, (torch.zeros(9),), {"y": torch.zeros(1)}, "none", [torch.zeros(3)]]
+    steps = sdk.train_steps(mixed, name="bs_mixed")
+    assert [steps.batch_size for _ in steps] == [6, 2, 9, 1, None, 3]
     fixed = sdk.train_steps([object()] * 2, name="bs_fixed", batch_size=32)
     for _ in fixed:
         pass
-    assert fixed.totals().samples == 64
+    assert fixed.totals().samples == 64 and fixed.totals().steps == 2
 
 
 def test_break_then_close_ends_the_step_and_epochs_carry_on() -> None:

@@ -122,13 +122,17 @@ def gpu_rows(sp: Spec, t0: int, t1: int, energy: np.ndarray) -> Iterator[tuple]:
         mem = mem_gib * GIB * (0.2 + 0.7 * duty) + rng.uniform(0, GIB, n)
         sm = np.where(hot, clock * 0.7, clock * 0.98)
         throttle = np.where(hot, 0x60, 0).astype(np.float64)
+        # As NVML reports them: utilisation, temperature and clocks in whole units, power and
+        # energy in milli-units. SQLite stores a whole-valued REAL in 1-2 bytes instead of 8, so
+        # the recorded shape of the data also decides how much disk a week of a fleet takes.
+        sm = sm.round()
         cols = [
-            util.round(1),
-            (util * 0.6).round(1),
+            util.round(),
+            (util * 0.6).round(),
             mem.round(),
-            temp.round(1),
-            power.round(1),
-            energy_g.round(1),
+            temp.round(),
+            power.round(3),
+            energy_g.round(3),
             sm,
             sm,
             throttle,

@@ -57,7 +57,7 @@ from fleetscope.proto import buckets as bucket_math
 
 NS = 10**9
 MAX_POINTS = 1500  # per series: more than a chart's width in pixels buys nothing
-POINTS_PER_CHART = 6000  # all series of one chart together (a device's GPUs)
+POINTS_PER_CHART = 1500  # all series of one chart together (a device's GPUs): what Vega draws in well under a second
 # Candidate steps per source; a source serves a step only if its buckets nest inside it.
 # No automatic 1 s step: a bucket needs two samples (at the usual 1 s interval) for a counter's
 # delta, hence a disk or network rate; a caller that wants single samples asks for step_s=1.

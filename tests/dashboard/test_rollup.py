@@ -20,7 +20,7 @@ NS = 10**9
 T0 = 1_800_000_000 * NS  # a fixed "now" so buckets are the same on every run
 
 
-def _device(engine: Engine, name: str) -> int:
+def _device(engine: Engine, name: str, gpus: int = 2) -> int:
     with Session(engine) as s, s.begin():
         d = Device(
             agent_id=f"agent-{name}",
@@ -29,12 +29,7 @@ def _device(engine: Engine, name: str) -> int:
             first_seen_ns=T0,
             last_seen_ns=T0,
             labels={},
-            inventory={
-                "gpus": [
-                    {"index": 0, "name": "A100", "memory_total_bytes": 80 << 30},
-                    {"index": 1, "name": "A100", "memory_total_bytes": 80 << 30},
-                ]
-            },
+            inventory={"gpus": [{"index": i, "name": "A100", "memory_total_bytes": 80 << 30} for i in range(gpus)]},
         )
         s.add(d)
         s.flush()
@@ -203,3 +198,17 @@ def test_fleet_overview_reads_rollups_and_the_unrolled_edge(engine: Engine) -> N
     assert a.online and a.gpu_count == 2 and len([v for v in a.spark_util if v is not None]) >= 29
     assert a.spark_util == pytest.approx(b.spark_util) and a.spark_power == pytest.approx(b.spark_power)
     assert a.util_percent == b.util_percent is not None
+
+
+def test_a_chart_of_all_gpus_stays_within_what_the_browser_draws_quickly(engine: Engine) -> None:
+    """Every GPU is a line on one chart, so more GPUs get coarser buckets: the whole chart holds
+    at most POINTS_PER_CHART points (the Device page's browser budget), a drone's single GPU
+    keeps minute buckets over 24 h."""
+    _device(engine, "eight", gpus=8)
+    _device(engine, "drone", gpus=1)
+    day = 24 * 3600 * NS
+    with Session(engine) as s:
+        eight = fq.device_series(session=s, device="eight", since_ns=T0 - day, until_ns=T0)
+        drone = fq.device_series(session=s, device="drone", since_ns=T0 - day, until_ns=T0)
+    assert 8 * (day // NS) / eight.step_s <= fq.POINTS_PER_CHART
+    assert drone.step_s == 60 and eight.step_s > drone.step_s

@@ -152,8 +152,10 @@ def run_agent(args: argparse.Namespace) -> int:
 
     require("agent", "psutil")
     from fleetscope.agent.classify import classify_event
+    from fleetscope.agent.footprint import limit_malloc_arenas
     from fleetscope.agent.runner import Agent, AgentSettings
 
+    limit_malloc_arenas()  # before any thread starts: see agent/footprint.py
     collectors = args.collector or _env_list("FLEETSCOPE_COLLECTOR")
     if not collectors:
         print("fleetscope agent: give at least one --collector HOST:PORT (or FLEETSCOPE_COLLECTOR)", file=sys.stderr)

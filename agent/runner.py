@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fleetscope.agent import __version__
 from fleetscope.agent.batcher import Pending, build_batches
+from fleetscope.agent.footprint import release_free_memory
 from fleetscope.agent.grouping import EventGrouper
 from fleetscope.agent.identity import (
     detect_kind,
@@ -33,6 +34,7 @@ from fleetscope.agent.uplink import Backoff, Uplink
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 log = logging.getLogger(__name__)
+_TRIM_INTERVAL_S = 60.0  # how often freed heap pages go back to the kernel (agent/footprint.py)
 
 CAPABILITIES = ("columnar-v1", "incidents-v1", "latency-v1", "metrics-v1")
 Classify = Callable[[LogEvent], list[IncidentRecord]]
@@ -267,6 +269,7 @@ class Agent:
         interval = self.settings.interval_s
         next_sample = time.monotonic()
         next_flush = next_sample + self.settings.batch_interval_s
+        next_trim = next_sample + _TRIM_INTERVAL_S
         try:
             while not self._stop.is_set():
                 self.tick()
@@ -274,6 +277,9 @@ class Agent:
                 if now >= next_flush:
                     self.flush()
                     next_flush = now + self.settings.batch_interval_s
+                if now >= next_trim:
+                    release_free_memory()
+                    next_trim = now + _TRIM_INTERVAL_S
                 next_sample += interval
                 if next_sample < now:  # fell behind (a slow source, a suspended VM): don't burst
                     next_sample = now + interval

@@ -1,0 +1,41 @@
+"""Keeping the agent's resident memory small on a drone.
+
+glibc's allocator gives every thread that allocates its own arena (up to 8 per core), and
+memory freed in one arena is not reused by another: an agent with gRPC's threads, the uplink,
+the log followers and the SDK server grows by several MiB of half-empty arenas. Two arenas are
+plenty for an agent that spends its life waiting (``M_ARENA_MAX``, the knob behind
+``MALLOC_ARENA_MAX``, set here before the threads start so a systemd unit needs no
+environment). Memory freed inside an arena only goes back to the kernel when it sits at the
+arena's top; ``release_free_memory`` hands back the free pages in the middle too
+(``malloc_trim``), which the agent does once a minute.
+
+Both are glibc functions. Where the C library is another one (musl on Alpine) they do not exist
+and these calls do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+_M_ARENA_MAX = -8  # from <malloc.h>
+
+
+def _libc():  # type: ignore[no-untyped-def]
+    try:
+        return ctypes.CDLL(None)  # the C library the interpreter already loaded
+    except OSError:
+        return None
+
+
+def limit_malloc_arenas(arenas: int = 2) -> bool:
+    """Cap glibc's malloc arenas; call before starting threads. True when it took effect."""
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    return bool(mallopt(_M_ARENA_MAX, arenas)) if mallopt is not None else False
+
+
+def release_free_memory() -> bool:
+    """Return the allocator's free pages to the kernel. True when some were released."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    return bool(trim(0)) if trim is not None else False

@@ -232,7 +232,14 @@ class BatchWriter:
         sqlite = self._dialect == "sqlite"
         # Rows are built before the transaction: with several collector processes on one SQLite
         # file, only the statements themselves wait for the write lock.
-        prepared = [None if item.batch is None else self._prepare(item, sqlite) for item in group]
+        prepared: list[_Prepared | None] = []
+        try:
+            for item in group:
+                prepared.append(None if item.batch is None else self._prepare(item, sqlite))
+        except BaseException:
+            # The state cache already counts these batches' state rows as stored: they are not.
+            self._state.forget([k for p in prepared if p is not None for k in p.state_keys])
+            raise
         state_keys = [k for p in prepared if p is not None for k in p.state_keys]
         cur = driver.cursor()
         locked = False

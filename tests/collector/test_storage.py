@@ -127,6 +127,9 @@ def test_one_bad_batch_in_a_group_does_not_sink_the_others(store) -> None:  # ty
     assert isinstance(results[1], StoreUnavailable)
     with Session(engine) as s:
         assert count_samples(session=s) == {"host": 3, "gpu": 3}
+        # The failed group's first attempt had already seen the GPU's state: it is stored all the same.
+        m = device_metrics(session=s, device="gpu-node-1", since_ns=now - 10**9, until_ns=now + 10**9)
+        assert [p.values["memory_total_bytes"] for p in m.gpu_state] == [80 << 30]
 
 
 def test_unreachable_database_is_a_clear_error() -> None:

@@ -154,7 +154,14 @@ class BatchWriter:
                     break
                 group.append(nxt)
                 rows += self._rows_hint(nxt)
-            self._write_group(group)
+            # A batch whose stream ended while it waited here (the agent disconnected; gRPC
+            # cancelled the handler, and with it this future) is not written: it was never
+            # acknowledged, so the agent sends it again. Marking the others running means no
+            # cancellation can race the result below, which would raise in this thread and
+            # stop all writing.
+            group = [it for it in group if it.future.set_running_or_notify_cancel()]
+            if group:
+                self._write_group(group)
         self._close_conn()
 
     @staticmethod

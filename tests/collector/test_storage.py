@@ -166,3 +166,26 @@ def test_every_row_of_a_large_batch_keeps_its_own_values(store) -> None:  # type
                                         p.values["sm_clock_mhz"], p.values["throttle_reasons"]) for p in m.gpu}
     assert got_gpu == {(x.ts_ns, x.gpu_index): (x.util_gpu_percent, x.temp_c, x.power_w, x.sm_clock_mhz, x.throttle_reasons)
                        for x in gpu}
+
+
+def test_a_batch_whose_stream_ended_while_queued_is_skipped_and_writing_goes_on(db_url: str) -> None:
+    """gRPC cancels a handler whose agent disconnected, and with it the future of a batch still
+    queued for the writer: that batch is not written (never acknowledged, the agent resends it)
+    and the writer thread goes on storing everything else."""
+    engine = make_engine(db_url)
+    writer = BatchWriter(engine)
+    try:
+        device_id = _register(engine)
+        now = time.time_ns()
+        orphan = writer.submit(_item(device_id, 1, now))
+        assert orphan.cancel()  # what asyncio.wrap_future does when the handler is cancelled
+        writer.start()
+        kept = writer.submit(_item(device_id, 2, now + 10**9)).result(10)
+        assert (kept.seq, kept.duplicate) == (2, False)
+        with Session(engine) as s:
+            assert count_samples(session=s, device="gpu-node-1") == {"host": 1, "gpu": 1}
+        resent = writer.submit(_item(device_id, 1, now)).result(10)  # the agent's replay from its spool
+        assert (resent.seq, resent.duplicate) == (1, False)
+    finally:
+        writer.stop()
+        engine.dispose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -222,12 +223,11 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+@dataclasses.dataclass(frozen=True)
 class _Agent:
-    kind = ""
-    socket = ""
-
-    def delivered(self) -> str:
-        raise NotImplementedError
+    kind: str
+    socket: str
+    delivered: Callable[[], str]  # what reached the agent (or the collector behind it)
 
 
 @contextlib.contextmanager
@@ -241,12 +241,9 @@ def in_process_agent(tmp: str) -> Iterator[_Agent]:
 
     server = LocalReportServer(os.path.join(tmp, "run", "agent.sock"), sink)
     server.start()
-    agent = _Agent()
-    agent.kind = "SDK endpoint inside the benchmark process"
-    agent.socket = server.socket_path
-    agent.delivered = lambda: f"{received[0]} SDK reports received"  # type: ignore[method-assign]
     try:
-        yield agent
+        yield _Agent("SDK endpoint inside the benchmark process", server.socket_path,
+                     lambda: f"{received[0]} SDK reports received")
     finally:
         server.stop(0.5)
 
@@ -273,11 +270,8 @@ def agent_process(tmp: str) -> Iterator[_Agent]:
             time.sleep(0.1)
         else:
             raise RuntimeError("the agent did not open its SDK socket")
-        agent = _Agent()
-        agent.kind = f"fleetscope agent, pid {agent_proc.pid}, streaming to a collector, pid {collector.pid}"
-        agent.socket = socket_path
-        agent.delivered = lambda: _stored_metric_points(db, "bench.lr")  # type: ignore[method-assign]
-        yield agent
+        yield _Agent(f"fleetscope agent, pid {agent_proc.pid}, streaming to a collector, pid {collector.pid}",
+                     socket_path, lambda: _stored_metric_points(db, "bench.lr"))
     finally:
         for proc in (agent_proc, collector):
             proc.terminate()

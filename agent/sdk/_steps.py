@@ -227,9 +227,9 @@ class TrainSteps(Generic[T]):
 
         A step only appends its three figures to a list; this runs once per reporting window.
         Right after a training step the SDK's objects are out of the CPU caches, so every lookup
-        on the per-step path costs several times its warm price: recording three histograms
-        and eight counters per step measured ~30 us on a 1.3 ms CPU step, a tuple appended
-        ~1 us, and the same work done here, in one warm loop, well under a microsecond a step.
+        on the per-step path costs several times its warm price: with three histograms and
+        eight counters recorded in each step, the SDK's share of ``next()`` measured 18 us on a
+        1.3 ms CPU step; with this fold, 7 us.
         """
         pending, self._pending = self._pending, []
         if not pending:

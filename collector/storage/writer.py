@@ -223,7 +223,7 @@ class BatchWriter:
             received_ns=item.received_ns,
             state_cache=self._state,
         )
-        prepared = _Prepared(item, rows, [(r[0], r[2]) for r in rows.gpu_state])
+        prepared = _Prepared(rows, [(r[0], r[2]) for r in rows.gpu_state])
         for table, attr in _ROW_FIELD.items():
             part = getattr(rows, attr)
             if len(part):
@@ -240,14 +240,16 @@ class BatchWriter:
         # Rows are built before the transaction: with several collector processes on one SQLite
         # file, only the statements themselves wait for the write lock.
         prepared: list[_Prepared | None] = []
+        state_keys: list[tuple[int, int]] = []  # forgotten again if this transaction does not commit
         try:
             for item in group:
-                prepared.append(None if item.batch is None else self._prepare(item, sqlite))
+                prep = None if item.batch is None else self._prepare(item, sqlite)
+                prepared.append(prep)
+                if prep is not None:
+                    state_keys.extend(prep.state_keys)
         except BaseException:
-            # The state cache already counts these batches' state rows as stored: they are not.
-            self._state.forget([k for p in prepared if p is not None for k in p.state_keys])
+            self._state.forget(state_keys)
             raise
-        state_keys = [k for p in prepared if p is not None for k in p.state_keys]
         cur = driver.cursor()
         locked = False
         try:
@@ -372,9 +374,8 @@ class BatchWriter:
 
 @dataclass
 class _Prepared:
-    """One batch ready to write: its rows, and per (table, rows per statement) the parameters."""
+    """One batch ready to write: its rows, and per table the values to insert."""
 
-    item: WriteItem
     rows: BatchRows
     state_keys: list[tuple[int, int]]
     values: dict[str, list] = field(default_factory=dict)  # per table: flat values (SQLite) or row tuples

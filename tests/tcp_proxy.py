@@ -78,9 +78,9 @@ class TcpProxy:
             for c in self._conns:
                 try:
                     c.shutdown(socket.SHUT_RDWR)
-                    c.close()
                 except OSError:
-                    pass
+                    pass  # a pump already shut it down when its peer went away: it still needs closing
+                c.close()
             self._conns.clear()
 
     def restore(self) -> None:

@@ -123,7 +123,10 @@ class BatchRows:
 class GpuStateCache:
     """The last stored ``gpu_state`` per (device, GPU), so a state row is written only on change.
 
-    A collector restart forgets it and writes each GPU's state once more: harmless.
+    Only the writer's transaction consults it, in commit order: rows are built ahead of the
+    transaction (by another thread), and a state row's fate depends on what the batches
+    before it stored. A collector restart forgets it and writes each GPU's state once more:
+    harmless.
     """
 
     def __init__(self) -> None:
@@ -135,6 +138,18 @@ class GpuStateCache:
         self._last[key] = values
         return True
 
+    def keep_changed(self, candidates: list[tuple]) -> tuple[list[tuple], list[tuple[int, int]]]:
+        """The candidate state rows that differ from the last stored, and their keys (to
+        ``forget`` should their transaction not commit). A row is (device_id, ts_ns,
+        gpu_index, *values)."""
+        rows, keys = [], []
+        for row in candidates:
+            key = (row[0], row[2])
+            if self.changed(key, row[3:]):
+                rows.append(row)
+                keys.append(key)
+        return rows, keys
+
     def forget(self, keys: list[tuple[int, int]]) -> None:
         for k in keys:
             self._last.pop(k, None)
@@ -144,9 +159,9 @@ def _shift(ts: object, correction_ns: int) -> list[int]:
     return list(ts) if not correction_ns else [t + correction_ns for t in ts]  # type: ignore[attr-defined]
 
 
-def batch_rows(
-    batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, received_ns: int, state_cache: GpuStateCache
-) -> BatchRows:
+def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, received_ns: int) -> BatchRows:
+    """The batch's rows; ``gpu_state`` holds each GPU's last state in the batch, a candidate
+    that ``GpuStateCache.keep_changed`` filters when the batch is written."""
     out = BatchRows()
     host = batch.host
     n = len(host.ts_ns)
@@ -174,7 +189,7 @@ def batch_rows(
         index = list(gpu.gpu_index)
         cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
         out.gpu = ColumnBlock(([device_id] * n, ts, index, *cols), n)
-        # State: the last row of each GPU in this batch, stored when it differs from the last stored.
+        # State: the last row of each GPU in this batch (stored only if it differs from the last stored).
         state_cols = [decoded.gpu[name] for name in GPU_STATE_COLUMNS]
         procs = _processes(gpu.processes, gpu.process_count, n)
         last_row: dict[int, int] = {}
@@ -183,7 +198,7 @@ def batch_rows(
                 last_row[index[i]] = i
         for gi, i in sorted(last_row.items()):
             values = tuple(c[i] for c in state_cols) + (procs[i],)
-            if any(v is not None for v in values) and state_cache.changed((device_id, gi), values):
+            if any(v is not None for v in values):
                 out.gpu_state.append((device_id, ts[i], gi, *values))
     for h in batch.latency:
         buckets = json.dumps(dict(zip(h.bucket_index, h.bucket_count)), separators=(",", ":"))

@@ -1,29 +1,33 @@
 """Group commit: one thread writes every batch, many batches per transaction.
 
 Ingest handlers hand validated batches to ``BatchWriter.submit`` and wait on the returned
-future. The writer thread takes whatever is queued (up to ``max_group_rows``), and in one
-transaction: claims each batch's (agent id, boot id, seq) in ``ingested_batches`` (a batch
-already there is a duplicate and is skipped), bulk-inserts the rows of the new batches with
-the fastest path the driver has (sqlite3 ``executemany``; psycopg binary ``COPY``), updates
-the device rows, commits, and only then resolves the futures, so an acknowledgement always
-means "committed". One fsync per group instead of per batch is what makes ``synchronous=FULL``
-affordable.
+future. The writer thread takes whatever is queued (up to ``max_group_rows``), builds each
+batch's rows and SQL parameters, and in one transaction: claims every batch's (agent id, boot
+id, seq) in ``ingested_batches`` (a batch already there is a duplicate and is skipped),
+bulk-inserts the new batches' rows with the fastest path the driver has (``statements``:
+sqlite3 ``executemany``, psycopg binary ``COPY``), updates the device rows, commits, and only
+then resolves the futures, so an acknowledgement always means "committed". One fsync per group
+instead of per batch is what makes ``synchronous=FULL`` affordable.
+
+Why one thread, not a pipeline that builds the next group's rows while this one is written:
+building rows is Python and needs the GIL, and so does binding each statement's parameters;
+a second thread took the GIL whenever a statement step released it and the writer then
+waited for it back, and the measured throughput was the same as one thread's
+(``docs/benchmarks.md``).
 
 If a group fails, it is rolled back and its batches are retried one by one, so one bad batch
-cannot sink its neighbours. A database that cannot be written (disk full, server gone) fails
-the futures with ``StoreUnavailable``; the agents keep the batches in their spools and resend.
+cannot sink its neighbours; a batch whose rows cannot be built fails alone. A database that
+cannot be written (disk full, server gone) fails the futures with ``StoreUnavailable``; the
+agents keep the batches in their spools and resend.
 """
 
 from __future__ import annotations
 
 import fcntl
-import functools
-import json
 import logging
 import os
 import queue
 import threading
-from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import chain
@@ -31,52 +35,21 @@ from itertools import chain
 from sqlalchemy import Engine
 
 from fleetscope.collector.errors import StoreUnavailable
+from fleetscope.collector.storage import statements
 from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
-from fleetscope.collector.storage.schema import (
-    GPU_SAMPLE_COLUMNS,
-    GPU_STATE_COLUMNS,
-    HOST_VALUE_COLUMNS,
-)
 from fleetscope.collector.validate import Decoded
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "host_samples": ("device_id", "ts_ns", *HOST_VALUE_COLUMNS, "cpu_cores", "top_processes"),
-    "gpu_samples": ("device_id", "ts_ns", "gpu_index", *GPU_SAMPLE_COLUMNS),
-    "gpu_state": ("device_id", "ts_ns", "gpu_index", *GPU_STATE_COLUMNS, "processes"),
-    "latency_histograms": ("device_id", "start_ns", "end_ns", "name", "labels", "count", "sum_ns", "errors", "zero_count", "buckets"),
-    "metric_points": ("device_id", "ts_ns", "name", "value", "labels"),
-    "inventory_records": ("device_id", "ts_ns", "kind", "name", "facts"),
-    "log_events": ("device_id", "ts_ns", "source", "level", "message"),
-}
 _ROW_FIELD = {
     "host_samples": "host",
     "gpu_samples": "gpu",
-    "gpu_state": "gpu_state",
     "latency_histograms": "latency",
     "metric_points": "metrics",
     "inventory_records": "inventory",
     "log_events": "logs",
 }
-_SQLITE_ROWS_PER_STATEMENT = 50
-_SQLITE_MAX_PARAMS = 32_000  # SQLite's default limit is 32,766 bound parameters per statement
-_INCIDENT_COLUMNS = ("device_id", "ts_ns", "received_ns", "kind", "severity", "title", "facts", "source", "excerpt", "context")
-# PostgreSQL binary COPY needs each column's type.
-_PG_TYPES = {
-    "device_id": "int4",
-    "ts_ns": "int8",
-    "start_ns": "int8",
-    "end_ns": "int8",
-    "gpu_index": "int2",
-    "count": "int8",
-    "sum_ns": "int8",
-    "errors": "int8",
-    "zero_count": "int8",
-    "value": "float8",
-}
-_PG_TEXT = {"cpu_cores", "top_processes", "processes", "name", "labels", "buckets", "kind", "facts", "source", "level", "message"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +76,18 @@ class WriteItem:
     future: Future = field(default_factory=Future)
 
 
+@dataclass
+class _Prepared:
+    """One batch ready to write: its rows, and per table the values to insert."""
+
+    rows: BatchRows
+    values: dict[str, list] = field(default_factory=dict)  # per table: flat values (SQLite) or row tuples
+
+
+# A prepared group: each item with its rows (None for a rejection to record).
+_Group = list[tuple[WriteItem, "_Prepared | None"]]
+
+
 class BatchWriter:
     def __init__(self, engine: Engine, *, max_group_rows: int = 100_000, max_group_batches: int = 256) -> None:
         self._engine = engine
@@ -110,7 +95,7 @@ class BatchWriter:
         self._queue: queue.Queue[WriteItem | None] = queue.Queue()
         self._max_rows = max_group_rows
         self._max_batches = max_group_batches
-        self._state = GpuStateCache()
+        self._state = GpuStateCache()  # consulted inside each transaction, in commit order
         self._thread = threading.Thread(target=self._run, name="fleetscope-writer", daemon=True)
         self._stopping = False
         self._conn = None
@@ -137,32 +122,52 @@ class BatchWriter:
     # -- the thread -------------------------------------------------------------------------
 
     def _run(self) -> None:
+        sqlite = self._dialect == "sqlite"
         done = False
-        while not done:
-            item = self._queue.get()
-            if item is None:
-                break
-            group = [item]
-            rows = self._rows_hint(item)
-            while rows < self._max_rows and len(group) < self._max_batches:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
+        try:
+            while not done:
+                item = self._queue.get()
+                if item is None:
                     break
-                if nxt is None:
-                    done = True
-                    break
-                group.append(nxt)
-                rows += self._rows_hint(nxt)
+                group = [item]
+                rows = self._rows_hint(item)
+                while rows < self._max_rows and len(group) < self._max_batches:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        done = True
+                        break
+                    group.append(nxt)
+                    rows += self._rows_hint(nxt)
+                prepared = self._prepare_group(group, sqlite)
+                if prepared:
+                    self._write_group(prepared)
+        finally:
+            self._close_conn()
+
+    @staticmethod
+    def _prepare_group(group: list[WriteItem], sqlite: bool) -> _Group:
+        """Each batch with its rows built: the Python work, done before the write lock is taken."""
+        prepared: _Group = []
+        for it in group:
             # A batch whose stream ended while it waited here (the agent disconnected; gRPC
             # cancelled the handler, and with it this future) is not written: it was never
             # acknowledged, so the agent sends it again. Marking the others running means no
-            # cancellation can race the result below, which would raise in this thread and
-            # stop all writing.
-            group = [it for it in group if it.future.set_running_or_notify_cancel()]
-            if group:
-                self._write_group(group)
-        self._close_conn()
+            # cancellation can race the result set later, which would raise in this thread
+            # and stop all writing.
+            if not it.future.set_running_or_notify_cancel():
+                continue
+            if it.batch is None:
+                prepared.append((it, None))
+                continue
+            try:
+                prepared.append((it, _prepare(it, sqlite)))
+            except Exception as exc:  # a batch that cannot be turned into rows fails alone
+                log.error("batch %s/%s could not be stored: %s", it.agent_id, it.seq, exc)
+                it.future.set_exception(StoreUnavailable(f"database write failed: {exc}"))
+        return prepared
 
     @staticmethod
     def _rows_hint(item: WriteItem) -> int:
@@ -189,69 +194,36 @@ class BatchWriter:
                 pass
             self._conn = None
 
-    def _write_group(self, group: list[WriteItem]) -> None:
+    def _write_group(self, group: _Group) -> None:
         try:
             outcomes = self._transaction(group)
         except Exception as exc:
             self._close_conn()
             if len(group) > 1 and not _is_unavailable(exc):
-                for item in group:
-                    self._write_group([item])
+                for one in group:
+                    self._write_group([one])
                 return
             err = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(f"database write failed: {exc}")
             if not _is_unavailable(exc):
-                log.error("batch %s/%s could not be stored: %s", group[0].agent_id, group[0].seq, exc)
+                log.error("batch %s/%s could not be stored: %s", group[0][0].agent_id, group[0][0].seq, exc)
             else:
                 log.warning("database unavailable: %s", exc)
-            for item in group:
+            for item, _ in group:
                 if not item.future.done():
                     item.future.set_exception(err)
             return
         self.groups += 1
         self.batches += len(group)
-        for item, outcome in zip(group, outcomes):
+        for (item, _), outcome in zip(group, outcomes):
             item.future.set_result(outcome)
 
-    def _prepare(self, item: WriteItem, sqlite: bool) -> _Prepared:
-        """The batch's rows and their insert parameters: Python work done before the write lock."""
-        assert item.batch is not None and item.decoded is not None
-        rows = batch_rows(
-            item.batch,
-            item.decoded,
-            device_id=item.device_id,
-            correction_ns=item.correction_ns,
-            received_ns=item.received_ns,
-            state_cache=self._state,
-        )
-        prepared = _Prepared(rows, [(r[0], r[2]) for r in rows.gpu_state])
-        for table, attr in _ROW_FIELD.items():
-            part = getattr(rows, attr)
-            if len(part):
-                if sqlite:  # row-major values, as the multi-row VALUES statements take them
-                    prepared.values[table] = part.flat() if isinstance(part, ColumnBlock) else list(chain.from_iterable(part))
-                else:
-                    prepared.values[table] = part.rows() if isinstance(part, ColumnBlock) else part
-        return prepared
-
-    def _transaction(self, group: list[WriteItem]) -> list[WriteOutcome]:
+    def _transaction(self, group: _Group) -> list[WriteOutcome]:
         conn = self._connection()
         driver = conn.driver_connection
         sqlite = self._dialect == "sqlite"
-        # Rows are built before the transaction: with several collector processes on one SQLite
-        # file, only the statements themselves wait for the write lock.
-        prepared: list[_Prepared | None] = []
-        state_keys: list[tuple[int, int]] = []  # forgotten again if this transaction does not commit
-        try:
-            for item in group:
-                prep = None if item.batch is None else self._prepare(item, sqlite)
-                prepared.append(prep)
-                if prep is not None:
-                    state_keys.extend(prep.state_keys)
-        except BaseException:
-            self._state.forget(state_keys)
-            raise
         cur = driver.cursor()
         locked = False
+        state_keys: list[tuple[int, int]] = []  # forgotten again if this transaction does not commit
         try:
             if sqlite:
                 if self._lock_file is not None:
@@ -261,11 +233,23 @@ class BatchWriter:
                     fcntl.flock(self._lock_file, fcntl.LOCK_EX)
                     locked = True
                 cur.execute("BEGIN IMMEDIATE")
+            stored = iter(
+                statements.claim_batches(
+                    cur,
+                    [
+                        statements.Claim(it.agent_id, it.boot_id, it.seq, it.received_ns, prep.rows.sample_rows)
+                        for it, prep in group
+                        if prep is not None
+                    ],
+                    sqlite,
+                )
+            )
             outcomes: list[WriteOutcome] = []
             values: dict[str, list] = {}  # per table, the stored batches' rows in arrival order
+            states: list[tuple] = []
             incidents: list[dict] = []
             device_updates: dict[int, dict] = {}
-            for item, prep in zip(group, prepared):
+            for item, prep in group:
                 if prep is None:
                     upd = device_updates.setdefault(item.device_id, {"stored": 0, "rejected": 0})
                     upd["rejected"] += 1
@@ -274,12 +258,15 @@ class BatchWriter:
                     outcomes.append(WriteOutcome(item.seq, False, 0))
                     continue
                 rows = prep.rows
-                if not self._claim(cur, item, rows.sample_rows, sqlite):
-                    self._state.forget(prep.state_keys)  # its state rows are not written
+                if not next(stored):
                     outcomes.append(WriteOutcome(item.seq, True, 0))
                     continue
                 for table, part in prep.values.items():
                     values.setdefault(table, []).extend(part)
+                if rows.gpu_state:
+                    changed, keys = self._state.keep_changed(rows.gpu_state)
+                    states.extend(changed)
+                    state_keys.extend(keys)
                 incidents.extend(rows.incidents)
                 upd = device_updates.setdefault(item.device_id, {"stored": 0, "rejected": 0})
                 upd["stored"] += 1
@@ -289,15 +276,17 @@ class BatchWriter:
                 if item.batch.HasField("counters"):
                     upd["counters"] = counters_dict(item.batch.counters)
                 outcomes.append(WriteOutcome(item.seq, False, rows.sample_rows))
+            if states:
+                values["gpu_state"] = list(chain.from_iterable(states)) if sqlite else states
             for table, part in values.items():
                 if sqlite:
-                    _sqlite_insert(cur, table, part)
+                    statements.sqlite_insert(cur, table, part)
                 else:
-                    self._pg_copy(cur, table, part)
+                    statements.pg_copy(cur, table, part)
             if incidents:
-                self._insert_incidents(cur, incidents, sqlite)
-            for device_id, upd in device_updates.items():
-                self._update_device(cur, device_id, upd, sqlite)
+                statements.insert_incidents(cur, incidents, sqlite)
+            if device_updates:
+                statements.update_devices(cur, device_updates, sqlite)
             if sqlite:
                 cur.execute("COMMIT")
             else:
@@ -318,90 +307,22 @@ class BatchWriter:
             if locked:
                 fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
-    @staticmethod
-    def _claim(cur, item: WriteItem, sample_rows: int, sqlite: bool) -> bool:  # type: ignore[no-untyped-def]
-        """Record the batch key; False when it was stored before (a replay)."""
-        if sqlite:
-            cur.execute(
-                "INSERT OR IGNORE INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (?,?,?,?,?)",
-                (item.agent_id, item.boot_id, item.seq, item.received_ns, sample_rows),
-            )
-        else:
-            cur.execute(
-                "INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (%s,%s,%s,%s,%s)"
-                " ON CONFLICT DO NOTHING",
-                (item.agent_id, item.boot_id, item.seq, item.received_ns, sample_rows),
-            )
-        return cur.rowcount == 1
 
-    @staticmethod
-    def _pg_copy(cur, table: str, rows: Iterable[tuple]) -> None:  # type: ignore[no-untyped-def]
-        cols = _TABLE_COLUMNS[table]
-        types = [_PG_TYPES.get(c, "text" if c in _PG_TEXT else "float8") for c in cols]
-        with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(types)
-            write = copy.write_row
-            for row in rows:
-                write(row)
-
-    @staticmethod
-    def _insert_incidents(cur, incidents: list[dict], sqlite: bool) -> None:  # type: ignore[no-untyped-def]
-        p = "?" if sqlite else "%s"
-        json_p = p if sqlite else "CAST(%s AS JSON)"
-        placeholders = ", ".join(json_p if c in ("facts", "context") else p for c in _INCIDENT_COLUMNS)
-        params = [
-            tuple(json.dumps(inc[c]) if c in ("facts", "context") else inc[c] for c in _INCIDENT_COLUMNS) for inc in incidents
-        ]
-        cur.executemany(f"INSERT INTO incidents ({', '.join(_INCIDENT_COLUMNS)}) VALUES ({placeholders})", params)
-
-    @staticmethod
-    def _update_device(cur, device_id: int, upd: dict, sqlite: bool) -> None:  # type: ignore[no-untyped-def]
-        p = "?" if sqlite else "%s"
-        sets = [f"last_seen_ns = {p}", f"batches_stored = batches_stored + {p}", f"batches_rejected = batches_rejected + {p}"]
-        params: list[object] = [upd["last_seen_ns"], upd["stored"], upd["rejected"]]
-        if "clock_skew_ns" in upd:
-            sets.append(f"clock_skew_ns = {p}")
-            params.append(upd["clock_skew_ns"])
-        if "counters" in upd:
-            sets.append(f"counters = {p}" if sqlite else "counters = CAST(%s AS JSON)")
-            params.append(json.dumps(upd["counters"]))
-        if "last_rejection" in upd:
-            sets.append(f"last_rejection = {p}")
-            params.append(upd["last_rejection"])
-        params.append(device_id)
-        cur.execute(f"UPDATE devices SET {', '.join(sets)} WHERE id = {p}", params)
-
-
-@dataclass
-class _Prepared:
-    """One batch ready to write: its rows, and per table the values to insert."""
-
-    rows: BatchRows
-    state_keys: list[tuple[int, int]]
-    values: dict[str, list] = field(default_factory=dict)  # per table: flat values (SQLite) or row tuples
-
-
-def _sqlite_insert(cur, table: str, flat: list) -> None:  # type: ignore[no-untyped-def]
-    """Insert rows given as one flat row-major list, as multi-row ``VALUES`` statements of
-    ``_SQLITE_ROWS_PER_STATEMENT`` rows (one VM step per chunk instead of one per row, about 1.5x
-    faster than plain ``executemany`` here) and one for the remainder, in order: rows keep the
-    order their batches arrived in."""
-    width = len(_TABLE_COLUMNS[table])
-    per = max(1, min(_SQLITE_ROWS_PER_STATEMENT, _SQLITE_MAX_PARAMS // width))
-    n = len(flat) // width
-    full = n // per * per
-    if full:
-        step = per * width
-        cur.executemany(_sqlite_insert_sql(table, per), [flat[i : i + step] for i in range(0, full * width, step)])
-    if full < n:
-        cur.execute(_sqlite_insert_sql(table, n - full), flat[full * width :])
-
-
-@functools.lru_cache(maxsize=512)
-def _sqlite_insert_sql(table: str, rows: int) -> str:
-    cols = _TABLE_COLUMNS[table]
-    one = "(" + ", ".join("?" * len(cols)) + ")"
-    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES " + ", ".join([one] * rows)
+def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
+    """The batch's rows and their insert parameters."""
+    assert item.batch is not None and item.decoded is not None
+    rows = batch_rows(
+        item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns, received_ns=item.received_ns
+    )
+    prepared = _Prepared(rows)
+    for table, attr in _ROW_FIELD.items():
+        part = getattr(rows, attr)
+        if len(part):
+            if sqlite:  # row-major values, as the multi-row VALUES statements take them
+                prepared.values[table] = part.flat() if isinstance(part, ColumnBlock) else list(chain.from_iterable(part))
+            else:
+                prepared.values[table] = part.rows() if isinstance(part, ColumnBlock) else part
+    return prepared
 
 
 def _writer_lock_file(engine: Engine) -> int | None:
@@ -430,5 +351,3 @@ def _is_unavailable(exc: BaseException) -> bool:
         or "server closed" in text
         or names in ("OperationalError", "InterfaceError")
     )
-
-

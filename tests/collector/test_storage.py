@@ -189,3 +189,51 @@ def test_a_batch_whose_stream_ended_while_queued_is_skipped_and_writing_goes_on(
     finally:
         writer.stop()
         engine.dispose()
+
+
+def test_one_group_with_a_resent_batch_a_rejection_and_counters_updates_each_device_once(db_url: str) -> None:
+    """What one transaction sees when agents reconnect: a batch sent twice before either was
+    written (the second is a duplicate, its rows are not stored twice), a rejection recorded on
+    the device, the agent's counters, and a second device in the same group."""
+    engine = make_engine(db_url)
+    writer = BatchWriter(engine)
+    try:
+        drone = _register(engine, "drone-7")
+        server = _register(engine, "gpu-node-1")
+        now = time.time_ns()
+        first = _item(drone, 1, now, name="drone-7")
+        resent = _item(drone, 1, now, name="drone-7")
+        with_counters = _item(drone, 2, now + 10**9, name="drone-7")
+        with_counters.batch.counters.dropped_samples = 17
+        with_counters.batch.counters.reconnects = 3
+        with_counters.clock_skew_ns = 2_500_000_000
+        rejected = WriteItem(batch=None, device_id=drone, agent_id="id-drone-7", boot_id="boot", seq=3, received_ns=now + 2 * 10**9,
+                             correction_ns=0, clock_skew_ns=0, rejection="batch 3: gpu.temp_c[0]: -400.0 is below -60")
+        other = _item(server, 1, now)
+        # Queued before the writer starts, so that all five land in one group.
+        futures = [writer.submit(i) for i in (first, resent, with_counters, rejected, other)]
+        writer.start()
+        outcomes = [f.result(10) for f in futures]
+        assert [o.duplicate for o in outcomes] == [False, True, False, False, False]
+        assert writer.groups == 1
+        with Session(engine) as s:
+            assert count_samples(session=s, device="drone-7") == {"host": 2, "gpu": 2}
+            assert count_samples(session=s, device="gpu-node-1") == {"host": 1, "gpu": 1}
+            devices = {d.name: d for d in list_devices(session=s, now_ns=now)}
+        d = devices["drone-7"]
+        assert (d.batches_stored, d.batches_rejected) == (2, 1)
+        assert d.last_rejection == "batch 3: gpu.temp_c[0]: -400.0 is below -60"
+        assert (d.counters["dropped_samples"], d.counters["reconnects"]) == (17, 3)
+        assert d.clock_skew_ns == 2_500_000_000
+        assert d.last_seen_ns == now + 2 * 10**9
+        g = devices["gpu-node-1"]
+        assert (g.batches_stored, g.batches_rejected, g.last_rejection) == (1, 0, "")
+        # A later group brings no counters or rejection: what the device row holds stays.
+        writer.submit(_item(drone, 4, now + 3 * 10**9, name="drone-7")).result(10)
+        with Session(engine) as s:
+            d = next(x for x in list_devices(session=s, now_ns=now) if x.name == "drone-7")
+        assert (d.batches_stored, d.batches_rejected, d.counters["dropped_samples"]) == (3, 1, 17)
+        assert d.last_rejection.startswith("batch 3:")
+    finally:
+        writer.stop()
+        engine.dispose()

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ingest.py ingest --db sqlite --agents 100 --seconds 30
     python benchmarks/bench_ingest.py ingest --db postgresql+psycopg://postgres@127.0.0.1/test
+    python benchmarks/bench_ingest.py writer --seconds 20
     python benchmarks/bench_ingest.py agent --seconds 60
 
 ``ingest`` starts one collector process and a load generator (separate processes) that runs
@@ -10,6 +11,9 @@ it. Batches are built once per agent and resent with new sequence numbers (the g
 cost stays small on a machine it shares with the collector). It prints the sustained sample
 rows per second stored, checked against the database at the end (exactly-once on: every
 batch passes the collector's per-batch dedup).
+
+``writer`` drives the collector's ``BatchWriter`` directly with the same batches (no gRPC, no
+parsing, no validation): the storage path's own rate, to tell the two apart.
 
 ``agent`` runs the real ``fleetscope agent`` at a 1 s interval, sampling the host and following
 a log file that gets a line every 100 ms, and prints its RSS and CPU share.
@@ -200,6 +204,69 @@ def run_ingest(args: argparse.Namespace) -> int:
     return 0 if stored == acked_rows else 1
 
 
+def run_writer(args: argparse.Namespace) -> int:
+    """The storage path alone, in this process: validated batches go straight to ``BatchWriter``
+    from N agent threads, each with ``--window`` batches unacknowledged. No gRPC, no parsing:
+    what the writer itself sustains, to compare with ``ingest``."""
+    import sqlite3
+    from concurrent.futures import Future
+
+    from fleetscope.collector.registry import register_device
+    from fleetscope.collector.storage.engine import make_engine
+    from fleetscope.collector.storage.writer import BatchWriter, WriteItem
+    from fleetscope.collector.validate import Limits, validate_batch
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    tmp = tempfile.TemporaryDirectory(prefix="fleetscope-bench-writer-")
+    path = Path(tmp.name) / "bench.db"
+    engine = make_engine(f"sqlite:///{path}")
+    now = time.time_ns()
+    agents = []
+    for i in range(args.agents):
+        agent_id = str(uuid.uuid4())
+        req = pb.RegisterRequest(agent_id=agent_id, boot_id="bench", name=f"bench-{i}", sent_ns=now, labels={"simulated": "true"})
+        device_id = register_device(engine, req, received_ns=now).device_id
+        batch, _ = build_batch(agent_id, args.gpus, args.steps, now - args.steps * 10**9)
+        batch.sent_ns, batch.seq = now, 1
+        agents.append((agent_id, device_id, batch, validate_batch(batch, Limits())))
+    writer = BatchWriter(engine)
+    writer.start()
+    stop_at = time.monotonic() + args.seconds
+
+    def one_agent(agent_id: str, device_id: int, batch, decoded) -> None:  # type: ignore[no-untyped-def]
+        inflight: list[Future] = []
+        seq = 0
+        while time.monotonic() < stop_at:
+            if len(inflight) >= args.window:
+                inflight.pop(0).result(120)
+            seq += 1
+            inflight.append(writer.submit(WriteItem(batch=batch, device_id=device_id, agent_id=agent_id, boot_id="bench", seq=seq,
+                                                    received_ns=now, correction_ns=0, clock_skew_ns=0, decoded=decoded)))
+        for f in inflight:
+            f.result(120)
+
+    def count() -> int:
+        with sqlite3.connect(path) as conn:
+            return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("gpu_samples", "host_samples"))
+
+    threads = [threading.Thread(target=one_agent, args=a) for a in agents]
+    for t in threads:
+        t.start()
+    time.sleep(min(5.0, args.seconds / 4))
+    start_rows, start_t = count(), time.monotonic()
+    time.sleep(max(0.0, stop_at - 1.0 - time.monotonic()))
+    end_rows, end_t = count(), time.monotonic()
+    for t in threads:
+        t.join()
+    writer.stop()
+    engine.dispose()
+    print(f"writer alone (SQLite), {args.agents} agents, window {args.window}, batch = {args.steps} host + {args.steps * args.gpus} GPU rows")
+    print(f"sustained: {(end_rows - start_rows) / (end_t - start_t):,.0f} sample rows/s stored; {writer.groups} groups, "
+          f"{writer.batches / max(1, writer.groups):.0f} batches per group")
+    tmp.cleanup()
+    return 0
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -269,6 +336,13 @@ def main() -> int:
     p.add_argument("--no-rollups", dest="rollups", action="store_false",
                    help="collectors skip the dashboard's rollups (as when another collector maintains them)")
     p.set_defaults(func=run_ingest)
+    p = sub.add_parser("writer", help="the storage path alone (no gRPC): BatchWriter rows/s into SQLite")
+    p.add_argument("--agents", type=int, default=100)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--steps", type=int, default=125, help="timestamps per batch (rows = steps * (gpus + 1))")
+    p.add_argument("--window", type=int, default=4, help="unacknowledged batches per agent")
+    p.set_defaults(func=run_writer)
     p = sub.add_parser("agent", help="the real agent's RSS and CPU at a 1 s interval")
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("agent_args", nargs="*", help="extra `fleetscope agent` options, after --")

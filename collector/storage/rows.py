@@ -123,10 +123,10 @@ class BatchRows:
 class GpuStateCache:
     """The last stored ``gpu_state`` per (device, GPU), so a state row is written only on change.
 
-    Only the writer's transaction consults it, in commit order: rows are built ahead of the
-    transaction (by another thread), and a state row's fate depends on what the batches
-    before it stored. A collector restart forgets it and writes each GPU's state once more:
-    harmless.
+    Only the writer's transaction consults it, in commit order: whether a state row is new
+    depends on what the batches before it stored, which is known only once they are claimed
+    (a replayed batch stores nothing). A collector restart forgets it and writes each GPU's
+    state once more: harmless.
     """
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """Dashboard render times on a large fleet: the Fleet page and a Device page over 24 h.
 
-    python benchmarks/bench_dashboard.py                          # 200 devices x 7 days (hours, ~100 GB)
+    python benchmarks/bench_dashboard.py                          # 200 devices x 7 days (~75 GB, ~1 h 40 min here)
     python benchmarks/bench_dashboard.py --devices 200 --days 1   # what fits a small machine
     python benchmarks/bench_dashboard.py --db /tmp/big.db --skip-fill --browser
 

@@ -208,7 +208,6 @@ def run_writer(args: argparse.Namespace) -> int:
     """The storage path alone, in this process: validated batches go straight to ``BatchWriter``
     from N agent threads, each with ``--window`` batches unacknowledged. No gRPC, no parsing:
     what the writer itself sustains, to compare with ``ingest``."""
-    import sqlite3
     from concurrent.futures import Future
 
     from fleetscope.collector.registry import register_device
@@ -245,17 +244,13 @@ def run_writer(args: argparse.Namespace) -> int:
         for f in inflight:
             f.result(120)
 
-    def count() -> int:
-        with sqlite3.connect(path) as conn:
-            return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("gpu_samples", "host_samples"))
-
     threads = [threading.Thread(target=one_agent, args=a) for a in agents]
     for t in threads:
         t.start()
     time.sleep(min(5.0, args.seconds / 4))
-    start_rows, start_t = count(), time.monotonic()
+    start_rows, start_t = count_rows(f"sqlite:///{path}"), time.monotonic()
     time.sleep(max(0.0, stop_at - 1.0 - time.monotonic()))
-    end_rows, end_t = count(), time.monotonic()
+    end_rows, end_t = count_rows(f"sqlite:///{path}"), time.monotonic()
     for t in threads:
         t.join()
     writer.stop()

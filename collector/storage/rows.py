@@ -132,20 +132,15 @@ class GpuStateCache:
     def __init__(self) -> None:
         self._last: dict[tuple[int, int], tuple] = {}
 
-    def changed(self, key: tuple[int, int], values: tuple) -> bool:
-        if self._last.get(key) == values:
-            return False
-        self._last[key] = values
-        return True
-
     def keep_changed(self, candidates: list[tuple]) -> tuple[list[tuple], list[tuple[int, int]]]:
         """The candidate state rows that differ from the last stored, and their keys (to
         ``forget`` should their transaction not commit). A row is (device_id, ts_ns,
         gpu_index, *values)."""
         rows, keys = [], []
         for row in candidates:
-            key = (row[0], row[2])
-            if self.changed(key, row[3:]):
+            key, values = (row[0], row[2]), row[3:]
+            if self._last.get(key) != values:
+                self._last[key] = values
                 rows.append(row)
                 keys.append(key)
         return rows, keys

@@ -67,9 +67,9 @@ def claim_batches(cur, claims: list[Claim], sqlite: bool) -> list[bool]:  # type
     in the same list (an agent that reconnected and resent a batch still queued here).
 
     SQLite runs one lookup and one insert for the whole group. Every statement step releases
-    the GIL, and taking it back waits for the gRPC thread, so one statement per batch cost
-    the writer about a sixth of its time under load. The lookup is enough there because the
-    writer holds the database's only write lock. PostgreSQL may have several collectors
+    the GIL, and taking it back waits for the gRPC thread, so one statement per batch and one
+    per device cost the writer about a tenth of its time under load. The lookup is enough
+    there because the writer holds the database's only write lock. PostgreSQL may have several collectors
     claiming at once, so each key is claimed with ``ON CONFLICT DO NOTHING``, which waits
     for a concurrent claim of the same key to commit or roll back.
     """

@@ -54,6 +54,13 @@ def wait_for_port(address: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"nothing listens on {address} after {timeout_s:.0f} s")
 
 
+def backlog_start_ns() -> int:
+    """Where the agents' timestamps start: the generators send samples far faster than real
+    time (125 s of them per batch), so they play an agent uploading a long backlog, starting
+    two weeks back (the collector accepts rows up to 30 days old) and never reaching the present."""
+    return time.time_ns() - 14 * 86_400 * 10**9
+
+
 def build_batch(agent_id: str, gpus: int, steps: int, t0: int):  # type: ignore[no-untyped-def]
     from fleetscope.agent.batcher import fill_gpu, fill_host
     from fleetscope.agent.records import GpuSample, HostSample
@@ -95,7 +102,8 @@ def generator_process(address: str, agents: int, seconds: float, gpus: int, step
                                        response_deserializer=pb.RegisterResponse.FromString)
         register(pb.RegisterRequest(agent_id=agent_id, boot_id="bench", name=f"bench-{os.getpid()}-{i}", sent_ns=time.time_ns(),
                                     labels={"simulated": "true"}), metadata=md, timeout=30)
-        batch, rows = build_batch(agent_id, gpus, steps, time.time_ns() - steps * 10**9)
+        batch, rows = build_batch(agent_id, gpus, steps, backlog_start_ns())
+        host_ts, gpu_ts = list(batch.host.ts_ns), list(batch.gpu.ts_ns)
         sem = threading.Semaphore(window)
         acked = [0]
 
@@ -105,6 +113,12 @@ def generator_process(address: str, agents: int, seconds: float, gpus: int, step
                 sem.acquire()
                 seq += 1
                 batch.seq = seq
+                # Each batch continues where the last one ended, as a real agent's do: resending
+                # the same timestamps would insert every batch into the middle of the
+                # (device_id, ts_ns) indexes instead of at each device's end.
+                shift = (seq - 1) * steps * 10**9
+                batch.host.ts_ns[:] = [t + shift for t in host_ts]
+                batch.gpu.ts_ns[:] = [t + shift for t in gpu_ts]
                 yield with_sent_ns(batch.SerializeToString(), time.time_ns())
 
         stream = channel.stream_stream("/fleetscope.v1.Ingest/Stream", request_serializer=lambda b: b,
@@ -200,8 +214,28 @@ def run_ingest(args: argparse.Namespace) -> int:
     print(f"acknowledged rows: {acked_rows:,}; stored rows: {stored:,}; exactly once: {stored == acked_rows}")
     print(f"collector CPU: {cpu_collector:.1f} s; load generator CPU: {sum(t['cpu_s'] for t in totals):.1f} s; "
           f"stream errors: {sum(t['errors'] for t in totals)}")
+    if args.rollups:
+        rolled = count_rolled_rows(db_url)
+        print(f"minute rollups cover {rolled:,} of the stored rows ({rolled / max(stored, 1):.0%}; a pass runs every 30 s and "
+              "leaves each device's newest 10 s)")
     tmp.cleanup()
     return 0 if stored == acked_rows else 1
+
+
+def count_rolled_rows(db_url: str) -> int:
+    """Raw rows that the rollup job has folded into minute rollups (each rollup row counts its ``n``)."""
+    from sqlalchemy import create_engine, text
+
+    from fleetscope.collector.storage.engine import normalise_url
+
+    engine = create_engine(normalise_url(db_url))
+    with engine.connect() as conn:
+        n = conn.execute(text(
+            "SELECT (SELECT coalesce(sum(n), 0) FROM gpu_rollups WHERE step_s = 60)"
+            " + (SELECT coalesce(sum(n), 0) FROM host_rollups WHERE step_s = 60)"
+        )).scalar_one()
+    engine.dispose()
+    return int(n)
 
 
 def run_writer(args: argparse.Namespace) -> int:
@@ -225,7 +259,7 @@ def run_writer(args: argparse.Namespace) -> int:
         agent_id = str(uuid.uuid4())
         req = pb.RegisterRequest(agent_id=agent_id, boot_id="bench", name=f"bench-{i}", sent_ns=now, labels={"simulated": "true"})
         device_id = register_device(engine, req, received_ns=now).device_id
-        batch, _ = build_batch(agent_id, args.gpus, args.steps, now - args.steps * 10**9)
+        batch, _ = build_batch(agent_id, args.gpus, args.steps, backlog_start_ns())
         batch.sent_ns, batch.seq = now, 1
         agents.append((agent_id, device_id, batch, validate_batch(batch, Limits())))
     writer = BatchWriter(engine)
@@ -239,8 +273,11 @@ def run_writer(args: argparse.Namespace) -> int:
             if len(inflight) >= args.window:
                 inflight.pop(0).result(120)
             seq += 1
+            # The writer shifts a batch's timestamps by its clock correction: here that moves
+            # each batch past the last one's end, as an agent's next batch would be.
+            shift = (seq - 1) * args.steps * 10**9
             inflight.append(writer.submit(WriteItem(batch=batch, device_id=device_id, agent_id=agent_id, boot_id="bench", seq=seq,
-                                                    received_ns=now, correction_ns=0, clock_skew_ns=0, decoded=decoded)))
+                                                    received_ns=now, correction_ns=shift, clock_skew_ns=0, decoded=decoded)))
         for f in inflight:
             f.result(120)
 

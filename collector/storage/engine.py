@@ -9,6 +9,7 @@ keeps the fsync cost to one per group of batches.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect, select
@@ -19,6 +20,14 @@ from fleetscope.collector.storage import rollup_schema  # noqa: F401  (its table
 from fleetscope.collector.storage.schema import SCHEMA_VERSION, metadata, schema_info
 
 log = logging.getLogger(__name__)
+
+# sqlite3 binds exact int, float, str and bytearray values directly but sends every other parameter, None
+# included, through its adapter protocol: a registry lookup that misses, then attribute lookups
+# whose AttributeError is formatted and thrown away. Sample rows are full of None (readings a
+# device does not have), and that path cost about a quarter of the writer's CPU per row. A
+# registered adapter is found by the first lookup; ``{}.get`` is a C callable that maps any
+# value to None, which sqlite3 binds as NULL.
+sqlite3.register_adapter(type(None), {}.get)
 
 
 def normalise_url(url: str) -> str:

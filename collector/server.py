@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 
+from fleetscope.collector.gc_policy import tune_for_ingest
 from fleetscope.collector.ingest import IngestService
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.writer import BatchWriter
@@ -106,6 +107,9 @@ class Collector:
         log.info("collector stopped")
 
     def serve(self, *, handle_signals: bool = True) -> None:
+        """Run the collector in this process until a signal (or ``stop``) ends it."""
+        tune_for_ingest()
+
         async def main() -> None:
             if handle_signals:
                 loop = asyncio.get_running_loop()

@@ -126,7 +126,9 @@ def sqlite_insert(cur, table: str, flat: list) -> None:  # type: ignore[no-untyp
     full = n // per * per
     if full:
         step = per * width
-        cur.executemany(_sqlite_insert_sql(table, per), [flat[i : i + step] for i in range(0, full * width, step)])
+        # A generator keeps one chunk alive at a time: a list of the group's ~2,000 chunk lists
+        # set off young-generation GC runs that walked the whole parameter list each time.
+        cur.executemany(_sqlite_insert_sql(table, per), (flat[i : i + step] for i in range(0, full * width, step)))
     if full < n:
         cur.execute(_sqlite_insert_sql(table, n - full), flat[full * width :])
 

@@ -135,6 +135,7 @@ class IngestService(pb_grpc.IngestServicer):
                 pb.Ack(seq=batch.seq, status=pb.Ack.STATUS_REJECTED, code=grpc.StatusCode.INVALID_ARGUMENT.value[0], reason=str(exc))
             )
             return done
+        self._writer.prepare(item)
         return asyncio.wrap_future(self._writer.submit(item), loop=loop)
 
     async def Stream(self, request_iterator: AsyncIterator[pb.Batch], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Ack]:

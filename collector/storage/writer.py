@@ -1,19 +1,22 @@
 """Group commit: one thread writes every batch, many batches per transaction.
 
-Ingest handlers hand validated batches to ``BatchWriter.submit`` and wait on the returned
-future. The writer thread takes whatever is queued (up to ``max_group_rows``), builds each
-batch's rows and SQL parameters, and in one transaction: claims every batch's (agent id, boot
-id, seq) in ``ingested_batches`` (a batch already there is a duplicate and is skipped),
-bulk-inserts the new batches' rows with the fastest path the driver has (``statements``:
-sqlite3 ``executemany``, psycopg binary ``COPY``), updates the device rows, commits, and only
-then resolves the futures, so an acknowledgement always means "committed". One fsync per group
+Ingest handlers build a validated batch's rows and SQL parameters (``BatchWriter.prepare``),
+hand it to ``BatchWriter.submit`` and wait on the returned future. The writer thread takes
+whatever is queued (up to ``max_group_rows``), builds the rows of any batch that came without
+them, and in one transaction: claims every batch's (agent id, boot id, seq) in
+``ingested_batches`` (a batch already there is a duplicate and is skipped), bulk-inserts the
+new batches' rows with the fastest path the driver has (``statements``: sqlite3
+``executemany``, psycopg binary ``COPY``), updates the device rows, commits, and only then
+resolves the futures, so an acknowledgement always means "committed". One fsync per group
 instead of per batch is what makes ``synchronous=FULL`` affordable.
 
-Why one thread, not a pipeline that builds the next group's rows while this one is written:
-building rows is Python and needs the GIL, and so does binding each statement's parameters;
-a second thread took the GIL whenever a statement step released it and the writer then
-waited for it back, and the measured throughput was the same as one thread's
-(``docs/benchmarks.md``).
+Under load the writer thread is the collector's bottleneck (busy all the time, most of it in
+``executemany``) while the event-loop thread that receives and validates batches waits on its
+sockets most of the time, so the rows are built there, where they cost the writer nothing.
+A third thread that built the next group's rows while one is written did not help: building
+rows is Python and needs the GIL, and so does binding each statement's parameters; it took the
+GIL whenever a statement step released it and the writer then waited for it back, and the
+measured throughput was the same as one thread's (``docs/benchmarks.md``).
 
 If a group fails, it is rolled back and its batches are retried one by one, so one bad batch
 cannot sink its neighbours; a batch whose rows cannot be built fails alone. A database that
@@ -73,6 +76,7 @@ class WriteItem:
     clock_skew_ns: int
     rejection: str | None = None
     decoded: Decoded | None = None
+    prepared: _Prepared | None = None  # rows built by the submitting thread, if it did
     future: Future = field(default_factory=Future)
 
 
@@ -105,6 +109,15 @@ class BatchWriter:
 
     def start(self) -> None:
         self._thread.start()
+
+    def prepare(self, item: WriteItem) -> None:
+        """Build the item's rows now, in the caller's thread (``submit`` then has less to do
+        in the writer's). A batch whose rows cannot be built is left to the writer, which
+        fails it alone."""
+        try:
+            item.prepared = _prepare(item, self._dialect == "sqlite")
+        except Exception:
+            item.prepared = None
 
     def submit(self, item: WriteItem) -> Future:
         if self._stopping:
@@ -163,7 +176,8 @@ class BatchWriter:
                 prepared.append((it, None))
                 continue
             try:
-                prepared.append((it, _prepare(it, sqlite)))
+                prepared.append((it, it.prepared or _prepare(it, sqlite)))
+                it.prepared = None
             except Exception as exc:  # a batch that cannot be turned into rows fails alone
                 log.error("batch %s/%s could not be stored: %s", it.agent_id, it.seq, exc)
                 it.future.set_exception(StoreUnavailable(f"database write failed: {exc}"))

@@ -109,13 +109,18 @@ def test_gpu_state_is_stored_only_when_it_changes(store) -> None:  # type: ignor
     assert len(m.gpu) == 5 and len(m.gpu_state) == 1
 
 
-def test_one_bad_batch_in_a_group_does_not_sink_the_others(store) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("built_by", ["writer", "ingest handler"])
+def test_one_bad_batch_in_a_group_does_not_sink_the_others(store, built_by: str) -> None:  # type: ignore[no-untyped-def]
     engine, writer = store
     device_id = _register(engine)
     now = time.time_ns()
     good = [_item(device_id, s, now + s) for s in (1, 2, 3)]
     bad = _item(device_id, 4, now)
     bad.decoded = None  # a broken item: the writer fails on it, and must fail on it alone
+    if built_by == "ingest handler":  # rows built before submit, as the gRPC handler does
+        for item in (*good, bad):
+            writer.prepare(item)
+        assert all(i.prepared is not None for i in good) and bad.prepared is None
     futures = [writer.submit(i) for i in (good[0], bad, good[1], good[2])]
     results = []
     for f in futures:
@@ -137,9 +142,11 @@ def test_unreachable_database_is_a_clear_error() -> None:
         make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
 
 
-def test_every_row_of_a_large_batch_keeps_its_own_values(store) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("built_by", ["writer", "ingest handler"])
+def test_every_row_of_a_large_batch_keeps_its_own_values(store, built_by: str) -> None:  # type: ignore[no-untyped-def]
     """Row counts that are not a multiple of the writer's statement size, distinct values per
-    row and per column, some readings missing: what is read back is exactly what was sent."""
+    row and per column, some readings missing: what is read back is exactly what was sent,
+    whether the writer built the rows or the ingest handler did before submitting."""
     engine, writer = store
     device_id = _register(engine)
     now = time.time_ns()
@@ -156,6 +163,8 @@ def test_every_row_of_a_large_batch_keeps_its_own_values(store) -> None:  # type
     batch.seq = 1
     item = WriteItem(batch=batch, device_id=device_id, agent_id="id-gpu-node-1", boot_id="boot", seq=1, received_ns=now,
                      correction_ns=0, clock_skew_ns=0, decoded=validate_batch(batch, Limits()))
+    if built_by == "ingest handler":
+        writer.prepare(item)
     assert writer.submit(item).result(10).rows == steps * (gpus + 1)
     with Session(engine) as s:
         m = device_metrics(session=s, device="gpu-node-1", since_ns=t0, until_ns=now)

@@ -26,9 +26,7 @@ agents keep the batches in their spools and resend.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -40,6 +38,7 @@ from sqlalchemy import Engine
 from fleetscope.collector.errors import StoreUnavailable
 from fleetscope.collector.storage import statements
 from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
+from fleetscope.collector.storage.write_lock import WriteLock
 from fleetscope.collector.validate import Decoded
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -103,7 +102,7 @@ class BatchWriter:
         self._thread = threading.Thread(target=self._run, name="fleetscope-writer", daemon=True)
         self._stopping = False
         self._conn = None
-        self._lock_file: int | None = None
+        self._lock: WriteLock | None = None
         self.groups = 0
         self.batches = 0
 
@@ -193,14 +192,14 @@ class BatchWriter:
             raw = self._engine.raw_connection()
             if self._dialect == "sqlite":
                 raw.driver_connection.isolation_level = None  # explicit BEGIN/COMMIT below
-                self._lock_file = _writer_lock_file(self._engine)
+            self._lock = WriteLock(self._engine)
             self._conn = raw
         return self._conn
 
     def _close_conn(self) -> None:
-        if self._lock_file is not None:
-            os.close(self._lock_file)
-            self._lock_file = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -233,19 +232,19 @@ class BatchWriter:
 
     def _transaction(self, group: _Group) -> list[WriteOutcome]:
         conn = self._connection()
+        assert self._lock is not None
+        # Other collector workers and the rollup job write to the same SQLite file: the lock
+        # hands the database over between them at once (see ``write_lock``).
+        with self._lock:
+            return self._locked_transaction(conn, group)
+
+    def _locked_transaction(self, conn, group: _Group) -> list[WriteOutcome]:  # type: ignore[no-untyped-def]
         driver = conn.driver_connection
         sqlite = self._dialect == "sqlite"
         cur = driver.cursor()
-        locked = False
         state_keys: list[tuple[int, int]] = []  # forgotten again if this transaction does not commit
         try:
             if sqlite:
-                if self._lock_file is not None:
-                    # Several collector processes on one SQLite file (`--workers`): a blocking file
-                    # lock hands the write lock over at once, where SQLite's busy handler would
-                    # poll with sleeps of up to 100 ms.
-                    fcntl.flock(self._lock_file, fcntl.LOCK_EX)
-                    locked = True
                 cur.execute("BEGIN IMMEDIATE")
             stored = iter(
                 statements.claim_batches(
@@ -318,8 +317,6 @@ class BatchWriter:
             raise
         finally:
             cur.close()
-            if locked:
-                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
 
 def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
@@ -337,16 +334,6 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
             else:
                 prepared.values[table] = part.rows() if isinstance(part, ColumnBlock) else part
     return prepared
-
-
-def _writer_lock_file(engine: Engine) -> int | None:
-    path = engine.url.database
-    if not path or path == ":memory:":
-        return None
-    try:
-        return os.open(path + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        return None  # a read-only folder: fall back to SQLite's own locking
 
 
 def _is_unavailable(exc: BaseException) -> bool:

@@ -152,14 +152,36 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _stored_span_s(engine, names: list[str]) -> list[float]:  # type: ignore[no-untyped-def]
+    """Seconds between each named device's oldest and newest stored sample (0 when none)."""
+    from sqlalchemy import func, select
+
+    from fleetscope.collector.storage.schema import Device, host_samples
+
+    h = host_samples.c
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                select(Device.name, (func.max(h.ts_ns) - func.min(h.ts_ns)) / NS)
+                .join(host_samples, h.device_id == Device.id)
+                .where(Device.name.in_(names))
+                .group_by(Device.name)
+            ).all()
+        )
+    return [float(rows.get(n) or 0) for n in names]
+
+
 def build(tmp: Path, *, offline_after_s: float = 65.0) -> Pipeline:
     """Start the pipeline and return once the lost drone has been silent for ``offline_after_s``."""
     from fleetscope.collector.rollup import RollupJob
     from fleetscope.collector.server import Collector, CollectorSettings
 
     url = f"sqlite:///{tmp / 'fleetscope.db'}"
+    # The collector's own rollup job would take the rollup lease and roll by its own clock
+    # (every 30 s, 10 s settle), so what was rolled when a test looks would depend on timing.
+    # The pipeline runs the job itself, once, when every device has crossed a minute boundary.
     collector = Collector(
-        CollectorSettings(listen="127.0.0.1:0", db_url=url, tokens=frozenset([TOKEN]), grace_s=2.0)
+        CollectorSettings(listen="127.0.0.1:0", db_url=url, tokens=frozenset([TOKEN]), grace_s=2.0, rollups=False)
     )
     port = collector.start()
     address = f"127.0.0.1:{port}"
@@ -235,7 +257,9 @@ def build(tmp: Path, *, offline_after_s: float = 65.0) -> Pipeline:
 
         engine = make_engine(url)
         try:
-            RollupJob(engine, settle_s=2.0).run_once()
+            streaming = [*drones, *servers, "t-drone-hot"]
+            wait_for(lambda: min(_stored_span_s(engine, streaming)) >= 63, 30, "a minute of stored data on every device")
+            assert RollupJob(engine, settle_s=2.0).run_once().ran
         finally:
             engine.dispose()
     except BaseException:

@@ -34,7 +34,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from sqlalchemy import (
@@ -274,7 +273,7 @@ class RollupJob:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tables_ready = False
-        self._write_lock: WriteLock | None = None  # open during a run
+        self._write_lock = WriteLock(engine)
         self.last_report: RollupReport | None = None
 
     # -- the lease ----------------------------------------------------------------------------
@@ -333,17 +332,12 @@ class RollupJob:
         with self.engine.connect() as conn:
             device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
             progress = read_progress(conn)
-        self._write_lock = WriteLock(self.engine)
-        try:
-            for device_id in device_ids:
-                if self._stop.is_set():
-                    break
-                if not self._roll_device(device_id, now_ns, progress, report):
-                    break  # lease lost: another collector rolls from here
-                report.devices += 1
-        finally:
-            self._write_lock.close()
-            self._write_lock = None
+        for device_id in device_ids:
+            if self._stop.is_set():
+                break
+            if not self._roll_device(device_id, now_ns, progress, report):
+                break  # lease lost: another collector rolls from here
+            report.devices += 1
         report.seconds = time.monotonic() - started
         self.last_report = report
         return report
@@ -399,7 +393,7 @@ class RollupJob:
             # Between two chunks the ingest writer gets the database (see ``write_lock``): a
             # pass over a busy fleet is hundreds of chunks, and without the lock ingest stalled
             # until the whole pass was done.
-            with self._write_lock or nullcontext(), self.engine.begin() as conn:
+            with self._write_lock, self.engine.begin() as conn:
                 self._chunk_in(conn, device_id, step_s, step_ns, start, end, now_ns, report)
         except _LeaseLost:
             log.info("rollup lease lost; stopping this run")

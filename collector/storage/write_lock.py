@@ -23,17 +23,22 @@ from sqlalchemy import Engine
 
 
 class WriteLock:
+    """Held with ``with``; one holder at a time per instance, so each thread has its own.
+
+    The lock file is opened on entry and closed on exit (which releases the lock): a couple of
+    system calls per transaction, and nothing for its owner to keep open or close."""
+
     def __init__(self, engine: Engine) -> None:
-        self._fd: int | None = None
         path = engine.url.database if engine.dialect.name == "sqlite" else None
-        if path and path != ":memory:":
-            try:
-                self._fd = os.open(path + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError:
-                self._fd = None  # a read-only folder: SQLite's own locking only
+        self._path = path + ".writer-lock" if path and path != ":memory:" else None
+        self._fd: int | None = None
 
     def __enter__(self) -> WriteLock:
-        if self._fd is not None:
+        if self._path is not None:
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return self  # a read-only folder: SQLite's own locking only
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self
 
@@ -41,9 +46,5 @@ class WriteLock:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
+            os.close(self._fd)  # closing the file releases its lock
             self._fd = None

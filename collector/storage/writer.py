@@ -102,7 +102,7 @@ class BatchWriter:
         self._thread = threading.Thread(target=self._run, name="fleetscope-writer", daemon=True)
         self._stopping = False
         self._conn = None
-        self._lock: WriteLock | None = None
+        self._lock = WriteLock(engine)
         self.groups = 0
         self.batches = 0
 
@@ -192,14 +192,10 @@ class BatchWriter:
             raw = self._engine.raw_connection()
             if self._dialect == "sqlite":
                 raw.driver_connection.isolation_level = None  # explicit BEGIN/COMMIT below
-            self._lock = WriteLock(self._engine)
             self._conn = raw
         return self._conn
 
     def _close_conn(self) -> None:
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -232,7 +228,6 @@ class BatchWriter:
 
     def _transaction(self, group: _Group) -> list[WriteOutcome]:
         conn = self._connection()
-        assert self._lock is not None
         # Other collector workers and the rollup job write to the same SQLite file: the lock
         # hands the database over between them at once (see ``write_lock``).
         with self._lock:

@@ -34,7 +34,6 @@ def test_the_rollup_job_waits_for_the_write_lock_and_rolls_once_it_is_free(sqlit
         with engine.connect() as conn:
             assert conn.execute(select(func.count()).select_from(gpu_rollups)).scalar_one() > 0
     finally:
-        held.close()
         engine.dispose()
 
 
@@ -54,6 +53,4 @@ def test_the_lock_is_a_no_op_without_a_database_file(pg_url: str) -> None:
         t.start()
         t.join(10)
         assert not t.is_alive(), url
-        first.close()
-        second.close()
         engine.dispose()

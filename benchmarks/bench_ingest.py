@@ -148,16 +148,29 @@ def generator_process(address: str, agents: int, seconds: float, gpus: int, step
     out.put(totals)
 
 
-def count_rows(db_url: str) -> int:
+def _query_int(db_url: str, sql: str) -> int:
     from sqlalchemy import create_engine, text
 
     from fleetscope.collector.storage.engine import normalise_url
 
     engine = create_engine(normalise_url(db_url))
     with engine.connect() as conn:
-        n = conn.execute(text("SELECT (SELECT count(*) FROM gpu_samples) + (SELECT count(*) FROM host_samples)")).scalar_one()
+        n = conn.execute(text(sql)).scalar_one()
     engine.dispose()
     return int(n)
+
+
+def count_rows(db_url: str) -> int:
+    return _query_int(db_url, "SELECT (SELECT count(*) FROM gpu_samples) + (SELECT count(*) FROM host_samples)")
+
+
+def count_rolled_rows(db_url: str) -> int:
+    """Raw rows that the rollup job has folded into minute rollups (each rollup row counts its ``n``)."""
+    return _query_int(
+        db_url,
+        "SELECT (SELECT coalesce(sum(n), 0) FROM gpu_rollups WHERE step_s = 60)"
+        " + (SELECT coalesce(sum(n), 0) FROM host_rollups WHERE step_s = 60)",
+    )
 
 
 def run_ingest(args: argparse.Namespace) -> int:
@@ -220,22 +233,6 @@ def run_ingest(args: argparse.Namespace) -> int:
               "leaves each device's newest 10 s)")
     tmp.cleanup()
     return 0 if stored == acked_rows else 1
-
-
-def count_rolled_rows(db_url: str) -> int:
-    """Raw rows that the rollup job has folded into minute rollups (each rollup row counts its ``n``)."""
-    from sqlalchemy import create_engine, text
-
-    from fleetscope.collector.storage.engine import normalise_url
-
-    engine = create_engine(normalise_url(db_url))
-    with engine.connect() as conn:
-        n = conn.execute(text(
-            "SELECT (SELECT coalesce(sum(n), 0) FROM gpu_rollups WHERE step_s = 60)"
-            " + (SELECT coalesce(sum(n), 0) FROM host_rollups WHERE step_s = 60)"
-        )).scalar_one()
-    engine.dispose()
-    return int(n)
 
 
 def run_writer(args: argparse.Namespace) -> int:

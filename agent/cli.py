@@ -90,7 +90,7 @@ def register(sub: Any) -> None:
     p.add_argument("--name-prefix", default="sim", help="device names start with this (default %(default)s)")
     p.set_defaults(func=run_simulate)
 
-    from fleetscope.agent.doctor_args import DOCTOR_DESCRIPTION, add_doctor_arguments
+    from fleetscope.agent.tools.doctor_args import DOCTOR_DESCRIPTION, add_doctor_arguments
 
     p = sub.add_parser("doctor", help="check torch/CUDA/ONNX Runtime/TensorRT settings that slow training or inference",
                        description=DOCTOR_DESCRIPTION)
@@ -152,10 +152,10 @@ def run_agent(args: argparse.Namespace) -> int:
 
     require("agent", "psutil")
     from fleetscope.agent.classify import classify_event
-    from fleetscope.agent.footprint import limit_malloc_arenas
-    from fleetscope.agent.runner import Agent, AgentSettings
+    from fleetscope.agent.daemon.footprint import limit_malloc_arenas
+    from fleetscope.agent.daemon.runner import Agent, AgentSettings
 
-    limit_malloc_arenas()  # before any thread starts: see agent/footprint.py
+    limit_malloc_arenas()  # before any thread starts: see agent/daemon/footprint.py
     collectors = args.collector or _env_list("FLEETSCOPE_COLLECTOR")
     if not collectors:
         print("fleetscope agent: give at least one --collector HOST:PORT (or FLEETSCOPE_COLLECTOR)", file=sys.stderr)
@@ -195,7 +195,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     from fleetscope.agent.classify import classify_event
-    from fleetscope.agent.simulate import build_fleet, wait_progress
+    from fleetscope.agent.tools.simulate import build_fleet, wait_progress
 
     if args.devices < 1:
         print("fleetscope simulate: --devices must be at least 1", file=sys.stderr)

@@ -60,8 +60,8 @@ class Timed:
 
 
 def nvml_sampler(gpus: int):  # type: ignore[no-untyped-def]
-    from fleetscope.agent.samplers.fake_nvml import FakeNvml, example_recording, replicate
     from fleetscope.agent.samplers.nvml import NvmlSampler
+    from fleetscope.agent.testing.fake_nvml import FakeNvml, example_recording, replicate
 
     return NvmlSampler(nvml=FakeNvml(replicate(example_recording(), gpus))), gpus
 
@@ -83,7 +83,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args()
 
-    from fleetscope.agent.runner import Agent, AgentSettings
+    from fleetscope.agent.daemon.runner import Agent, AgentSettings
     from fleetscope.agent.samplers.host import HostSampler
 
     tmp = Path(tempfile.mkdtemp(prefix="fleetscope-bench-src-"))

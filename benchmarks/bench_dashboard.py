@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = p.parse_args(argv)
 
-    from fleetscope.collector.rollup import RollupJob
+    from fleetscope.collector.jobs.rollup import RollupJob
     from fleetscope.collector.storage.engine import make_engine, normalise_url
     from fleetscope.collector.storage.rollup_schema import create_rollup_tables
 

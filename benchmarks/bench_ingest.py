@@ -62,7 +62,7 @@ def backlog_start_ns() -> int:
 
 
 def build_batch(agent_id: str, gpus: int, steps: int, t0: int):  # type: ignore[no-untyped-def]
-    from fleetscope.agent.batcher import fill_gpu, fill_host
+    from fleetscope.agent.daemon.batcher import fill_gpu, fill_host
     from fleetscope.agent.records import GpuSample, HostSample
     from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -87,7 +87,7 @@ def build_batch(agent_id: str, gpus: int, steps: int, t0: int):  # type: ignore[
 def generator_process(address: str, agents: int, seconds: float, gpus: int, steps: int, window: int, out: mp.Queue) -> None:
     import grpc
 
-    from fleetscope.agent.uplink import with_sent_ns
+    from fleetscope.agent.daemon.uplink import with_sent_ns
     from fleetscope.proto.v1 import telemetry_pb2 as pb
 
     stop_at = time.monotonic() + seconds
@@ -241,10 +241,10 @@ def run_writer(args: argparse.Namespace) -> int:
     what the writer itself sustains, to compare with ``ingest``."""
     from concurrent.futures import Future
 
-    from fleetscope.collector.registry import register_device
+    from fleetscope.collector.ingest.validation import Limits, validate_batch
     from fleetscope.collector.storage.engine import make_engine
+    from fleetscope.collector.storage.registry import register_device
     from fleetscope.collector.storage.writer import BatchWriter, WriteItem
-    from fleetscope.collector.validate import Limits, validate_batch
     from fleetscope.proto.v1 import telemetry_pb2 as pb
 
     tmp = tempfile.TemporaryDirectory(prefix="fleetscope-bench-writer-")

@@ -20,13 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from fleetscope.agent.samplers.fake_nvml import (
+from fleetscope.agent.samplers.nvml import NvmlSampler
+from fleetscope.agent.testing.fake_nvml import (
     FakeNvml,
     example_recording,
     recording_from_nvidia_smi_xml,
     replicate,
 )
-from fleetscope.agent.samplers.nvml import NvmlSampler
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "nvidia-smi"
 

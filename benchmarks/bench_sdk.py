@@ -232,7 +232,7 @@ class _Agent:
 
 @contextlib.contextmanager
 def in_process_agent(tmp: str) -> Iterator[_Agent]:
-    from fleetscope.agent.local_server import LocalReportServer
+    from fleetscope.agent.daemon.local_server import LocalReportServer
 
     received = [0]
 

@@ -15,7 +15,7 @@ __all__ = ["main", "build_parser"]
 
 def build_parser() -> argparse.ArgumentParser:
     from fleetscope.agent import cli as agent_cli
-    from fleetscope.agent import scan_cli
+    from fleetscope.agent.tools import scan_cli
     from fleetscope.cli import demo
     from fleetscope.collector import cli as collector_cli
     from fleetscope.dashboard import cli as dashboard_cli

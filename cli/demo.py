@@ -48,10 +48,10 @@ def run_demo(args: argparse.Namespace) -> int:
     require("collector", "sqlalchemy")
     require("agent", "psutil")
     from fleetscope.agent.classify import classify_event
-    from fleetscope.agent.runner import Agent, AgentSettings
+    from fleetscope.agent.daemon.runner import Agent, AgentSettings
     from fleetscope.agent.samplers.host import HostSampler
-    from fleetscope.agent.simulate import build_fleet, wait_progress
-    from fleetscope.collector.server import Collector, CollectorSettings
+    from fleetscope.agent.tools.simulate import build_fleet, wait_progress
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
     root = args.dir.resolve()
     if args.fresh and root.exists():

@@ -131,7 +131,7 @@ def _unknown_device(exc: Exception) -> int:
 
 def run_collector(args: argparse.Namespace) -> int:
     from fleetscope.collector.errors import StoreUnavailable
-    from fleetscope.collector.server import Collector, CollectorSettings, read_tokens_file
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings, read_tokens_file
 
     tokens = None
     if args.tokens_file:

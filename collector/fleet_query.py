@@ -33,7 +33,8 @@ from fleetscope.collector.query import (
     _device_row,
     list_devices,
 )
-from fleetscope.collector.rollup import (
+from fleetscope.collector.storage.rollup_schema import latency_rollups
+from fleetscope.collector.storage.rollups import (
     GPU,
     HOST,
     Source,
@@ -43,7 +44,6 @@ from fleetscope.collector.rollup import (
     read_progress,
     rollup_aggregates,
 )
-from fleetscope.collector.storage.rollup_schema import latency_rollups
 from fleetscope.collector.storage.schema import (
     Device,
     Incident,

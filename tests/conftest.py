@@ -121,7 +121,7 @@ def collector_process(tmp_path: Path) -> Iterator:
 @pytest.fixture
 def collector(tmp_path: Path, db_url: str) -> Iterator:
     """An in-process collector on a free port, over ``db_url``."""
-    from fleetscope.collector.server import Collector, CollectorSettings
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
     c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=db_url, tokens=frozenset(["test-token"]), grace_s=2.0))
     c.start()

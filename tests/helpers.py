@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, func, select, text
 
+from fleetscope.agent.daemon.runner import Agent, AgentSettings
 from fleetscope.agent.records import GpuSample, HostSample, IncidentRecord
-from fleetscope.agent.runner import Agent, AgentSettings
 from fleetscope.agent.samplers._base import SampleSet
 from fleetscope.collector.storage.engine import normalise_url
 from fleetscope.proto.v1 import telemetry_pb2 as pb

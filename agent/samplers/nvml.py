@@ -15,7 +15,7 @@ Indices: physical GPUs keep NVML's index (0..N-1, PCI order); MIG instances foll
 handle (memory, BAR1, processes); temperature, power, clocks and ECC stay on the parent's.
 
 The NVML module is a constructor parameter (``nvml=None`` imports ``pynvml`` lazily), so tests
-and benchmarks pass :class:`fleetscope.agent.samplers.fake_nvml.FakeNvml`.
+and benchmarks pass :class:`fleetscope.agent.testing.fake_nvml.FakeNvml`.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from fleetscope.agent.doctor_args import DOCTOR_DESCRIPTION, add_doctor_arguments
 from fleetscope.agent.sdk import _runtime
 from fleetscope.agent.sdk._environment import EnvironmentReport, check_environment
+from fleetscope.agent.tools.doctor_args import DOCTOR_DESCRIPTION, add_doctor_arguments
 
 
 def _yes_no(value: bool | None) -> str:

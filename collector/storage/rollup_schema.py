@@ -12,7 +12,7 @@ starting before ``rolled_until_ns`` is in the table. Readers take the rest from 
 source (minute rollups, then raw samples), so a chart always reaches "now".
 
 ``rollup_leases`` lets any number of collectors run the rollup job: only the holder of the
-lease rolls, the others wait for it to expire (see ``fleetscope.collector.rollup``).
+lease rolls, the others wait for it to expire (see ``fleetscope.collector.jobs.rollup``).
 
 The tables are defined on the collector's ``metadata``: importing this module before
 ``create_all`` creates them (``create_rollup_tables`` does it for a database made earlier).

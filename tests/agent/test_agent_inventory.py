@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetscope.agent.runner import Agent, AgentSettings
-from fleetscope.agent.samplers.fake_nvml import FakeNvml, example_recording, replicate
+from fleetscope.agent.daemon.runner import Agent, AgentSettings
 from fleetscope.agent.samplers.nvml import NvmlSampler
+from fleetscope.agent.testing.fake_nvml import FakeNvml, example_recording, replicate
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 

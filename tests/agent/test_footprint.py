@@ -1,4 +1,4 @@
-"""The agent's allocator settings (agent/footprint.py) on this machine's C library."""
+"""The agent's allocator settings (agent/daemon/footprint.py) on this machine's C library."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from fleetscope.agent.footprint import limit_malloc_arenas, release_free_memory
+from fleetscope.agent.daemon.footprint import limit_malloc_arenas, release_free_memory
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt/malloc_trim are glibc's")
 

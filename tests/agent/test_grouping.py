@@ -13,8 +13,8 @@ import pytest
 
 from fleetscope.agent.classify import classify_text
 from fleetscope.agent.classify._base import KIND_CUDA_OOM
-from fleetscope.agent.grouping import EventGrouper
-from fleetscope.agent.logfiles import guess_level
+from fleetscope.agent.logs.files import guess_level
+from fleetscope.agent.logs.grouping import EventGrouper
 from fleetscope.agent.records import LogEvent
 
 GiB = 1 << 30

@@ -40,7 +40,7 @@ def test_agent_extra_installs_nothing_heavy(agent_env: Path) -> None:
 
 def test_agent_runs_from_the_wheel_without_collector_deps(agent_env: Path, tmp_path: Path) -> None:
     code = (
-        "import sys, fleetscope.agent.runner, fleetscope.agent.samplers.host, fleetscope.agent.samplers.nvml, "
+        "import sys, fleetscope.agent.daemon.runner, fleetscope.agent.samplers.host, fleetscope.agent.samplers.nvml, "
         "fleetscope.agent.classify, fleetscope.agent.sdk, fleetscope.cli\n"
         "fleetscope.agent.classify.classify_text('NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in %r)\n"

@@ -14,8 +14,8 @@ import pytest
 
 from fleetscope.agent.classify import classify_event
 from fleetscope.agent.classify._base import KIND_CUDA_OOM
-from fleetscope.agent.grouping import EventGrouper
-from fleetscope.agent.journal import JournalSource, field_text, parse_entry, priority_level
+from fleetscope.agent.logs.grouping import EventGrouper
+from fleetscope.agent.logs.journal import JournalSource, field_text, parse_entry, priority_level
 from fleetscope.agent.records import LogEvent
 
 T0_US = 1714560000123456  # __REALTIME_TIMESTAMP: microseconds since the epoch, as a string
@@ -273,7 +273,7 @@ def test_poll_never_waits(tmp_path: Path) -> None:
 
 
 def test_missing_journalctl_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.journal"):
+    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.journal"):
         src = JournalSource(["trainer"], journalctl_cmd=[str(tmp_path / "no-such-journalctl")])
         assert [src.poll() for _ in range(3)] == [[], [], []]
         src.close()
@@ -287,7 +287,7 @@ def test_journalctl_that_ends_is_said_once_with_its_stderr(
     cmd = fake_journalctl(
         tmp_path, [entry("last words")], exit_code=1, stderr="Failed to open journal: Permission denied"
     )
-    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.journal"):
+    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.journal"):
         src = JournalSource(["trainer"], journalctl_cmd=cmd)
         try:
             assert [e.message for e in poll_until(src, 1)] == ["last words"]  # what it printed still counts

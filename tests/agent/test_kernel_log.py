@@ -15,7 +15,7 @@ import pytest
 
 from fleetscope.agent.classify import classify_event
 from fleetscope.agent.classify._base import KIND_GPU_XID
-from fleetscope.agent.kernel_log import KernelLogSource, parse_kmsg_record
+from fleetscope.agent.logs.kernel_log import KernelLogSource, parse_kmsg_record
 from fleetscope.agent.records import LogEvent
 
 BOOT_NS = 1_714_500_000_000_000_000  # wall time of boot the tests pin
@@ -328,7 +328,7 @@ def test_kmsg_is_preferred_over_the_journal(tmp_path: Path) -> None:
 
 
 def test_nothing_readable_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.kernel_log"):
+    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.kernel_log"):
         src = KernelLogSource(
             kmsg_path=str(tmp_path / "missing-kmsg"), journalctl_cmd=[str(tmp_path / "no-journalctl")]
         )
@@ -348,7 +348,7 @@ def test_nothing_readable_is_said_once(tmp_path: Path, caplog: pytest.LogCapture
 
 def test_journalctl_that_ends_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lines = [kernel_entry("usb 1-1: new high-speed USB device", "6", 1714560000123456, 88123456789)]
-    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.kernel_log"):
+    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.kernel_log"):
         src = KernelLogSource(
             kmsg_path=str(tmp_path / "missing-kmsg"),
             journalctl_cmd=fake_journalctl(tmp_path, lines, exit_code=1),
@@ -368,7 +368,7 @@ def test_journalctl_that_ends_is_said_once(tmp_path: Path, caplog: pytest.LogCap
 
 
 def test_fallback_off_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.kernel_log"):
+    with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.kernel_log"):
         src = KernelLogSource(kmsg_path=str(tmp_path / "missing-kmsg"), journalctl_cmd=None)
         src.close()
     assert ["fallback is off" in r.getMessage() for r in caplog.records] == [True]

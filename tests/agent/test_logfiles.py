@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fleetscope.agent.logfiles import FileFollower, guess_level
+from fleetscope.agent.logs.files import FileFollower, guess_level
 
 
 def _append(path: Path, text: str) -> None:

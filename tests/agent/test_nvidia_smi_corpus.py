@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import pytest
 
-from fleetscope.agent.parsers.nvidia_smi import (
+from fleetscope.agent.records import THROTTLE_REASON_BITS
+from fleetscope.agent.testing.nvidia_smi import (
     NvidiaSmiFailedError,
     NvidiaSmiGpu,
     NvidiaSmiParseError,
     NvidiaSmiReport,
     parse_nvidia_smi,
 )
-from fleetscope.agent.records import THROTTLE_REASON_BITS
 from tests.corpus import CORPUS_DIR, manifest_facts, require_corpus, sample_text
 
 FOLDER = "nvidia-smi"

@@ -18,20 +18,20 @@ from pathlib import Path
 import pytest
 
 from fleetscope.agent.classify._base import KIND_GPU_XID
-from fleetscope.agent.samplers import fake_nvml as fk
 from fleetscope.agent.samplers._nvml import Nvml, NvmlUnavailable, call
-from fleetscope.agent.samplers.fake_nvml import (
-    DRIFT,
-    FakeNvml,
-    example_recording,
-    recording_from_nvidia_smi_xml,
-    replicate,
-)
 from fleetscope.agent.samplers.nvml import (
     KIND_GPU_LOST,
     NvmlSampler,
     container_id_from_cgroup,
     tensor_core_support,
+)
+from fleetscope.agent.testing import fake_nvml as fk
+from fleetscope.agent.testing.fake_nvml import (
+    DRIFT,
+    FakeNvml,
+    example_recording,
+    recording_from_nvidia_smi_xml,
+    replicate,
 )
 from tests.corpus import CORPUS_DIR, manifest_facts, sample_files, sample_text
 
@@ -449,7 +449,7 @@ def test_module_import_does_not_import_pynvml() -> None:
     import subprocess
 
     code = (
-        "import sys; import fleetscope.agent.samplers.nvml, fleetscope.agent.samplers.fake_nvml;"
+        "import sys; import fleetscope.agent.samplers.nvml, fleetscope.agent.testing.fake_nvml;"
         "sys.exit(1 if 'pynvml' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

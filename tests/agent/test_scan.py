@@ -1,4 +1,4 @@
-"""The offline scanner (fleetscope.agent.scan) and its subcommand (fleetscope.agent.scan_cli).
+"""The offline scanner (fleetscope.agent.tools.scan) and its subcommand (fleetscope.agent.tools.scan_cli).
 
 Corpus tests read ../shared/corpus where it lies (skipped when absent). The made-up log lines
 below are written from the documented formats; no corpus text is copied here.
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.agent import scan, scan_cli
 from fleetscope.agent.classify import classify_text
 from fleetscope.agent.classify._base import (
     KIND_CUDA_OOM,
@@ -27,7 +26,8 @@ from fleetscope.agent.classify._base import (
     KIND_TENSORRT_ERROR,
     KIND_TRT_BENCHMARK,
 )
-from fleetscope.agent.scan import iter_events, scan_file, scan_files
+from fleetscope.agent.tools import scan, scan_cli
+from fleetscope.agent.tools.scan import iter_events, scan_file, scan_files
 from tests.corpus import CORPUS_DIR, sample_files, sample_text
 
 # Per corpus folder: the kinds of which each sample must yield at least one.
@@ -402,7 +402,7 @@ def test_scanning_imports_no_sqlalchemy(tmp_path: Path) -> None:
     log = _write(tmp_path / "a.log", [XID_LINE])
     code = (
         "import argparse, sys\n"
-        "from fleetscope.agent import scan_cli\n"
+        "from fleetscope.agent.tools import scan_cli\n"
         "p = argparse.ArgumentParser(); s = p.add_subparsers(); scan_cli.register(s)\n"
         "a = p.parse_args(['scan', '--json', sys.argv[1]])\n"
         "assert a.func(a) == 0\n"

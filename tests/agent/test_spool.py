@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.agent.batcher import CLASS_INCIDENTS, CLASS_LOGS, CLASS_SAMPLES
-from fleetscope.agent.spool import Spool, SpoolError
+from fleetscope.agent.daemon.batcher import CLASS_INCIDENTS, CLASS_LOGS, CLASS_SAMPLES
+from fleetscope.agent.daemon.spool import Spool, SpoolError
 
 
 def _put(spool: Spool, cls: int, size: int = 1000) -> int:

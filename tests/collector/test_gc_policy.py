@@ -1,4 +1,4 @@
-"""The collector process's garbage-collection policy (see ``collector/gc_policy.py``)."""
+"""The collector process's garbage-collection policy (see ``collector/ingest/gc_policy.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 def test_a_collector_process_collects_garbage_less_often_and_freezes_its_start_up_objects() -> None:
     code = (
         "import gc\n"
-        "from fleetscope.collector.gc_policy import YOUNG_THRESHOLD, tune_for_ingest\n"
+        "from fleetscope.collector.ingest.gc_policy import YOUNG_THRESHOLD, tune_for_ingest\n"
         "default = gc.get_threshold()\n"
         "tune_for_ingest()\n"
         "print(default[0], gc.get_threshold()[0], YOUNG_THRESHOLD, gc.get_freeze_count())\n"

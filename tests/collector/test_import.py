@@ -1,4 +1,4 @@
-"""Importing scanned findings as incidents (fleetscope.collector.incident_import and ``scan --db``),
+"""Importing scanned findings as incidents (fleetscope.collector.ingest.scan_import and ``scan --db``),
 on SQLite and PostgreSQL. The log lines are made up from the documented formats."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fleetscope.agent import scan_cli
-from fleetscope.agent.scan import scan_files
-from fleetscope.collector.incident_import import import_key, import_scan_results, incidents_from_scan
+from fleetscope.agent.tools import scan_cli
+from fleetscope.agent.tools.scan import scan_files
+from fleetscope.collector.ingest.scan_import import import_key, import_scan_results, incidents_from_scan
 from fleetscope.collector.query import list_devices, list_incidents
-from fleetscope.collector.registry import register_device
 from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.registry import register_device
 from fleetscope.collector.storage.schema import Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 

@@ -235,8 +235,8 @@ def test_unknown_incident(stored) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_imported_incident_without_samples_has_an_empty_context(db_url: str, tmp_path: Path) -> None:
-    from fleetscope.agent.scan import scan_files
-    from fleetscope.collector.incident_import import import_scan_results
+    from fleetscope.agent.tools.scan import scan_files
+    from fleetscope.collector.ingest.scan_import import import_scan_results
 
     log = tmp_path / "kern.log"
     log.write_text(

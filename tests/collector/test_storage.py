@@ -7,9 +7,10 @@ import time
 import pytest
 from sqlalchemy.orm import Session
 
-from fleetscope.agent.batcher import Pending, build_batches
+from fleetscope.agent.daemon.batcher import Pending, build_batches
 from fleetscope.agent.records import GpuSample, HostSample, IncidentRecord, LogEvent, ProcessUsage
 from fleetscope.collector.errors import StoreUnavailable, UnknownDevice
+from fleetscope.collector.ingest.validation import Limits, validate_batch
 from fleetscope.collector.query import (
     count_samples,
     device_logs,
@@ -17,10 +18,9 @@ from fleetscope.collector.query import (
     list_devices,
     list_incidents,
 )
-from fleetscope.collector.registry import register_device
 from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.registry import register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem
-from fleetscope.collector.validate import Limits, validate_batch
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 

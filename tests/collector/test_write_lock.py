@@ -7,7 +7,7 @@ import threading
 
 from sqlalchemy import func, select
 
-from fleetscope.collector.rollup import RollupJob
+from fleetscope.collector.jobs.rollup import RollupJob
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.rollup_schema import gpu_rollups
 from fleetscope.collector.storage.write_lock import WriteLock

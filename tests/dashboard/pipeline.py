@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetscope.agent.classify import classify_event
+from fleetscope.agent.daemon.runner import Agent, AgentSettings
 from fleetscope.agent.records import LogEvent
-from fleetscope.agent.runner import Agent, AgentSettings
 from fleetscope.agent.samplers._base import SampleSet
-from fleetscope.agent.simulate import OOM_LINE, XID_LINE, SimulatedFleet, SimulatedSampler, build_fleet
+from fleetscope.agent.tools.simulate import OOM_LINE, XID_LINE, SimulatedFleet, SimulatedSampler, build_fleet
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 TOKEN = "test-token"
@@ -123,7 +123,7 @@ def _sdk_traffic(
 ) -> None:
     """The real SDK, pointed at this agent's local report server, timing a steady stream."""
     from fleetscope.agent import sdk
-    from fleetscope.agent.local_server import LocalReportServer
+    from fleetscope.agent.daemon.local_server import LocalReportServer
 
     server = LocalReportServer(socket_path, agent.add_sdk_report)
     server.start()
@@ -173,8 +173,8 @@ def _stored_span_s(engine, names: list[str]) -> list[float]:  # type: ignore[no-
 
 def build(tmp: Path, *, offline_after_s: float = 65.0) -> Pipeline:
     """Start the pipeline and return once the lost drone has been silent for ``offline_after_s``."""
-    from fleetscope.collector.rollup import RollupJob
-    from fleetscope.collector.server import Collector, CollectorSettings
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings
+    from fleetscope.collector.jobs.rollup import RollupJob
 
     url = f"sqlite:///{tmp / 'fleetscope.db'}"
     # The collector's own rollup job would take the rollup lease and roll by its own clock

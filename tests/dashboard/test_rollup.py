@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
 from fleetscope.collector import fleet_query as fq
-from fleetscope.collector.rollup import RollupJob
+from fleetscope.collector.jobs.rollup import RollupJob
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.rollup_schema import gpu_rollups, rollup_progress
 from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms

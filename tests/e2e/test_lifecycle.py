@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from fleetscope.agent.spool import Spool
+from fleetscope.agent.daemon.spool import Spool
 from tests.conftest import free_port, wait_until
 from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, table_count
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fleetscope.agent.batcher import fill_gpu
+from fleetscope.agent.daemon.batcher import fill_gpu
+from fleetscope.agent.daemon.uplink import with_sent_ns
 from fleetscope.agent.records import GpuSample
-from fleetscope.agent.uplink import with_sent_ns
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.conftest import wait_until
 from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, table_count
@@ -78,7 +78,7 @@ def test_malformed_batch_rejected_with_field_and_stream_goes_on(tmp_path: Path, 
 
 
 def test_oversized_batch_refused_and_other_streams_unharmed(tmp_path: Path, sqlite_url: str) -> None:
-    from fleetscope.collector.server import Collector, CollectorSettings
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
     c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=sqlite_url, tokens=frozenset(["test-token"]), max_batch_bytes=1 << 20))
     c.start()

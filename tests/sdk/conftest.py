@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from fleetscope.agent import sdk
-from fleetscope.agent.local_server import LocalReportServer
+from fleetscope.agent.daemon.local_server import LocalReportServer
 from fleetscope.agent.sdk import Histogram
 from fleetscope.agent.sdk._facts import fact_value
 from fleetscope.proto.v1 import telemetry_pb2 as pb

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.agent.local_server import LocalReportServer
+from fleetscope.agent.daemon.local_server import LocalReportServer
 
 from .conftest import Sink
 

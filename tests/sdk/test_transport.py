@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from fleetscope.agent import sdk
-from fleetscope.agent.local_server import LocalReportServer, prepare_socket_path
+from fleetscope.agent.daemon.local_server import LocalReportServer, prepare_socket_path
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from fleetscope.proto.v1 import telemetry_pb2_grpc
 

@@ -20,7 +20,7 @@ Design, and why:
   half written or counted twice.
 
 The same aggregate definitions (``GPU_AGGS``, ``HOST_AGGS``) are used by the readers in
-``fleetscope.collector.fleet_query`` to aggregate the stretch not rolled up yet, so a chart
+``fleetscope.collector.query`` to aggregate the stretch not rolled up yet, so a chart
 that mixes rollups and raw rows computes every point the same way.
 """
 
@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import (
@@ -41,10 +41,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     and_,
-    case,
-    cast,
     delete,
-    func,
     insert,
     literal,
     or_,
@@ -57,11 +54,18 @@ from sqlalchemy.sql.elements import ColumnElement
 from fleetscope.collector.storage.rollup_schema import (
     STEPS_S,
     create_rollup_tables,
-    gpu_rollups,
-    host_rollups,
     latency_rollups,
     rollup_leases,
     rollup_progress,
+)
+from fleetscope.collector.storage.rollups import (
+    NS,
+    SOURCES,
+    Source,
+    bucket_of,
+    raw_aggregates,
+    read_progress,
+    rollup_aggregates,
 )
 from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
 from fleetscope.collector.storage.write_lock import WriteLock
@@ -69,159 +73,8 @@ from fleetscope.proto import buckets as bucket_math
 
 log = logging.getLogger(__name__)
 
-NS = 10**9
 LEASE_NAME = "rollup"
 
-# NVML clock-event reasons that mean "slowed down" (idle and application clocks are not).
-THERMAL_MASK = 0x8 | 0x20 | 0x40  # hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown
-POWER_MASK = 0x4 | 0x80  # sw_power_cap, hw_power_brake_slowdown
-
-
-@dataclass(frozen=True)
-class Agg:
-    """How one rollup column is made from a raw column, and re-made from finer rollups.
-
-    ``how``: ``avg`` (weighted by sample count when re-aggregated), ``max``, ``min``,
-    ``delta`` (last minus first of a cumulative counter; deltas add up), ``count_if`` (samples
-    whose bit mask ``raw & mask`` is non-zero; counts add up).
-    """
-
-    name: str
-    how: str
-    raw: str
-    mask: int = 0
-
-
-GPU_AGGS: tuple[Agg, ...] = (
-    Agg("util_avg", "avg", "util_gpu_percent"),
-    Agg("util_max", "max", "util_gpu_percent"),
-    Agg("mem_util_avg", "avg", "util_memory_percent"),
-    Agg("memory_used_avg", "avg", "memory_used_bytes"),
-    Agg("memory_used_max", "max", "memory_used_bytes"),
-    Agg("temp_avg", "avg", "temp_c"),
-    Agg("temp_max", "max", "temp_c"),
-    Agg("power_avg", "avg", "power_w"),
-    Agg("power_max", "max", "power_w"),
-    Agg("energy_delta_j", "delta", "energy_j"),
-    Agg("sm_clock_avg", "avg", "sm_clock_mhz"),
-    Agg("sm_clock_min", "min", "sm_clock_mhz"),
-    Agg("memory_clock_avg", "avg", "memory_clock_mhz"),
-    Agg("fan_avg", "avg", "fan_percent"),
-    Agg("throttle_thermal_n", "count_if", "throttle_reasons", THERMAL_MASK),
-    Agg("throttle_power_n", "count_if", "throttle_reasons", POWER_MASK),
-)
-
-HOST_AGGS: tuple[Agg, ...] = (
-    Agg("cpu_avg", "avg", "cpu_percent"),
-    Agg("cpu_max", "max", "cpu_percent"),
-    Agg("load1_avg", "avg", "load1"),
-    Agg("mem_used_avg", "avg", "mem_used_bytes"),
-    Agg("mem_used_max", "max", "mem_used_bytes"),
-    Agg("mem_total_max", "max", "mem_total_bytes"),
-    Agg("swap_used_avg", "avg", "swap_used_bytes"),
-    Agg("swap_used_max", "max", "swap_used_bytes"),
-    Agg("swap_total_max", "max", "swap_total_bytes"),
-    Agg("disk_read_delta", "delta", "disk_read_bytes"),
-    Agg("disk_write_delta", "delta", "disk_write_bytes"),
-    Agg("net_rx_delta", "delta", "net_rx_bytes"),
-    Agg("net_tx_delta", "delta", "net_tx_bytes"),
-)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One time-series source: its raw table, its rollup table and how to aggregate."""
-
-    kind: str  # "gpu" or "host"
-    raw: object  # sqlalchemy Table
-    rollup: object
-    aggs: tuple[Agg, ...]
-    per_gpu: bool
-
-
-GPU = Source("gpu", gpu_samples, gpu_rollups, GPU_AGGS, True)
-HOST = Source("host", host_samples, host_rollups, HOST_AGGS, False)
-SOURCES = (GPU, HOST)
-
-
-def raw_aggregates(source: Source) -> list[ColumnElement]:
-    """SELECT expressions over the raw table, labelled with the rollup column names."""
-    t = source.raw.c  # type: ignore[attr-defined]
-    out: list[ColumnElement] = [
-        func.count().label("n"),
-        (func.max(t.ts_ns) - func.min(t.ts_ns)).label("span_ns"),
-    ]
-    for a in source.aggs:
-        col = t[a.raw]
-        if a.how == "avg":
-            expr = func.avg(col)
-        elif a.how == "max":
-            expr = func.max(col)
-        elif a.how == "min":
-            expr = func.min(col)
-        elif a.how == "delta":
-            expr = func.max(col) - func.min(col)
-        elif a.how == "count_if":
-            # The raw column is a float (the wire carries every reading as a double); the mask
-            # needs an integer on PostgreSQL, and SQLite's CAST is the same spelling.
-            expr = func.sum(case((cast(col, BigInteger).op("&")(a.mask) != 0, 1), else_=0))
-        else:  # pragma: no cover - the tables above are the only definitions
-            raise ValueError(a.how)
-        out.append(expr.label(a.name))
-    return out
-
-
-def rollup_aggregates(source: Source) -> list[ColumnElement]:
-    """SELECT expressions that re-aggregate finer rollup rows into coarser buckets."""
-    r = source.rollup.c  # type: ignore[attr-defined]
-    out: list[ColumnElement] = [func.sum(r.n).label("n"), func.sum(r.span_ns).label("span_ns")]
-    for a in source.aggs:
-        col = r[a.name]
-        if a.how == "avg":
-            # Weighted by sample count, and only over rows that had the value at all.
-            weight = func.sum(case((col.is_not(None), r.n), else_=0))
-            expr = func.sum(col * r.n) / func.nullif(weight, 0)
-        elif a.how == "max":
-            expr = func.max(col)
-        elif a.how == "min":
-            expr = func.min(col)
-        else:  # delta and count_if add up
-            expr = func.sum(col)
-        out.append(expr.label(a.name))
-    return out
-
-
-def merge_values(aggs: Sequence[Agg], n_a: int, a: dict, n_b: int, b: dict) -> dict:
-    """Combine two partial aggregates of one bucket (a bucket split between two sources)."""
-    out = {}
-    for g in aggs:
-        x, y = a.get(g.name), b.get(g.name)
-        if x is None or y is None:
-            out[g.name] = y if x is None else x
-        elif g.how == "avg":
-            out[g.name] = (x * n_a + y * n_b) / (n_a + n_b) if n_a + n_b else None
-        elif g.how == "max":
-            out[g.name] = max(x, y)
-        elif g.how == "min":
-            out[g.name] = min(x, y)
-        else:
-            out[g.name] = x + y
-    return out
-
-
-def bucket_of(column: ColumnElement, step_ns: int) -> ColumnElement:
-    return column - (column % literal(step_ns, BigInteger))
-
-
-def read_progress(conn: Connection, device_ids: Sequence[int] | None = None) -> dict[tuple[int, int], int]:
-    """``{(device_id, step_s): rolled_until_ns}``."""
-    q = select(rollup_progress.c.device_id, rollup_progress.c.step_s, rollup_progress.c.rolled_until_ns)
-    if device_ids is not None:
-        q = q.where(rollup_progress.c.device_id.in_(list(device_ids)))
-    return {(d, s): u for d, s, u in conn.execute(q)}
-
-
-# ------------------------------------------------------------------------------ the job
 
 
 class _LeaseLost(Exception):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import grpc
 
-from fleetscope.collector.gc_policy import tune_for_ingest
-from fleetscope.collector.ingest import IngestService
+from fleetscope.collector.ingest.gc_policy import tune_for_ingest
+from fleetscope.collector.ingest.service import IngestService
+from fleetscope.collector.ingest.validation import Limits
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.writer import BatchWriter
-from fleetscope.collector.validate import Limits
 from fleetscope.proto.v1 import telemetry_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Collector:
         self.writer.start()
         rollup_job = None
         if self.settings.rollups:
-            from fleetscope.collector.rollup import RollupJob
+            from fleetscope.collector.jobs.rollup import RollupJob
 
             rollup_job = RollupJob(self.engine)
             rollup_job.start()

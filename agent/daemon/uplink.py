@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from fleetscope.agent.spool import Spool
+from fleetscope.agent.daemon.spool import Spool
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 log = logging.getLogger(__name__)

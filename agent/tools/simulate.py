@@ -208,7 +208,7 @@ def build_fleet(
     classify=None,  # type: ignore[no-untyped-def]
     name_prefix: str = "sim",
 ) -> SimulatedFleet:
-    from fleetscope.agent.runner import Agent, AgentSettings
+    from fleetscope.agent.daemon.runner import Agent, AgentSettings
 
     agents = []
     jetsons = round(devices * jetson_share)

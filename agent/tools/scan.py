@@ -3,7 +3,7 @@
 ``fleetscope scan`` runs this over old logs (or logs copied off a drone) with the classifiers the
 agent runs (``fleetscope.agent.classify``), so a scan and a live agent agree on what an incident
 is. Standard library only, like the rest of the agent: importing the findings into a database is
-``fleetscope.collector.incident_import``'s job.
+``fleetscope.collector.ingest.scan_import``'s job.
 
 Events
 ------

@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fleetscope.agent.journal import DEFAULT_JOURNALCTL, JournalctlProcess, JournalEntry, priority_level
-from fleetscope.agent.logfiles import guess_level
+from fleetscope.agent.logs.files import guess_level
+from fleetscope.agent.logs.journal import DEFAULT_JOURNALCTL, JournalctlProcess, JournalEntry, priority_level
 from fleetscope.agent.records import LogEvent
 
 log = logging.getLogger(__name__)

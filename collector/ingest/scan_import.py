@@ -1,7 +1,7 @@
 """Importing scanned findings as incidents of one device (``fleetscope scan --db URL --device NAME``).
 
 Logs from before the agent was installed hold the incidents people most want to look back on.
-The scanner (``fleetscope.agent.scan``) finds them; this stores them in the ``incidents`` table
+The scanner (``fleetscope.agent.tools.scan``) finds them; this stores them in the ``incidents`` table
 like incidents an agent reported, so the query API and ``fleetscope incidents`` show both.
 
 Idempotent: every imported incident carries ``facts["import_key"]``, a hash of the file's
@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from fleetscope.collector.errors import UnknownDevice
 from fleetscope.collector.query import _device_row
-from fleetscope.collector.registry import register_device
+from fleetscope.collector.storage.registry import register_device
 from fleetscope.collector.storage.schema import Device, Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -77,7 +77,7 @@ def _source(path: str) -> str:
 def incidents_from_scan(
     results: Iterable[Any], *, kinds: Collection[str] | None = None
 ) -> list[ImportedIncident]:
-    """Incidents from ``fleetscope.agent.scan.ScanResult`` objects (duck-typed: path, mtime_ns, findings)."""
+    """Incidents from ``fleetscope.agent.tools.scan.ScanResult`` objects (duck-typed: path, mtime_ns, findings)."""
     out: list[ImportedIncident] = []
     fallback_ns = time.time_ns()
     for r in results:

@@ -12,7 +12,7 @@ array of byte values, a field with several values is an array of such values, an
 4096 bytes is ``null`` unless ``--all`` is given (we give it, and cut messages ourselves).
 ``__REALTIME_TIMESTAMP`` is microseconds since the epoch, as a decimal string.
 
-:class:`JournalctlProcess` is shared with :mod:`fleetscope.agent.kernel_log`, which falls back to
+:class:`JournalctlProcess` is shared with :mod:`fleetscope.agent.logs.kernel_log`, which falls back to
 ``journalctl -k`` where ``/dev/kmsg`` cannot be read.
 """
 
@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleetscope.agent.logfiles import guess_level
+from fleetscope.agent.logs.files import guess_level
 from fleetscope.agent.records import LogEvent
 
 log = logging.getLogger(__name__)

@@ -16,25 +16,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetscope.agent import __version__
-from fleetscope.agent.batcher import Pending, build_batches
-from fleetscope.agent.footprint import release_free_memory
-from fleetscope.agent.grouping import EventGrouper
-from fleetscope.agent.identity import (
+from fleetscope.agent.daemon.batcher import Pending, build_batches
+from fleetscope.agent.daemon.footprint import release_free_memory
+from fleetscope.agent.daemon.identity import (
     detect_kind,
     host_inventory,
     hostname,
     load_or_create_agent_id,
     read_boot_id,
 )
-from fleetscope.agent.logfiles import FileFollower
+from fleetscope.agent.daemon.spool import Spool, SpoolError
+from fleetscope.agent.daemon.uplink import Backoff, Uplink
+from fleetscope.agent.logs.files import FileFollower
+from fleetscope.agent.logs.grouping import EventGrouper
 from fleetscope.agent.records import IncidentRecord, LogEvent
 from fleetscope.agent.samplers._base import Sampler, SampleSet, SourceUnavailable
-from fleetscope.agent.spool import Spool, SpoolError
-from fleetscope.agent.uplink import Backoff, Uplink
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 log = logging.getLogger(__name__)
-_TRIM_INTERVAL_S = 10.0  # how often freed heap pages go back to the kernel (agent/footprint.py)
+_TRIM_INTERVAL_S = 10.0  # how often freed heap pages go back to the kernel (agent/daemon/footprint.py)
 
 CAPABILITIES = ("columnar-v1", "incidents-v1", "latency-v1", "metrics-v1")
 Classify = Callable[[LogEvent], list[IncidentRecord]]
@@ -107,11 +107,11 @@ class Agent:
         if settings.log_files:
             sources.append(FileFollower(list(settings.log_files)))
         if settings.kernel_log:
-            from fleetscope.agent.kernel_log import KernelLogSource
+            from fleetscope.agent.logs.kernel_log import KernelLogSource
 
             sources.append(KernelLogSource())
         if settings.journal_units:
-            from fleetscope.agent.journal import JournalSource
+            from fleetscope.agent.logs.journal import JournalSource
 
             sources.append(JournalSource(list(settings.journal_units)))
         return sources
@@ -315,7 +315,7 @@ class Agent:
         if not self.settings.sdk_socket:
             return
         try:
-            from fleetscope.agent.local_server import LocalReportServer
+            from fleetscope.agent.daemon.local_server import LocalReportServer
 
             self._local_server = LocalReportServer(self.settings.sdk_socket, self.add_sdk_report)
             self._local_server.start()

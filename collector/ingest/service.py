@@ -23,9 +23,9 @@ import grpc
 from sqlalchemy import Engine
 
 from fleetscope.collector.errors import BatchInvalid, StoreUnavailable
-from fleetscope.collector.registry import lookup_device_id, register_device
+from fleetscope.collector.ingest.validation import Limits, validate_batch
+from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem, WriteOutcome
-from fleetscope.collector.validate import Limits, validate_batch
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from fleetscope.proto.v1 import telemetry_pb2_grpc as pb_grpc
 

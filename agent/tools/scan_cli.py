@@ -38,7 +38,7 @@ _DESCRIPTION = """\
 Find incidents (CUDA and host OOM, Xid, Jetson memory, TensorRT errors and benchmarks) in log
 files with the classifiers the agent runs. Lines are first grouped into events (a Python
 traceback, a kernel OOM burst, a trtexec summary, a kubectl state block are one event each;
-see fleetscope.agent.scan for the exact rules). Files starting
+see fleetscope.agent.tools.scan for the exact rules). Files starting
 with the gzip magic bytes are decompressed on the fly. An unreadable file is reported on stderr
 and the others are still scanned (exit status 1)."""
 
@@ -93,7 +93,7 @@ def _progress_line(path: str, done: int, total: int) -> None:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    from fleetscope.agent.scan import scan_files
+    from fleetscope.agent.tools.scan import scan_files
 
     if (args.db is None) != (args.device is None):
         print("fleetscope scan: --db and --device go together (import needs both)", file=sys.stderr)
@@ -155,7 +155,7 @@ def _import(args: argparse.Namespace, results: Sequence[Any]) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleetscope.collector.errors import StoreUnavailable
-    from fleetscope.collector.incident_import import import_scan_results
+    from fleetscope.collector.ingest.scan_import import import_scan_results
     from fleetscope.collector.storage.engine import make_engine
 
     try:

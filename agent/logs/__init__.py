@@ -1,0 +1,1 @@
+"""Log sources (files, the kernel log, the journal) and the multi-line grouper they share."""

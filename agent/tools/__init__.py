@@ -1,0 +1,1 @@
+"""Offline tools: scan recorded logs, simulate devices, check an environment (doctor)."""

@@ -1,0 +1,1 @@
+"""Ingest: the gRPC server and service, batch validation, and importing scan results."""

@@ -1,0 +1,1 @@
+"""Jobs that run once per fleet under a lease: the rollup job (detectors join it)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fleetscope.collector.errors import BatchInvalid
+from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.proto.columns import (
     GPU_COLUMNS,
     HOST_COLUMNS,
@@ -71,15 +72,6 @@ def _check_ts(ts: object, rows: int, field: str, sent_ns: int, limits: Limits) -
         raise BatchInvalid(field, f"timestamp {hi} is {(hi - sent_ns) / 1e9:.0f} s after the batch was sent")
     if lo < sent_ns - limits.max_age_ns:
         raise BatchInvalid(field, f"timestamp {lo} is {(sent_ns - lo) / 86_400e9:.1f} days before the batch was sent")
-
-
-@dataclass
-class Decoded:
-    """The value columns of a validated batch, decoded once (None at null rows) for the writer."""
-
-    host: dict[str, Sequence[float | None]] = field(default_factory=dict)
-    gpu: dict[str, Sequence[float | None]] = field(default_factory=dict)
-    sample_rows: int = 0
 
 
 def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, ranges: dict) -> dict[str, Sequence[float | None]]:

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fleetscope.collector.ingest.validation import Decoded
+from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, GPU_STATE_COLUMNS, HOST_VALUE_COLUMNS
 from fleetscope.proto.columns import read_column
 from fleetscope.proto.v1 import telemetry_pb2 as pb

@@ -36,8 +36,8 @@ from itertools import chain
 from sqlalchemy import Engine
 
 from fleetscope.collector.errors import StoreUnavailable
-from fleetscope.collector.ingest.validation import Decoded
 from fleetscope.collector.storage import statements
+from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
 from fleetscope.collector.storage.write_lock import WriteLock
 from fleetscope.proto.v1 import telemetry_pb2 as pb

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
-LEVELS: Mapping[str, int] = {
+LEVELS: Mapping[str, pb.Level] = {
     "debug": pb.LEVEL_DEBUG,
     "info": pb.LEVEL_INFO,
     "warning": pb.LEVEL_WARNING,
@@ -19,7 +19,7 @@ LEVELS: Mapping[str, int] = {
 _MAX_TEXT = 4096
 
 
-def level(name: str) -> int:
+def level(name: str) -> pb.Level:
     return LEVELS.get(name.lower(), pb.LEVEL_INFO)
 
 

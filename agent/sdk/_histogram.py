@@ -17,7 +17,7 @@ from fleetscope.proto.v1 import telemetry_pb2 as pb
 LOG_GAMMA = math.log(buckets.GAMMA)
 
 
-def fast_bucket_index(value_ns: int, _log=math.log, _ceil=math.ceil, _lg=LOG_GAMMA) -> int:
+def fast_bucket_index(value_ns: float, _log=math.log, _ceil=math.ceil, _lg=LOG_GAMMA) -> int:
     """``buckets.bucket_index`` for a positive value, with its globals bound for the hot path."""
     return _ceil(_log(value_ns) / _lg)
 

@@ -331,7 +331,7 @@ class oom_guard:  # noqa: N801 - used like a function: `with oom_guard():` and `
     def __enter__(self) -> oom_guard:
         return self
 
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc is not None:
             report_oom(
                 exc,
@@ -340,7 +340,6 @@ class oom_guard:  # noqa: N801 - used like a function: `with oom_guard():` and `
                 flush_timeout_s=self._flush_timeout_s,
                 snapshot_dir=self._snapshot_dir,
             )
-        return False
 
     def __call__(self, fn: F) -> F:
         name = self._name or getattr(fn, "__qualname__", None)

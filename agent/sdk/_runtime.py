@@ -125,6 +125,12 @@ def metric(name: str, value: object, *, ts_ns: int | None = None, **labels: obje
     the GPU, so pass ``loss.item()`` where the program already has it. NaN and Inf are not sent
     (the wire never carries them): ``TrainSteps.loss`` turns them into incidents instead.
     """
+    metric_with_labels(name, value, labels, ts_ns=ts_ns)
+
+
+def metric_with_labels(name: str, value: object, labels: Mapping[str, object], *, ts_ns: int | None = None) -> None:
+    """``metric`` with its labels as a mapping: for callers whose label names are data (a label
+    called ``ts_ns`` stays a label here instead of becoming the timestamp)."""
     global _invalid_values
     try:
         v = float(value)  # type: ignore[arg-type]

@@ -175,9 +175,8 @@ class TrainSteps(Generic[T]):
     def __enter__(self) -> TrainSteps[T]:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
     def close(self) -> None:
         """End the current step and send the window's figures (a loop left with ``break``)."""
@@ -220,7 +219,7 @@ class TrainSteps(Generic[T]):
     # ---------------------------------------------------------------- per-window figures
 
     def _metric(self, suffix: str, value: float) -> None:
-        _runtime.metric(f"{self.name}.{suffix}", value, **self._labels)
+        _runtime.metric_with_labels(f"{self.name}.{suffix}", value, self._labels)
 
     def _fold_pending(self) -> None:
         """Record the steps finished since the last fold into the histograms and the totals.
@@ -279,11 +278,11 @@ class TrainSteps(Generic[T]):
             return
         labels = dict(self._labels, device=f"cuda:{mem.device}")
         prefix = f"{self.name}.cuda"
-        _runtime.metric(f"{prefix}.allocated_bytes", mem.allocated_bytes, **labels)
-        _runtime.metric(f"{prefix}.reserved_bytes", mem.reserved_bytes, **labels)
-        _runtime.metric(f"{prefix}.peak_allocated_bytes", mem.peak_allocated_bytes, **labels)
-        _runtime.metric(f"{prefix}.fragmentation_ratio", mem.fragmentation, **labels)
-        _runtime.metric(f"{prefix}.num_alloc_retries", mem.num_alloc_retries, **labels)
+        _runtime.metric_with_labels(f"{prefix}.allocated_bytes", mem.allocated_bytes, labels)
+        _runtime.metric_with_labels(f"{prefix}.reserved_bytes", mem.reserved_bytes, labels)
+        _runtime.metric_with_labels(f"{prefix}.peak_allocated_bytes", mem.peak_allocated_bytes, labels)
+        _runtime.metric_with_labels(f"{prefix}.fragmentation_ratio", mem.fragmentation, labels)
+        _runtime.metric_with_labels(f"{prefix}.num_alloc_retries", mem.num_alloc_retries, labels)
         last = self._last_retries
         self._last_retries = mem.num_alloc_retries
         if last is not None and mem.num_alloc_retries > last:

@@ -112,7 +112,7 @@ def _build_class(base: type) -> type:
             incidents: bool = True,
         ) -> None:
             # pybind11 needs the base initialised explicitly, or TensorRT cannot call back into us.
-            base.__init__(self)
+            base.__init__(self)  # type: ignore[misc]
             self.min_severity = self.Severity.WARNING if min_severity is None else min_severity
             self._min_value = _severity_value(self.min_severity)
             self.echo = echo

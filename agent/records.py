@@ -10,6 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# Clock-event (throttle) reasons: the bits and their names are defined in the shared vocabulary
+# (the collector names the same bits); re-exported here for the agent's modules.
+from fleetscope.proto.vocabulary import THROTTLE_REASON_BITS, throttle_reason_names
+
+__all__ = [
+    "THROTTLE_REASON_BITS",
+    "FactValue",
+    "GpuInfo",
+    "GpuSample",
+    "HostSample",
+    "IncidentRecord",
+    "LatencyRecord",
+    "LogEvent",
+    "ProcessUsage",
+    "throttle_reason_names",
+]
+
 # A fact extracted from a log line or reported by a program: what incidents carry.
 FactValue = str | int | float | bool
 
@@ -45,24 +62,6 @@ class HostSample:
     net_rx_bytes: int | None = None
     net_tx_bytes: int | None = None
     top_processes: tuple[ProcessUsage, ...] = ()
-
-
-# Clock-event (throttle) reasons as NVML defines the bits; names are what users see.
-THROTTLE_REASON_BITS: Mapping[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clock_setting": 0x100,
-}
-
-
-def throttle_reason_names(mask: int) -> list[str]:
-    return [name for name, bit in THROTTLE_REASON_BITS.items() if mask & bit]
 
 
 @dataclass(frozen=True)

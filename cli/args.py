@@ -7,6 +7,8 @@ import re
 import time
 from datetime import datetime, timezone
 
+from fleetscope.proto.vocabulary import BINARY_BYTE_UNITS
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h|d|w)?\s*$")
 _DURATION_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -77,7 +79,7 @@ def format_ago(ts_ns: int, now_ns: int) -> str:
 def format_bytes(n: float | None) -> str:
     if n is None:
         return "-"
-    for unit, div in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    for unit, div in BINARY_BYTE_UNITS:
         if abs(n) >= div:
             return f"{n / div:.1f} {unit}"
     return f"{int(n)} B"

@@ -9,79 +9,96 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone, tzinfo
-from typing import Any
+from typing import Any, TypeGuard
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from fleetscope.proto.vocabulary import (
+    BINARY_BYTE_UNITS,
+    SEVERITY_CRITICAL,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+)
 
 NS = 10**9
 MISSING = "–"
 
+# One colour per severity on every page and chart, worst first (the vocabulary's order).
+SEVERITY_COLORS: dict[str, str] = {
+    SEVERITY_CRITICAL: "#b40426",
+    SEVERITY_ERROR: "#e45756",
+    SEVERITY_WARNING: "#f2a93b",
+    SEVERITY_INFO: "#4c78a8",
+}
 
-def _bad(x: float | None) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+
+def _known(x: float | None) -> TypeGuard[float]:
+    """A value to show: neither missing (None) nor NaN."""
+    return not (x is None or (isinstance(x, float) and math.isnan(x)))
 
 
 def bytes_(n: float | None, *, digits: int = 1) -> str:
-    if _bad(n):
+    if not _known(n):
         return MISSING
-    for unit, div in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= div:  # type: ignore[arg-type]
-            return f"{n / div:.{digits}f} {unit}"  # type: ignore[operator]
-    return f"{int(n)} B"  # type: ignore[arg-type]
+    for unit, div in BINARY_BYTE_UNITS:
+        if abs(n) >= div:
+            return f"{n / div:.{digits}f} {unit}"
+    return f"{int(n)} B"
 
 
 def gib(n: float | None, *, digits: int = 1) -> str:
-    return MISSING if _bad(n) else f"{n / 1024**3:.{digits}f} GiB"  # type: ignore[operator]
+    return MISSING if not _known(n) else f"{n / 1024**3:.{digits}f} GiB"
 
 
 def used_of(used: float | None, total: float | None) -> str:
     """'61.2 / 80.0 GiB'."""
-    if _bad(used):
+    if not _known(used):
         return MISSING
-    if _bad(total):
+    if not _known(total):
         return gib(used)
-    return f"{used / 1024**3:.1f} / {total / 1024**3:.1f} GiB"  # type: ignore[operator]
+    return f"{used / 1024**3:.1f} / {total / 1024**3:.1f} GiB"
 
 
 def pct(x: float | None, *, digits: int = 0) -> str:
-    return MISSING if _bad(x) else f"{x:.{digits}f} %"
+    return MISSING if not _known(x) else f"{x:.{digits}f} %"
 
 
 def celsius(x: float | None) -> str:
-    return MISSING if _bad(x) else f"{x:.0f} °C"
+    return MISSING if not _known(x) else f"{x:.0f} °C"
 
 
 def watts(x: float | None) -> str:
-    if _bad(x):
+    if not _known(x):
         return MISSING
-    return f"{x / 1000:.2f} kW" if abs(x) >= 10_000 else f"{x:.0f} W"  # type: ignore[operator]
+    return f"{x / 1000:.2f} kW" if abs(x) >= 10_000 else f"{x:.0f} W"
 
 
 def ms(x: float | None) -> str:
-    if _bad(x):
+    if not _known(x):
         return MISSING
-    if x >= 1000:  # type: ignore[operator]
-        return f"{x / 1000:.2f} s"  # type: ignore[operator]
-    return f"{x:.2f} ms" if x < 100 else f"{x:.0f} ms"  # type: ignore[operator]
+    if x >= 1000:
+        return f"{x / 1000:.2f} s"
+    return f"{x:.2f} ms" if x < 100 else f"{x:.0f} ms"
 
 
 def joules(x: float | None) -> str:
-    if _bad(x):
+    if not _known(x):
         return MISSING
-    if abs(x) >= 3.6e6:  # type: ignore[operator]
-        return f"{x / 3.6e6:.2f} kWh"  # type: ignore[operator]
-    if abs(x) >= 1000:  # type: ignore[operator]
-        return f"{x / 1000:.1f} kJ"  # type: ignore[operator]
+    if abs(x) >= 3.6e6:
+        return f"{x / 3.6e6:.2f} kWh"
+    if abs(x) >= 1000:
+        return f"{x / 1000:.1f} kJ"
     return f"{x:.3g} J"
 
 
 def rate(x: float | None, unit: str = "/s") -> str:
-    if _bad(x):
+    if not _known(x):
         return MISSING
-    return f"{x:,.1f} {unit}" if x < 1000 else f"{x:,.0f} {unit}"  # type: ignore[operator]
+    return f"{x:,.1f} {unit}" if x < 1000 else f"{x:,.0f} {unit}"
 
 
 def mhz(x: float | None) -> str:
-    return MISSING if _bad(x) else f"{x:.0f} MHz"
+    return MISSING if not _known(x) else f"{x:.0f} MHz"
 
 
 def duration(seconds: float) -> str:

@@ -10,6 +10,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fleetscope.dashboard import fmt
+from fleetscope.proto.vocabulary import (
+    KIND_CUDA_OOM,
+    KIND_GPU_XID,
+    KIND_HOST_OOM,
+    KIND_JETSON_MEMORY,
+    KIND_TENSORRT_ERROR,
+    KIND_TRT_BENCHMARK,
+)
 
 GIB = 1024**3
 
@@ -138,12 +146,12 @@ def _trt_benchmark(_f: Facts) -> list[str]:
 
 
 _HINTS: dict[str, Callable[[Facts], list[str]]] = {
-    "cuda_oom": _cuda_oom,
-    "host_oom": _host_oom,
-    "gpu_xid": _gpu_xid,
-    "jetson_memory": _jetson_memory,
-    "tensorrt_error": _tensorrt_error,
-    "trt_benchmark": _trt_benchmark,
+    KIND_CUDA_OOM: _cuda_oom,
+    KIND_HOST_OOM: _host_oom,
+    KIND_GPU_XID: _gpu_xid,
+    KIND_JETSON_MEMORY: _jetson_memory,
+    KIND_TENSORRT_ERROR: _tensorrt_error,
+    KIND_TRT_BENCHMARK: _trt_benchmark,
 }
 
 

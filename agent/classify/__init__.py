@@ -7,11 +7,12 @@ registry refuses two with one name. ``classify_event`` runs them all over one lo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from fleetscope.agent.classify._base import Classifier, Finding
 from fleetscope.agent.records import IncidentRecord, LogEvent
 
-__all__ = ["Classifier", "Finding", "classify_text", "classify_event", "registry"]
+__all__ = ["Classifier", "Finding", "Registry", "classify_text", "classify_event", "registry"]
 
 
 class Registry:
@@ -41,7 +42,7 @@ class Registry:
             out.extend(c.classify(text))
         return out
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Classifier]:
         return iter(self._items.values())
 
     def names(self) -> list[str]:

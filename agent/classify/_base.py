@@ -17,17 +17,30 @@ from typing import Protocol
 
 from fleetscope.agent.records import FactValue
 
-__all__ = ["FactValue", "Finding", "Classifier"]
+# The kinds and severities are defined in the shared vocabulary (the collector reads the same
+# strings); they are re-exported here, where the classifiers have always imported them from.
+from fleetscope.proto.vocabulary import (
+    KIND_CUDA_OOM,
+    KIND_GPU_XID,
+    KIND_HOST_OOM,
+    KIND_JETSON_MEMORY,
+    KIND_TENSORRT_ERROR,
+    KIND_TRT_BENCHMARK,
+    SEVERITIES,
+)
 
-# Incident kinds. The strings are part of the stored data and the CLI (`--kind`): never rename.
-KIND_CUDA_OOM = "cuda_oom"  # an accelerator allocation failed (PyTorch, TF, JAX, CUDA, cuBLAS, cuDNN)
-KIND_HOST_OOM = "host_oom"  # kernel OOM killer, cgroup/container OOM, Kubernetes OOMKilled
-KIND_JETSON_MEMORY = "jetson_memory"  # NvMap / nvgpu / CMA allocation failures on Jetson
-KIND_GPU_XID = "gpu_xid"  # NVIDIA Xid (and SXid) driver errors, GPU fallen off the bus
-KIND_TENSORRT_ERROR = "tensorrt_error"  # builder OOM, workspace too small, unsupported precision, ...
-KIND_TRT_BENCHMARK = "trt_benchmark"  # a trtexec performance summary (stored as a benchmark record)
-
-SEVERITIES = ("critical", "error", "warning", "info")
+__all__ = [
+    "FactValue",
+    "Finding",
+    "Classifier",
+    "KIND_CUDA_OOM",
+    "KIND_GPU_XID",
+    "KIND_HOST_OOM",
+    "KIND_JETSON_MEMORY",
+    "KIND_TENSORRT_ERROR",
+    "KIND_TRT_BENCHMARK",
+    "SEVERITIES",
+]
 
 
 @dataclass(frozen=True)

@@ -278,10 +278,10 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 title += f" ({', '.join(stats)})"
             # The exception class and the traceback are not part of the identity: a chained
             # re-raise prints the same numbers under another class.
-            key = ("pytorch",) + tuple(
+            identity: tuple[object, ...] = ("pytorch",) + tuple(
                 sorted((k, v) for k, v in facts.items() if k not in ("exception", "wording_era"))
             )
-            _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+            _add(found, identity, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
 
 
 # ---------------------------------------------------------------------------------- TensorFlow
@@ -367,8 +367,8 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
             title += f" ({format_bytes(int(facts['requested_bytes']))})"
         if m["alloc"]:
             title += f" by {m['alloc']}"
-        key = ("tf", shape, dtype, dev, m["alloc"])
-        acc = _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+        identity: tuple[object, ...] = ("tf", shape, dtype, dev, m["alloc"])
+        acc = _add(found, identity, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
         if acc.occurrences > 1 and nodes:
             merged = [x for x in str(acc.facts.get("nodes", "")).split(",") if x]
             acc.facts["nodes"] = ",".join(merged + [x for x in nodes if x not in merged])
@@ -403,8 +403,8 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
         title = f"TensorFlow allocator {m['alloc']} ran out of memory allocating {m['v']}"
         if soft:
             title += " (non-fatal)"
-        key = ("tf-bfc", m["alloc"], req_b)
-        _add(found, key, _Acc(facts, title, "warning" if soft else "error", [i], ev.ts_ns(i)))
+        identity = ("tf-bfc", m["alloc"], req_b)
+        _add(found, identity, _Acc(facts, title, "warning" if soft else "error", [i], ev.ts_ns(i)))
 
     for i, line in enumerate(ev.lines):
         if "CUDA_ERROR_OUT_OF_MEMORY" not in line or "failed to alloc" not in line:

@@ -137,9 +137,9 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
         if not acc.items:
             continue
         # A tagged allocation prints its flags/tag word; a reserve op prints the op code.
-        key = "nvmap_ops" if acc.items[0].startswith("0x") else "nvmap_tag"
-        acc.facts[key] = ",".join(acc.items)
-        if key == "nvmap_tag" and len(acc.items) == 1 and acc.items[0].isdigit():
+        fact = "nvmap_ops" if acc.items[0].startswith("0x") else "nvmap_tag"
+        acc.facts[fact] = ",".join(acc.items)
+        if fact == "nvmap_tag" and len(acc.items) == 1 and acc.items[0].isdigit():
             acc.facts["nvmap_tag"] = int(acc.items[0])
 
 

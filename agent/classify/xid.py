@@ -8,7 +8,8 @@ at all; it is reported like Xid 79 (NVIDIA/NVSentinel#155 treats it the same way
 
 One finding per Xid/SXid line: an event that carries a burst of Xids (dmesg block, journal
 excerpt) yields one finding each, in order. Every finding gets the meaning of its code from
-``XID_CATALOG`` below, and its severity from that meaning.
+``XID_CATALOG`` (``fleetscope.proto.vocabulary``, shared with the NVML event thread), and its
+severity from that meaning, refined where the printed message says more.
 
 Line prefixes recognised (``timestamp_style`` fact): dmesg ``[sec.usec]`` (``dmesg_monotonic``),
 ``dmesg -T`` ``[Sun Feb 23 16:24:18 2025]`` (``dmesg_ctime``), ``dmesg --time-format iso``
@@ -22,297 +23,22 @@ function of text, cannot know the host's zone, so those are kept as ``log_time``
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from fleetscope.agent.classify._base import KIND_GPU_XID, FactValue, Finding
 
+# The catalogue is shared with the NVML event thread, so a fault has one meaning and one
+# severity whichever of them reports it; it lives in the vocabulary and is re-exported here.
+from fleetscope.proto.vocabulary import (
+    SXID_CATALOG,
+    XID_CATALOG,
+    SxidInfo,
+    XidInfo,
+    xid_facts,
+    xid_severity,
+)
+
 __all__ = ["SXID_CATALOG", "XID_CATALOG", "SxidInfo", "XidClassifier", "XidInfo"]
-
-
-@dataclass(frozen=True)
-class XidInfo:
-    """What NVIDIA documents for one Xid code."""
-
-    code: int
-    mnemonic: str
-    meaning: str
-    action: str  # NVIDIA's "Resolution Bucket (Immediate Action)"
-    severity: str  # ours, derived from the meaning (see _severity_for)
-    needs_gpu_reset: bool = False
-    needs_reboot: bool = False
-    app_error: bool = False  # the application (or its data) is the likely cause, not the GPU
-    source: str = "catalog"  # where the row comes from, see the table comment
-
-
-# Sources:
-#   "catalog": NVIDIA "Analyzing Xid Errors with the Xid Catalog",
-#       https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Ampere and newer),
-#       columns Mnemonic / Description / Resolution Bucket (Immediate Action). Read through the
-#       generated copy of the catalog spreadsheet in leptonai/gpud
-#       (components/accelerator/nvidia/xid/catalog_generated.go, generated 2025-10-29).
-#   "legacy": NVIDIA "Xid Errors" listing, https://docs.nvidia.com/deploy/xid-errors/index.html
-#       (r555), whose "possible causes" columns give the user-application flag (``app_error``)
-#       for 13, 31, 43 and 45 and the reset guidance for 48 and 61 (61 is "Unused" on Ampere+).
-#   "decode": the catalog's "XID 144-150 Decode" sheet: per unit, Fatal rows resolve with
-#       RESET_GPU and Nonfatal rows with IGNORE; the printed Fatal/Nonfatal word decides.
-#   "xid154": the catalog's Xid 154 description; the recovery action printed in the message
-#       ("to 0x1 (GPU Reset Required)") decides what is needed.
-# Action buckets: RESTART_APP, RESET_GPU, RESTART_BM (reboot the bare-metal node), IGNORE,
-# WORKFLOW_* (follow NVIDIA's per-Xid workflow), CONTACT_SUPPORT, XID_154.
-XID_CATALOG: dict[int, XidInfo] = {
-    x.code: x
-    for x in (
-        XidInfo(
-            8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", "RESTART_APP", "error"
-        ),
-        XidInfo(
-            13,
-            "ROBUST_CHANNEL_GR_EXCEPTION",
-            "Graphics engine exception",
-            "RESTART_APP",
-            "error",
-            app_error=True,
-            source="catalog+legacy",
-        ),
-        XidInfo(
-            31,
-            "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
-            "GPU memory page fault",
-            "RESTART_APP",
-            "error",
-            app_error=True,
-            source="catalog+legacy",
-        ),
-        XidInfo(
-            32,
-            "ROBUST_CHANNEL_PBDMA_ERROR",
-            "Invalid or corrupted push buffer stream",
-            "RESTART_APP",
-            "error",
-        ),
-        XidInfo(
-            43,
-            "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
-            "GPU stopped processing",
-            "IGNORE",
-            "error",
-            app_error=True,
-            source="catalog+legacy",
-        ),
-        XidInfo(
-            45,
-            "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
-            "Preemptive cleanup, due to previous errors",
-            "WORKFLOW_XID_45",
-            "warning",
-            app_error=True,
-            source="catalog+legacy",
-        ),
-        XidInfo(
-            46,
-            "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR",
-            "GPU stopped processing",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(
-            48,
-            "ROBUST_CHANNEL_GPU_ECC_DBE",
-            "Double-bit ECC error",
-            "WORKFLOW_XID_48",
-            "critical",
-            needs_gpu_reset=True,
-            source="catalog+legacy",
-        ),
-        XidInfo(
-            61,
-            "PMU_BREAKPOINT",
-            "Internal micro-controller breakpoint/warning",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-            source="legacy",
-        ),
-        XidInfo(
-            62,
-            "PMU_HALT_ERROR",
-            "Internal micro-controller halt",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(
-            63,
-            "INFOROM_DRAM_RETIREMENT_EVENT",
-            "ECC page retirement or row remapping recording event",
-            "IGNORE",
-            "warning",
-        ),
-        XidInfo(
-            64,
-            "INFOROM_DRAM_RETIREMENT_FAILURE",
-            "ECC page retirement or row remapping failure",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 exception", "RESTART_APP", "error"),
-        XidInfo(69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "Graphics engine class error", "RESTART_APP", "error"),
-        XidInfo(74, "NVLINK_ERROR", "NVLink error", "WORKFLOW_NVLINK_ERR", "error"),
-        XidInfo(
-            79,
-            "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
-            "GPU has fallen off the bus",
-            "RESTART_BM",
-            "critical",
-            needs_reboot=True,
-        ),
-        XidInfo(80, "PBDMA_PUSHBUFFER_CRC_MISMATCH", "Corrupted data sent to GPU", "RESTART_APP", "error"),
-        XidInfo(92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", "IGNORE", "warning"),
-        XidInfo(94, "ROBUST_CHANNEL_CONTAINED_ERROR", "Contained ECC (memory) error", "RESTART_APP", "error"),
-        XidInfo(
-            95,
-            "ROBUST_CHANNEL_UNCONTAINED_ERROR",
-            "Uncontained ECC (memory) error",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(
-            109,
-            "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR",
-            "Context switch timeout",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(
-            110, "SEC_FAULT_ERROR", "Security fault error", "RESET_GPU", "critical", needs_gpu_reset=True
-        ),
-        XidInfo(119, "GSP_RPC_TIMEOUT", "GSP RPC timeout", "RESET_GPU", "critical", needs_gpu_reset=True),
-        XidInfo(120, "GSP_ERROR", "GSP error", "RESET_GPU", "critical", needs_gpu_reset=True),
-        XidInfo(121, "C2C_ERROR", "C2C (chip-to-chip) link error", "IGNORE", "warning"),
-        XidInfo(
-            136,
-            "ALI_TRAINING_FAIL",
-            "NVLink link training failed",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(137, "NVLINK_PRIV_ERR", "NVLink privilege error", "IGNORE", "warning"),
-        XidInfo(
-            140,
-            "UNRECOVERABLE_ECC_ERROR_ESCAPE",
-            "Unrecovered ECC error",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(
-            143, "GPU_INIT_ERROR", "GPU initialization error", "RESET_GPU", "critical", needs_gpu_reset=True
-        ),
-        XidInfo(
-            144,
-            "NVLINK_SAW_ERROR",
-            "NVLink SAW error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            145,
-            "NVLINK_RLW_ERROR",
-            "NVLink RLW error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            146,
-            "NVLINK_TLW_ERROR",
-            "NVLink TLW error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            147,
-            "NVLINK_TREX_ERROR",
-            "NVLink TREX error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            148,
-            "NVLINK_NVLPW_CTRL_ERROR",
-            "NVLink NVLPW_CTRL error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            149,
-            "NVLINK_NETIR_ERROR",
-            "NVLink NETIR error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            150,
-            "NVLINK_MSE_ERROR",
-            "NVLink MSE error",
-            "WORKFLOW_NVLINK5_ERR",
-            "error",
-            source="catalog+decode",
-        ),
-        XidInfo(
-            154,
-            "GPU_RECOVERY_ACTION_CHANGED",
-            "GPU recovery action changed",
-            "XID_154",
-            "warning",
-            source="catalog+xid154",
-        ),
-        XidInfo(
-            155,
-            "NVLINK_SW_DEFINED_ERROR",
-            "NVLink software-defined error",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(
-            156,
-            "RESOURCE_RETIREMENT_EVENT",
-            "Resource retirement event",
-            "RESET_GPU",
-            "critical",
-            needs_gpu_reset=True,
-        ),
-        XidInfo(158, "GPU_FATAL_TIMEOUT", "GPU fatal timeout", "RESET_GPU", "critical", needs_gpu_reset=True),
-    )
-}
-
-
-@dataclass(frozen=True)
-class SxidInfo:
-    code: int
-    meaning: str
-    severity: str
-
-
-# NVIDIA Fabric Manager User Guide (DU-09883-001), "Fatal NVSwitch SXid Errors": 20034 means
-# the NVLink went down from active; on H100 systems the attached GPU needs a reset (read
-# through leptonai/gpud components/accelerator/nvidia/sxid/sxid.go). Codes not listed here are
-# graded by the Fatal / Non-fatal word the driver prints.
-SXID_CATALOG: dict[int, SxidInfo] = {
-    20034: SxidInfo(20034, "NVLink LTSSM fault up (link went down from active)", "critical"),
-}
 
 # ------------------------------------------------------------------------------------ regexes
 
@@ -443,7 +169,8 @@ def _timestamp_facts(prefix: str) -> tuple[dict[str, FactValue], int | None]:
         facts["timestamp_style"] = "dmesg_iso" if d else "iso"
         if d:
             facts["log_facility"], facts["log_level"] = d.group("fac"), d.group("lvl")
-        when = datetime(*(int(m.group(k)) for k in ("y", "mo", "d", "h", "mi", "s")))  # type: ignore[misc]
+        y, mo, day, h, mi, sec = (int(m.group(k)) for k in ("y", "mo", "d", "h", "mi", "s"))
+        when = datetime(y, mo, day, h, mi, sec)
         frac = m.group("frac") or ""
         micros = int((frac + "000000")[:6]) if frac else 0
         when = when.replace(microsecond=micros)
@@ -501,18 +228,14 @@ def _xid_finding(text: str, m: re.Match[str]) -> Finding:
     facts["message"] = message.strip()
 
     info = XID_CATALOG.get(xid)
-    severity = info.severity if info else "error"  # an undocumented code is still a driver error
-    needs_reset = info.needs_gpu_reset if info else False
-    needs_reboot = info.needs_reboot if info else False
-    facts["known_xid"] = info is not None
-    if info:
-        facts["xid_name"] = info.mnemonic
-        facts["meaning"] = info.meaning
-        facts["action"] = info.action
-        facts["app_error"] = info.app_error
-        facts["meaning_source"] = info.source
+    catalogued = xid_facts(xid)
+    needs_reset = bool(catalogued.pop("needs_gpu_reset"))
+    needs_reboot = bool(catalogued.pop("needs_reboot"))
+    facts.update(catalogued)
+    # The catalogue's severity for the code; the printed message may refine it (NVLink5
+    # Fatal/Nonfatal, the Xid 154 recovery action).
     details, severity, needs_reset, needs_reboot = _message_details(
-        xid, message, severity, needs_reset, needs_reboot
+        xid, message, xid_severity(xid), needs_reset, needs_reboot
     )
     facts.update(details)
     facts["needs_gpu_reset"] = needs_reset
@@ -696,15 +419,15 @@ def _bus_finding(text: str, start: int, end: int, pci: str | None, devid: str | 
         facts["pci_address"] = pci
     if devid:
         facts["pci_device_id"] = devid.lower()
-    info = XID_CATALOG[79]
+    info = XID_CATALOG[79]  # what a GPU that fell off the bus is, with or without the Xid line
     facts["meaning"] = info.meaning
     facts["action"] = info.action
-    facts["needs_gpu_reset"] = False
-    facts["needs_reboot"] = True
+    facts["needs_gpu_reset"] = info.needs_gpu_reset
+    facts["needs_reboot"] = info.needs_reboot
     line_end = text.find("\n", end)
     excerpt = text[line_start : len(text) if line_end < 0 else line_end]
     excerpt = "\n".join(ln.rstrip("\r ") for ln in excerpt.split("\n"))
     title = f"GPU {pci or '(unknown PCI address)'} has fallen off the bus (no Xid line)"
     return Finding(
-        kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=excerpt, ts_ns=ts_ns
+        kind=KIND_GPU_XID, severity=info.severity, title=title, facts=facts, excerpt=excerpt, ts_ns=ts_ns
     )

@@ -28,11 +28,10 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleetscope.agent.classify._base import KIND_GPU_XID
 from fleetscope.agent.records import GpuInfo, GpuSample, IncidentRecord, ProcessUsage
 from fleetscope.agent.samplers._base import SampleSet
 from fleetscope.agent.samplers._nvml import (
@@ -46,9 +45,18 @@ from fleetscope.agent.samplers._nvml import (
     call,
     first_of,
 )
+from fleetscope.proto.vocabulary import (
+    KIND_GPU_LOST,
+    KIND_GPU_XID,
+    SEVERITY_CRITICAL,
+    SOURCE_NVML,
+    XID_CATALOG,
+    xid_facts,
+    xid_severity,
+)
 
 __all__ = [
-    "KIND_GPU_LOST",
+    "KIND_GPU_LOST",  # defined in the vocabulary; re-exported where it was first defined
     "GpuLost",
     "NvmlSampler",
     "NvmlUnavailable",
@@ -57,10 +65,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# Incident kind for a GPU NVML reports lost. It belongs beside the others in classify/_base.py;
-# it is defined here until it is added there. Stored data: never rename.
-KIND_GPU_LOST = "gpu_lost"
 
 # Tensor-core precisions by compute capability, highest first; a device gets the first row whose
 # capability it reaches. (FP16, BF16, INT8):
@@ -81,33 +85,6 @@ _TENSOR_CORES: tuple[tuple[tuple[int, int], tuple[bool, bool, bool]], ...] = (
 )
 _NO_TENSOR_CORES_BY_NAME = ("GTX 16", "GeForce MX")
 
-# Xid meanings (NVIDIA's Xid catalogue), for incident titles; the number itself is the fact.
-_XID_MEANINGS: Mapping[int, str] = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    32: "invalid or corrupted push buffer stream",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup, due to previous errors",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    68: "NVDEC0 exception",
-    69: "graphics engine class error",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    109: "context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
-}
-# Hardware faults that need the GPU drained/reset; application-caused Xids stay "error".
-_XID_CRITICAL = frozenset({48, 62, 64, 74, 79, 95, 119, 120, 140})
-_XID_WARNING = frozenset({43, 45, 63, 92})
 _NO_INSTANCE = 0xFFFFFFFF
 
 # The value-union member to read for each NVML_VALUE_TYPE_*.
@@ -860,10 +837,10 @@ class NvmlSampler:
             IncidentRecord(
                 ts_ns=ts_ns,
                 kind=KIND_GPU_LOST,
-                severity="critical",
+                severity=SEVERITY_CRITICAL,
                 title=f"GPU {physical}{where} is lost: NVML reports {e.error}",
                 facts=facts,
-                source="nvml",
+                source=SOURCE_NVML,
                 excerpt=str(e),
             )
         )
@@ -951,15 +928,17 @@ class NvmlSampler:
             val = getattr(data, attr, _NO_INSTANCE)
             if val is not None and int(val) != _NO_INSTANCE:
                 facts[fact] = int(val)
-        meaning = _XID_MEANINGS.get(xid)
-        severity = "critical" if xid in _XID_CRITICAL else "warning" if xid in _XID_WARNING else "error"
+        # Meaning and severity from the catalogue the kernel-log classifier reads too, under the
+        # same fact names, so one fault reads the same whichever reporter saw it.
+        facts.update(xid_facts(xid))
+        info = XID_CATALOG.get(xid)
         return IncidentRecord(
             ts_ns=time.time_ns(),
             kind=KIND_GPU_XID,
-            severity=severity,
-            title=f"Xid {xid} on {where}" + (f": {meaning}" if meaning else ""),
+            severity=xid_severity(xid),
+            title=f"Xid {xid} on {where}" + (f": {info.meaning}" if info else ""),
             facts=facts,
-            source="nvml",
+            source=SOURCE_NVML,
             excerpt=f"NVML Xid critical error event: xid={xid} {facts.get('gpu_uuid', '')} {facts.get('pci_bus_id', '')}".strip(),
         )
 

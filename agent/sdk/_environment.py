@@ -38,9 +38,10 @@ from fleetscope.agent.sdk._kinds import (
 )
 from fleetscope.agent.sdk._onnxruntime import OnnxSessionProviders, inspect_session
 from fleetscope.agent.sdk._shapes import dtype_text
+from fleetscope.proto.vocabulary import SEVERITY_WARNING, severities_at_least
 
 # Findings at these severities are also sent as incidents; "info" ones ride in the inventory only.
-INCIDENT_SEVERITIES = ("critical", "error", "warning")
+INCIDENT_SEVERITIES = severities_at_least(SEVERITY_WARNING)
 
 
 @dataclass(frozen=True)

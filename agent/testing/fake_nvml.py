@@ -61,6 +61,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fleetscope.proto.vocabulary import CLOCK_EVENT_REASONS
+
 # --- constants, with the names and values nvidia-ml-py uses -------------------------------------
 
 NVML_SUCCESS = 0
@@ -699,7 +701,7 @@ class FakeNvml:
         v = self._value(_get(rec, "clocks", key) if key else None)
         if type == NVML_CLOCK_MEM:
             return int(v)
-        hi = _get(rec, "clocks", "max_" + key) or 10**5
+        hi = (_get(rec, "clocks", "max_" + key) if key else None) or 10**5
         return int(self._drift(handle, f"nvmlDeviceGetClockInfo/{type}", v, 15, 0, hi))
 
     def nvmlDeviceGetMaxClockInfo(self, handle: FakeHandle, type: int) -> int:
@@ -986,17 +988,8 @@ _CC_BY_ARCH = {
     "Hopper": (9, 0),
     "Blackwell": (12, 0),
 }
-_THROTTLE_TAGS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clocks_setting": 0x100,
-}
+# nvidia-smi's clock-event reason elements (after their prefix) -> NVML's bit.
+_THROTTLE_TAGS = {r.smi_tag: r.bit for r in CLOCK_EVENT_REASONS}
 
 
 def _text(el: ET.Element | None, path: str) -> str | None:

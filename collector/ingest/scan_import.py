@@ -9,7 +9,8 @@ resolved path, the line, the kind and the finding's ordinal among findings of th
 that line. An import skips keys the device already has, so importing the same files twice (or
 a log that grew since) adds only what is new. The check and the inserts run in one transaction
 that first takes the device row's write lock, so two imports of the same files cannot
-interleave.
+interleave. The incidents are written by ``storage.incidents.write_incidents``, like an agent's:
+an imported Xid line merges with the NVML report of the same fault.
 
 Times: the time printed in the log line when the classifier read one, else the file's
 modification time (the latest any of its lines can be); ``facts["ts_source"]`` says which.
@@ -24,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.errors import UnknownDevice
-from fleetscope.collector.query import _device_row
-from fleetscope.collector.storage.registry import register_device
+from fleetscope.collector.query import get_device
+from fleetscope.collector.storage.incidents import write_incidents
+from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.schema import Device, Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -122,11 +124,9 @@ def ensure_device(engine: Engine, name: str, *, now_ns: int | None = None) -> tu
     A device that exists is left as it is (an agent's labels and kind stay its own); a new one is
     registered through the registry, kind "other", label ``imported=true``.
     """
-    with Session(engine) as session:
-        try:
-            return _device_row(session, name).id, False  # the lookup list_incidents(device=...) uses
-        except UnknownDevice:
-            pass
+    found = _existing_device_id(engine, name)
+    if found is not None:
+        return found, False
     req = pb.RegisterRequest(
         agent_id=_imported_agent_id(name),
         name=name,
@@ -139,9 +139,21 @@ def ensure_device(engine: Engine, name: str, *, now_ns: int | None = None) -> tu
         reg = register_device(engine, req, received_ns=now_ns if now_ns is not None else time.time_ns())
     except IntegrityError:
         # Another import registered it between our lookup and insert: use that row.
-        with Session(engine) as session:
-            return _device_row(session, name).id, False
+        found = _existing_device_id(engine, name)
+        if found is None:
+            raise
+        return found, False
     return reg.device_id, True
+
+
+def _existing_device_id(engine: Engine, name: str) -> int | None:
+    """The id of the device the query API finds by ``name`` (its name or agent id), if any."""
+    with Session(engine) as session:
+        try:
+            agent_id = get_device(session=session, device=name, now_ns=time.time_ns()).agent_id
+        except UnknownDevice:
+            return None
+    return lookup_device_id(engine, agent_id)
 
 
 def import_incidents(
@@ -177,7 +189,13 @@ def import_incidents(
                 }
             )
         if rows:
-            session.execute(insert(Incident), rows)
+            # The one way incidents are written (an imported Xid line joins the NVML report of
+            # the same fault), on this session's connection and inside its transaction.
+            cur = session.connection().connection.cursor()
+            try:
+                write_incidents(cur, rows, engine.dialect.name == "sqlite")
+            finally:
+                cur.close()
             inserted = len(rows)
     return ImportOutcome(
         device=device, device_id=device_id, created_device=created, inserted=inserted, already_present=skipped

@@ -26,13 +26,14 @@ from fleetscope.collector.errors import BatchInvalid, StoreUnavailable
 from fleetscope.collector.ingest.validation import Limits, validate_batch
 from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem, WriteOutcome
+from fleetscope.proto import vocabulary
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from fleetscope.proto.v1 import telemetry_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
 COLLECTOR_VERSION = "0.1.0"
-CAPABILITIES = ("columnar-v1", "incidents-v1", "latency-v1", "metrics-v1")
+CAPABILITIES = vocabulary.CAPABILITIES  # what this collector understands; the agent offers the same list
 
 
 class IngestService(pb_grpc.IngestServicer):

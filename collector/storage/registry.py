@@ -9,12 +9,13 @@ from sqlalchemy.orm import Session
 
 from fleetscope.collector.storage.schema import Device, streams
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, DEVICE_KIND_OTHER, DEVICE_KIND_SERVER
 
 KIND_NAMES = {
-    pb.DEVICE_KIND_SERVER: "server",
-    pb.DEVICE_KIND_JETSON: "jetson",
-    pb.DEVICE_KIND_OTHER: "other",
-    pb.DEVICE_KIND_UNSPECIFIED: "other",
+    pb.DEVICE_KIND_SERVER: DEVICE_KIND_SERVER,
+    pb.DEVICE_KIND_JETSON: DEVICE_KIND_JETSON,
+    pb.DEVICE_KIND_OTHER: DEVICE_KIND_OTHER,
+    pb.DEVICE_KIND_UNSPECIFIED: DEVICE_KIND_OTHER,
 }
 SIMULATED_LABEL = "simulated"
 
@@ -58,7 +59,7 @@ def register_device(engine: Engine, req: pb.RegisterRequest, *, received_ns: int
             session.add(device)
         device.name = req.name or req.hostname or req.agent_id[:8]
         device.hostname = req.hostname
-        device.kind = KIND_NAMES.get(req.kind, "other")
+        device.kind = KIND_NAMES.get(req.kind, DEVICE_KIND_OTHER)
         device.boot_id = req.boot_id
         device.agent_version = req.agent_version
         device.labels = labels

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Connection,
+    Table,
     case,
     cast,
     func,
@@ -27,12 +29,14 @@ from fleetscope.collector.storage.rollup_schema import (
     rollup_progress,
 )
 from fleetscope.collector.storage.schema import gpu_samples, host_samples
+from fleetscope.proto.vocabulary import POWER_THROTTLE_MASK, THERMAL_THROTTLE_MASK
 
 NS = 10**9
 
-# NVML clock-event reasons that mean "slowed down" (idle and application clocks are not).
-THERMAL_MASK = 0x8 | 0x20 | 0x40  # hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown
-POWER_MASK = 0x4 | 0x80  # sw_power_cap, hw_power_brake_slowdown
+# NVML clock-event reasons that mean "slowed down" (idle and application clocks are not), as
+# the vocabulary builds them from the named bits the agent reports.
+THERMAL_MASK = THERMAL_THROTTLE_MASK  # hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown
+POWER_MASK = POWER_THROTTLE_MASK  # sw_power_cap, hw_power_brake_slowdown
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,8 @@ class Source:
     """One time-series source: its raw table, its rollup table and how to aggregate."""
 
     kind: str  # "gpu" or "host"
-    raw: object  # sqlalchemy Table
-    rollup: object
+    raw: Table
+    rollup: Table
     aggs: tuple[Agg, ...]
     per_gpu: bool
 
@@ -104,13 +108,14 @@ SOURCES = (GPU, HOST)
 
 def raw_aggregates(source: Source) -> list[ColumnElement]:
     """SELECT expressions over the raw table, labelled with the rollup column names."""
-    t = source.raw.c  # type: ignore[attr-defined]
+    t = source.raw.c
     out: list[ColumnElement] = [
         func.count().label("n"),
         (func.max(t.ts_ns) - func.min(t.ts_ns)).label("span_ns"),
     ]
     for a in source.aggs:
         col = t[a.raw]
+        expr: ColumnElement[Any]
         if a.how == "avg":
             expr = func.avg(col)
         elif a.how == "max":
@@ -131,10 +136,11 @@ def raw_aggregates(source: Source) -> list[ColumnElement]:
 
 def rollup_aggregates(source: Source) -> list[ColumnElement]:
     """SELECT expressions that re-aggregate finer rollup rows into coarser buckets."""
-    r = source.rollup.c  # type: ignore[attr-defined]
+    r = source.rollup.c
     out: list[ColumnElement] = [func.sum(r.n).label("n"), func.sum(r.span_ns).label("span_ns")]
     for a in source.aggs:
         col = r[a.name]
+        expr: ColumnElement[Any]
         if a.how == "avg":
             # Weighted by sample count, and only over rows that had the value at all.
             weight = func.sum(case((col.is_not(None), r.n), else_=0))

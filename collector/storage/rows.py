@@ -11,21 +11,22 @@ the tuples again cost about a third of the SQLite write path.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, GPU_STATE_COLUMNS, HOST_VALUE_COLUMNS
 from fleetscope.proto.columns import read_column
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from fleetscope.proto.vocabulary import SEVERITY_CRITICAL, SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING
 
 LEVEL_NAMES = {
-    pb.LEVEL_UNSPECIFIED: "info",
-    pb.LEVEL_DEBUG: "debug",
-    pb.LEVEL_INFO: "info",
-    pb.LEVEL_WARNING: "warning",
-    pb.LEVEL_ERROR: "error",
-    pb.LEVEL_CRITICAL: "critical",
+    pb.LEVEL_UNSPECIFIED: SEVERITY_INFO,
+    pb.LEVEL_DEBUG: "debug",  # the one log level that is not a severity (LOG_LEVELS[0])
+    pb.LEVEL_INFO: SEVERITY_INFO,
+    pb.LEVEL_WARNING: SEVERITY_WARNING,
+    pb.LEVEL_ERROR: SEVERITY_ERROR,
+    pb.LEVEL_CRITICAL: SEVERITY_CRITICAL,
 }
 
 
@@ -44,7 +45,7 @@ def canonical_labels(labels: object) -> str:
 
 def _processes(table: pb.ProcessTable, counts: object, rows: int) -> list[str | None]:
     """One JSON text (or None) per row from a flattened process table."""
-    if not counts:  # type: ignore[truthy-function]
+    if not counts:
         return [None] * rows
     n = len(table.pid)
     cpu = read_column(table.cpu_percent, n)
@@ -150,8 +151,8 @@ class GpuStateCache:
             self._last.pop(k, None)
 
 
-def _shift(ts: object, correction_ns: int) -> list[int]:
-    return list(ts) if not correction_ns else [t + correction_ns for t in ts]  # type: ignore[attr-defined]
+def _shift(ts: Iterable[int], correction_ns: int) -> list[int]:
+    return list(ts) if not correction_ns else [t + correction_ns for t in ts]
 
 
 def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, received_ns: int) -> BatchRows:
@@ -206,7 +207,7 @@ def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_
     for r in batch.inventory_records:
         out.inventory.append((device_id, r.ts_ns + correction_ns, r.kind, r.name, json.dumps(facts_dict(r.facts))))
     for ev in batch.logs:
-        out.logs.append((device_id, ev.ts_ns + correction_ns, ev.source, LEVEL_NAMES.get(ev.level, "info"), ev.message))
+        out.logs.append((device_id, ev.ts_ns + correction_ns, ev.source, LEVEL_NAMES.get(ev.level, SEVERITY_INFO), ev.message))
     for inc in batch.incidents:
         out.incidents.append(
             {
@@ -214,7 +215,7 @@ def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_
                 "ts_ns": inc.ts_ns + correction_ns,
                 "received_ns": received_ns,
                 "kind": inc.kind,
-                "severity": LEVEL_NAMES.get(inc.severity, "error"),
+                "severity": LEVEL_NAMES.get(inc.severity, SEVERITY_ERROR),
                 "title": inc.title,
                 "facts": facts_dict(inc.facts),
                 "source": inc.source,

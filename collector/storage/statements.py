@@ -3,7 +3,8 @@
 Sample rows go in as multi-row ``INSERT ... VALUES`` statements through sqlite3's
 ``executemany`` and as binary ``COPY`` through psycopg 3: SQLAlchemy's generic insert reaches
 well under half of either (see ``docs/benchmarks.md``). Everything here takes a DB-API cursor
-of the writer's own connection and runs inside a transaction the writer opened.
+of the writer's own connection and runs inside a transaction the writer opened. Incidents are
+written by ``storage.incidents``, the one way every writer of incidents shares.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 SQLITE_ROWS_PER_STATEMENT = 50
 _SQLITE_MAX_PARAMS = 32_000  # SQLite's default limit is 32,766 bound parameters per statement
-_INCIDENT_COLUMNS = ("device_id", "ts_ns", "received_ns", "kind", "severity", "title", "facts", "source", "excerpt", "context")
 # PostgreSQL binary COPY needs each column's type.
 _PG_TYPES = {
     "device_id": "int4",
@@ -107,7 +107,7 @@ def _pg_claim(cur, c: Claim) -> bool:  # type: ignore[no-untyped-def]
         " ON CONFLICT DO NOTHING",
         (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows),
     )
-    return cur.rowcount == 1
+    return bool(cur.rowcount == 1)
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:
@@ -148,16 +148,6 @@ def pg_copy(cur, table: str, rows: Iterable[tuple]) -> None:  # type: ignore[no-
         write = copy.write_row
         for row in rows:
             write(row)
-
-
-def insert_incidents(cur, incidents: list[dict], sqlite: bool) -> None:  # type: ignore[no-untyped-def]
-    p = "?" if sqlite else "%s"
-    json_p = p if sqlite else "CAST(%s AS JSON)"
-    placeholders = ", ".join(json_p if c in ("facts", "context") else p for c in _INCIDENT_COLUMNS)
-    params = [
-        tuple(json.dumps(inc[c]) if c in ("facts", "context") else inc[c] for c in _INCIDENT_COLUMNS) for inc in incidents
-    ]
-    cur.executemany(f"INSERT INTO incidents ({', '.join(_INCIDENT_COLUMNS)}) VALUES ({placeholders})", params)
 
 
 def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,8 @@ whatever is queued (up to ``max_group_rows``), builds the rows of any batch that
 them, and in one transaction: claims every batch's (agent id, boot id, seq) in
 ``ingested_batches`` (a batch already there is a duplicate and is skipped), bulk-inserts the
 new batches' rows with the fastest path the driver has (``statements``: sqlite3
-``executemany``, psycopg binary ``COPY``), updates the device rows, commits, and only then
+``executemany``, psycopg binary ``COPY``), updates the device rows, writes the incidents
+(``incidents.write_incidents``, which merges the two reports of one Xid), commits, and only then
 resolves the futures, so an acknowledgement always means "committed". One fsync per group
 instead of per batch is what makes ``synchronous=FULL`` affordable.
 
@@ -34,10 +35,12 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from sqlalchemy import Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from fleetscope.collector.errors import StoreUnavailable
 from fleetscope.collector.storage import statements
 from fleetscope.collector.storage.decoded import Decoded
+from fleetscope.collector.storage.incidents import write_incidents
 from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
 from fleetscope.collector.storage.write_lock import WriteLock
 from fleetscope.proto.v1 import telemetry_pb2 as pb
@@ -101,7 +104,7 @@ class BatchWriter:
         self._state = GpuStateCache()  # consulted inside each transaction, in commit order
         self._thread = threading.Thread(target=self._run, name="fleetscope-writer", daemon=True)
         self._stopping = False
-        self._conn = None
+        self._conn: PoolProxiedConnection | None = None
         self._lock = WriteLock(engine)
         self.groups = 0
         self.batches = 0
@@ -191,7 +194,7 @@ class BatchWriter:
         if self._conn is None:
             raw = self._engine.raw_connection()
             if self._dialect == "sqlite":
-                raw.driver_connection.isolation_level = None  # explicit BEGIN/COMMIT below
+                raw.driver_connection.isolation_level = None  # type: ignore[union-attr]  # explicit BEGIN/COMMIT below
             self._conn = raw
         return self._conn
 
@@ -291,10 +294,12 @@ class BatchWriter:
                     statements.sqlite_insert(cur, table, part)
                 else:
                     statements.pg_copy(cur, table, part)
-            if incidents:
-                statements.insert_incidents(cur, incidents, sqlite)
             if device_updates:
                 statements.update_devices(cur, device_updates, sqlite)
+            if incidents:
+                # After the device rows: on PostgreSQL this transaction now holds their row locks,
+                # so the Xid merge's lookup cannot race another writer's for the same device.
+                write_incidents(cur, incidents, sqlite)
             if sqlite:
                 cur.execute("COMMIT")
             else:

@@ -161,7 +161,15 @@ def _query_int(db_url: str, sql: str) -> int:
 
 
 def count_rows(db_url: str) -> int:
-    return _query_int(db_url, "SELECT (SELECT count(*) FROM gpu_samples) + (SELECT count(*) FROM host_samples)")
+    """Stored sample rows (host and GPU), as the read API counts them."""
+    from fleetscope.collector import query
+
+    engine = query.open_database(db_url)
+    try:
+        with query.session_scope(engine) as session:
+            return sum(query.count_samples(session=session).values())
+    finally:
+        engine.dispose()
 
 
 def count_rolled_rows(db_url: str) -> int:
@@ -177,13 +185,16 @@ def run_ingest(args: argparse.Namespace) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="fleetscope-bench-")
     db_url = f"sqlite:///{tmp.name}/bench.db" if args.db == "sqlite" else args.db
     if args.db != "sqlite":
-        from sqlalchemy import create_engine
+        from sqlalchemy import create_engine, text
 
         from fleetscope.collector.storage.engine import normalise_url
-        from fleetscope.collector.storage.schema import metadata
 
+        # Every table goes, the migrations' own included, so the collector starts from nothing
+        # whatever revision (or older benchmark) left the database behind.
         e = create_engine(normalise_url(db_url))
-        metadata.drop_all(e)
+        with e.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
         e.dispose()
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -354,7 +365,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("ingest", help="collector rows/s with N streaming agents")
-    p.add_argument("--db", default="sqlite", help="'sqlite' (a temp file) or a PostgreSQL URL (its tables are dropped first!)")
+    p.add_argument("--db", default="sqlite", help="'sqlite' (a temp file) or a PostgreSQL URL (everything in its public schema is dropped first!)")
     p.add_argument("--agents", type=int, default=100)
     p.add_argument("--processes", type=int, default=2, help="load generator processes")
     p.add_argument("--seconds", type=float, default=30.0)

@@ -19,7 +19,7 @@ import grpc
 from fleetscope.collector.ingest.gc_policy import tune_for_ingest
 from fleetscope.collector.ingest.service import IngestService
 from fleetscope.collector.ingest.validation import Limits
-from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.engine import ensure_schema, make_engine
 from fleetscope.collector.storage.writer import BatchWriter
 from fleetscope.proto.v1 import telemetry_pb2_grpc as pb_grpc
 
@@ -35,6 +35,9 @@ class CollectorSettings:
     grace_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
     rollups: bool = True  # maintain the minute/hour rollups the dashboard reads (one collector at a time, by lease)
+    # Upgrade a database at an older schema revision on start; False refuses it (SchemaBehind)
+    # so that an operator runs `fleetscope db upgrade` when they choose (after a backup, say).
+    upgrade_db: bool = True
 
 
 def read_tokens_file(path: Path) -> frozenset[str]:
@@ -51,7 +54,12 @@ class Collector:
 
     def __init__(self, settings: CollectorSettings) -> None:
         self.settings = settings
-        self.engine = make_engine(settings.db_url)
+        self.engine = make_engine(settings.db_url, create=False)
+        try:
+            ensure_schema(self.engine, upgrade=settings.upgrade_db)
+        except BaseException:
+            self.engine.dispose()
+            raise
         self.writer = BatchWriter(self.engine)
         self.port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -12,12 +12,12 @@ Design, and why:
   hour rows the same over minute rows: no sample crosses into Python. Latency histograms are
   the exception (their buckets are JSON maps and merge by adding counts per index), merged
   here with ``fleetscope.proto.buckets.merge``.
-* **One roller at a time, any number of collectors.** Each run first takes a lease row in
-  ``rollup_leases`` with a conditional UPDATE (or the INSERT of a first lease), which both
-  SQLite and PostgreSQL make atomic. A collector that does not hold the lease skips the run;
-  when the holder dies its lease expires after ``lease_s`` and another takes over. Each chunk
-  is one transaction that also moves the progress mark, so a crash never leaves a bucket
-  half written or counted twice.
+* **One roller at a time, any number of collectors.** Each run first takes the ``rollup``
+  lease (``fleetscope.collector.storage.lease``). A collector that does not hold it skips the
+  run; when the holder dies its lease expires after ``lease_s`` and another takes over. Each
+  chunk is one transaction that also moves the progress mark and renews the lease, so a crash
+  never leaves a bucket half written or counted twice, and a roller that lost the lease
+  (stalled past its expiry) has its chunk rolled back instead of racing the new holder.
 
 The same aggregate definitions (``GPU_AGGS``, ``HOST_AGGS``) are used by the readers in
 ``fleetscope.collector.query`` to aggregate the stretch not rolled up yet, so a chart
@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,20 +41,13 @@ from sqlalchemy import (
     delete,
     insert,
     literal,
-    or_,
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
-from fleetscope.collector.storage.rollup_schema import (
-    STEPS_S,
-    create_rollup_tables,
-    latency_rollups,
-    rollup_leases,
-    rollup_progress,
-)
+from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
+from fleetscope.collector.storage.rollup_schema import STEPS_S, latency_rollups, rollup_progress
 from fleetscope.collector.storage.rollups import (
     NS,
     SOURCES,
@@ -76,11 +66,6 @@ log = logging.getLogger(__name__)
 LEASE_NAME = "rollup"
 
 
-
-class _LeaseLost(Exception):
-    """Raised inside a chunk's transaction so that it rolls back."""
-
-
 @dataclass
 class RollupReport:
     """What one run did."""
@@ -91,10 +76,6 @@ class RollupReport:
     chunks: int = 0
     rows: dict[int, int] = field(default_factory=lambda: {s: 0 for s in STEPS_S})
     seconds: float = 0.0
-
-
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class RollupJob:
@@ -118,70 +99,28 @@ class RollupJob:
     ) -> None:
         self.engine = engine
         self.owner = owner or default_owner()
+        self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
         self.interval_s = interval_s
         self.settle_ns = int(settle_s * NS)
-        self.lease_ns = int(lease_s * NS)
         self.chunk_ns = {60: minute_chunk_s * NS, 3600: hour_chunk_s * NS}
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._tables_ready = False
         self._write_lock = WriteLock(engine)
         self.last_report: RollupReport | None = None
 
-    # -- the lease ----------------------------------------------------------------------------
-
-    def _acquire(self, now_ns: int) -> tuple[bool, str]:
-        lease = rollup_leases.c
-        with self.engine.begin() as conn:
-            res = conn.execute(
-                update(rollup_leases)
-                .where(lease.name == LEASE_NAME, or_(lease.owner == self.owner, lease.expires_ns < now_ns))
-                .values(owner=self.owner, expires_ns=now_ns + self.lease_ns)
-            )
-            if res.rowcount == 1:
-                return True, self.owner
-            holder = conn.execute(select(lease.owner).where(lease.name == LEASE_NAME)).scalar()
-        if holder is not None:
-            return False, holder
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    insert(rollup_leases).values(
-                        name=LEASE_NAME, owner=self.owner, expires_ns=now_ns + self.lease_ns
-                    )
-                )
-            return True, self.owner
-        except IntegrityError:  # another collector inserted the first lease in between
-            with self.engine.connect() as conn:
-                return False, conn.execute(
-                    select(lease.owner).where(lease.name == LEASE_NAME)
-                ).scalar() or "?"
-
     def release(self) -> None:
         """Give the lease up now, so another collector need not wait for it to expire."""
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    update(rollup_leases)
-                    .where(rollup_leases.c.name == LEASE_NAME, rollup_leases.c.owner == self.owner)
-                    .values(expires_ns=0)
-                )
-        except Exception as exc:  # best effort: the lease expires by itself
-            log.debug("could not release the rollup lease: %s", exc)
+        self.lease.release()
 
     # -- one run ------------------------------------------------------------------------------
 
     def run_once(self, now_ns: int | None = None) -> RollupReport:
         started = time.monotonic()
         now_ns = self._clock() if now_ns is None else now_ns
-        if not self._tables_ready:
-            create_rollup_tables(self.engine)
-            self._tables_ready = True
-        ok, holder = self._acquire(now_ns)
-        report = RollupReport(ran=ok, holder=holder)
-        if not ok:
-            return report
+        if not self.lease.acquire(now_ns):
+            return RollupReport(ran=False, holder=self.lease.holder(now_ns) or "?")
+        report = RollupReport(ran=True, holder=self.owner)
         with self.engine.connect() as conn:
             device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
             progress = read_progress(conn)
@@ -248,7 +187,7 @@ class RollupJob:
             # until the whole pass was done.
             with self._write_lock, self.engine.begin() as conn:
                 self._chunk_in(conn, device_id, step_s, step_ns, start, end, now_ns, report)
-        except _LeaseLost:
+        except LeaseLost:
             log.info("rollup lease lost; stopping this run")
             return False
         report.chunks += 1
@@ -280,28 +219,21 @@ class RollupJob:
             )
         # Renew the lease inside the same transaction: if another collector took it over
         # (we stalled past expiry), this chunk is rolled back and we stop.
-        lease = rollup_leases.c
-        renewed = conn.execute(
-            update(rollup_leases)
-            .where(lease.name == LEASE_NAME, lease.owner == self.owner)
-            .values(expires_ns=max(now_ns, self._clock()) + self.lease_ns)
-        )
-        if renewed.rowcount != 1:
-            raise _LeaseLost
+        self.lease.renew_in(conn, now_ns)
 
     @staticmethod
     def _aggregate(conn: Connection, src: Source, device_id: int, step_s: int, start: int, end: int) -> int:
         r = src.rollup
-        rc = r.c  # type: ignore[attr-defined]
+        rc = r.c
         step_ns = step_s * NS
         conn.execute(
             delete(r).where(
                 rc.device_id == device_id, rc.step_s == step_s, rc.bucket_ns >= start, rc.bucket_ns < end
             )
-        )  # type: ignore[arg-type]
+        )
         keys: list[ColumnElement] = []
         if step_s == 60:
-            t = src.raw.c  # type: ignore[attr-defined]
+            t = src.raw.c
             bucket = bucket_of(t.ts_ns, step_ns)
             where = and_(t.device_id == device_id, t.ts_ns >= start, t.ts_ns < end)
             if src.per_gpu:
@@ -324,9 +256,9 @@ class RollupJob:
             *[k.label("gpu_index") for k in keys],
             *values,
         ]
-        q = select(*cols).select_from(from_).where(where).group_by(bucket, *keys)  # type: ignore[arg-type]
+        q = select(*cols).select_from(from_).where(where).group_by(bucket, *keys)
         names = [c.name for c in cols]
-        res = conn.execute(insert(r).from_select(names, q))  # type: ignore[arg-type]
+        res = conn.execute(insert(r).from_select(names, q))
         return max(res.rowcount or 0, 0)
 
     @staticmethod

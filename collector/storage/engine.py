@@ -4,6 +4,11 @@
 ``synchronous=FULL``: the collector acknowledges a batch only after its commit, and FULL makes
 that commit survive a power cut, not just a killed process. Group commit (see ``writer``)
 keeps the fsync cost to one per group of batches.
+
+The schema is the migrations' (``storage.migrations``). Whoever writes (a collector, an
+import) calls ``ensure_schema``, directly or through ``make_engine(url)``: it creates the
+schema in an empty database and upgrades an older one. Readers open with ``create=False``,
+which touches nothing, and ask ``schema_problem_for_readers`` whether they can read it.
 """
 
 from __future__ import annotations
@@ -12,14 +17,19 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 
-from fleetscope.collector.errors import StoreUnavailable
-from fleetscope.collector.storage import rollup_schema  # noqa: F401  (its tables join the metadata)
-from fleetscope.collector.storage.schema import SCHEMA_VERSION, metadata, schema_info
+from fleetscope.collector.storage import (
+    migrations,
+    rollup_schema,  # noqa: F401  (its tables join the metadata)
+)
 
 log = logging.getLogger(__name__)
+
+# The oldest schema revision the readers (query commands, dashboard) understand without an
+# upgrade. Raise it when a migration changes what they read.
+READABLE_SINCE = migrations.BASELINE
 
 # sqlite3 binds exact int, float, str and bytearray values directly but sends every other parameter, None
 # included, through its adapter protocol: a registry lookup that misses, then attribute lookups
@@ -27,7 +37,7 @@ log = logging.getLogger(__name__)
 # device does not have), and that path cost about a quarter of the writer's CPU per row. A
 # registered adapter is found by the first lookup; ``{}.get`` is a C callable that maps any
 # value to None, which sqlite3 binds as NULL.
-sqlite3.register_adapter(type(None), {}.get)
+sqlite3.register_adapter(type(None), {}.get)  # type: ignore[arg-type]  # typeshed cannot express "maps anything to None"
 
 
 def normalise_url(url: str) -> str:
@@ -62,25 +72,55 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
     else:
         raise ValueError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
     if create:
-        create_schema(engine)
+        try:
+            ensure_schema(engine)
+        except BaseException:
+            engine.dispose()
+            raise
     return engine
 
 
-def create_schema(engine: Engine) -> None:
-    from sqlalchemy.exc import OperationalError
+def ensure_schema(engine: Engine, *, upgrade: bool = True) -> migrations.MigrationReport | None:
+    """Bring the database to this code's schema, for writing: create it in an empty database,
+    upgrade one at an older revision (with ``upgrade=False``, raise ``SchemaBehind`` instead,
+    empty databases included), and refuse one at a revision this code does not know
+    (``SchemaUnknown``). Returns what was done, None when the database was at head already.
 
-    try:
-        metadata.create_all(engine)
-        with engine.begin() as conn:
-            row = conn.execute(select(schema_info.c.value).where(schema_info.c.key == "schema_version")).first()
-            if row is None:
-                conn.execute(schema_info.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"database schema version {row[0]} is newer than this collector's {SCHEMA_VERSION}: upgrade fleetscope"
-                )
-    except OperationalError as exc:
-        raise StoreUnavailable(f"cannot open database {engine.url.render_as_string(hide_password=True)}: {exc.orig}") from exc
+    The state is read once without a lock, so a database at head (every start but the first
+    after an upgrade) costs one read; ``migrations.upgrade`` reads it again under its lock."""
+    state = migrations.read_state_of(engine)
+    url = migrations.url_of(engine)
+    if state.at_head:
+        return None
+    if not state.known:
+        raise migrations.SchemaUnknown(state.refusal(url))
+    if not upgrade:
+        raise migrations.SchemaBehind(
+            f"database {url}: {state.describe()}; run 'fleetscope db upgrade --db {url}' first"
+        )
+    report = migrations.upgrade(engine)
+    for line in report.lines():
+        if report.before.empty:
+            log.info("database %s: schema created: %s", url, line)
+        else:  # existing data changed shape: never silently
+            log.warning("database %s: schema upgraded: %s", url, line)
+    return report
+
+
+def schema_problem_for_readers(engine: Engine) -> str | None:
+    """What keeps this code from reading the database, as one line for the user; None if
+    nothing does. Readers understand every revision from ``READABLE_SINCE`` on without an
+    upgrade (they never read what later revisions changed), and no revision they do not know."""
+    state = migrations.read_state_of(engine)
+    url = migrations.url_of(engine)
+    if state.empty:
+        return None  # nothing to read yet: ``has_schema`` says so
+    if not state.known:
+        return state.refusal(url)
+    known = migrations.revisions()
+    if known.index(state.effective_revision or known[0]) < known.index(READABLE_SINCE):
+        return f"database {url}: {state.describe()}; run 'fleetscope db upgrade --db {url}' to read it"
+    return None
 
 
 def has_schema(engine: Engine) -> bool:

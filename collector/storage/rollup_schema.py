@@ -11,16 +11,16 @@ one table per source so a reader switches resolution by a value, not a table nam
 starting before ``rolled_until_ns`` is in the table. Readers take the rest from the finer
 source (minute rollups, then raw samples), so a chart always reaches "now".
 
-``rollup_leases`` lets any number of collectors run the rollup job: only the holder of the
-lease rolls, the others wait for it to expire (see ``fleetscope.collector.jobs.rollup``).
+Any number of collectors run the rollup job; the ``rollup`` lease in ``leases`` (see
+``fleetscope.collector.storage.lease``) makes one of them roll at a time.
 
-The tables are defined on the collector's ``metadata``: importing this module before
-``create_all`` creates them (``create_rollup_tables`` does it for a database made earlier).
+The tables are defined on the collector's ``metadata``, and created and changed by the
+migrations (``fleetscope.collector.storage.migrations``) like every other table.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Engine, Float, Index, Integer, SmallInteger, String, Table, Text
+from sqlalchemy import BigInteger, Column, Float, Index, Integer, SmallInteger, String, Table, Text
 
 from fleetscope.collector.storage.schema import metadata
 
@@ -116,18 +116,3 @@ rollup_progress = Table(
     Column("step_s", Integer, primary_key=True, autoincrement=False),
     Column("rolled_until_ns", BigInteger, nullable=False),
 )
-
-rollup_leases = Table(
-    "rollup_leases",
-    metadata,
-    Column("name", String(64), primary_key=True),
-    Column("owner", String(128), nullable=False),
-    Column("expires_ns", BigInteger, nullable=False),
-)
-
-ROLLUP_TABLES = (gpu_rollups, host_rollups, latency_rollups, rollup_progress, rollup_leases)
-
-
-def create_rollup_tables(engine: Engine) -> None:
-    """Create the rollup tables in a database whose base schema exists (idempotent)."""
-    metadata.create_all(engine, tables=list(ROLLUP_TABLES), checkfirst=True)

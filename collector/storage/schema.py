@@ -36,8 +36,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
-
 
 class Base(DeclarativeBase):
     metadata = MetaData()
@@ -245,6 +243,20 @@ log_events = Table(
     Index("log_events_device_ts", "device_id", "ts_ns"),
 )
 
+# A named lease per once-per-fleet job (the rollup job, detectors): any number of collectors
+# run the job, only the lease's holder does the work. See ``fleetscope.collector.storage.lease``.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("expires_ns", BigInteger, nullable=False),
+)
+
+# The schema's revision is Alembic's ``alembic_version`` (see ``storage.migrations``). This
+# table's ``schema_version`` row is what collectors from before migrations check: they refuse
+# a database whose number is above their 1, so migrations set it to 2 and an old collector
+# cannot start on a database whose tables it no longer knows.
 schema_info = Table(
     "schema_info",
     metadata,

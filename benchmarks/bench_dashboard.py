@@ -433,22 +433,19 @@ def apptest(db_url: str, page: str, query: dict[str, str], runs: int) -> dict[st
 
 
 def query_times(db_url: str, device: str, runs: int) -> dict[str, float]:
-    from sqlalchemy.orm import Session
+    from fleetscope.collector import query
 
-    from fleetscope.collector import fleet_query as fq
-    from fleetscope.collector.storage.engine import make_engine
-
-    engine = make_engine(db_url, create=False)
+    engine = query.open_database(db_url)
     fleet, series = [], []
     try:
         for _ in range(runs):
             now = time.time_ns()
-            with Session(engine) as s:
+            with query.session_scope(engine) as s:
                 t = time.perf_counter()
-                fq.fleet_overview(session=s, now_ns=now)
+                query.fleet_overview(session=s, now_ns=now)
                 fleet.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                fq.device_series(session=s, device=device, since_ns=now - 86400 * NS, until_ns=now)
+                query.device_series(session=s, device=device, since_ns=now - 86400 * NS, until_ns=now)
                 series.append(time.perf_counter() - t)
     finally:
         engine.dispose()
@@ -559,15 +556,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from fleetscope.collector.jobs.rollup import RollupJob
     from fleetscope.collector.storage.engine import make_engine, normalise_url
-    from fleetscope.collector.storage.rollup_schema import create_rollup_tables
 
     url = normalise_url(args.db)
     if url.startswith("sqlite:///") and not args.skip_fill:
         path = Path(url[len("sqlite:///") :])
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
-    engine = make_engine(url)
-    create_rollup_tables(engine)
+    engine = make_engine(url)  # the collector's schema, rollup tables included
     specs = device_specs(args.devices, args.gpus)
     server = next(sp for sp in specs if not sp.jetson) if any(not sp.jetson for sp in specs) else specs[0]
     state: dict = {}

@@ -43,7 +43,7 @@ def _dashboard_available() -> bool:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from fleetscope.cli import require
+    from fleetscope.cli.extras import require
 
     require("collector", "sqlalchemy")
     require("agent", "psutil")
@@ -125,17 +125,14 @@ fleetscope is running. In another terminal:
 
 
 def _summary(db_url: str) -> int:
-    from sqlalchemy.orm import Session
+    from fleetscope.collector import query
 
-    from fleetscope.collector.query import count_samples, list_devices, list_incidents
-    from fleetscope.collector.storage.engine import make_engine
-
-    engine = make_engine(db_url)
+    engine = query.open_database(db_url)
     now = time.time_ns()
-    with Session(engine) as session:
-        devices = list_devices(session=session, now_ns=now)
-        counts = count_samples(session=session)
-        incidents = list_incidents(session=session, since_ns=0, until_ns=now + 1)
+    with query.session_scope(engine) as session:
+        devices = query.list_devices(session=session, now_ns=now)
+        counts = query.count_samples(session=session)
+        incidents = query.search_incidents(session=session, since_ns=0, until_ns=now + 1)
     engine.dispose()
     print(f"stored: {len(devices)} devices, {counts['host']} host samples, {counts['gpu']} GPU samples, "
           f"{len(incidents)} incidents in {db_url}")

@@ -1,5 +1,6 @@
 """The collector's subcommands: ``collector`` (serve) and the queries ``devices``, ``metrics``,
-``logs``, ``incidents``. Parsers are built without importing SQLAlchemy, so ``fleetscope --help``
+``logs``, ``latency``, ``incidents``, which read through the read API (``fleetscope.collector.query``,
+the dashboard's too). Parsers are built without importing SQLAlchemy, so ``fleetscope --help``
 works on a drone; a handler checks for the extra first.
 """
 
@@ -10,10 +11,16 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetscope.cli.args import duration_ns, format_ago, format_bytes, format_ns, label, size_bytes, time_ns
+from fleetscope.proto.vocabulary import LOG_LEVELS
+
+if TYPE_CHECKING:  # the parser is built without SQLAlchemy; only type checkers see these
+    from fleetscope.collector.query import IncidentContext, LatencyStats
 
 DEFAULT_DB = os.environ.get("FLEETSCOPE_DB", "sqlite:///fleetscope-data/fleetscope.db")
 
@@ -38,6 +45,8 @@ def register(sub: Any) -> None:
                    help="on stop, how long in-flight streams get to finish (default 10s)")
     p.add_argument("--no-rollups", action="store_true",
                    help="do not maintain the minute/hour rollups the dashboard reads (another collector does)")
+    p.add_argument("--no-db-upgrade", action="store_true",
+                   help="refuse to start on a database at an older schema instead of upgrading it ('fleetscope db upgrade' does)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
     p.set_defaults(func=_needs_collector(run_collector))
@@ -59,7 +68,7 @@ def register(sub: Any) -> None:
     _db_arg(p)
     p.add_argument("--device", required=True, help="device name (or agent id)")
     p.add_argument("--grep", help="only lines containing this text")
-    p.add_argument("--level", choices=["debug", "info", "warning", "error", "critical"], help="only this level")
+    p.add_argument("--level", choices=list(LOG_LEVELS), help="only this level")
     p.add_argument("--since", default="24h", help="start (default 24h ago)")
     p.add_argument("--until", default="now", help="end (default now)")
     p.add_argument("--limit", type=int, default=1000, help="most lines, newest kept (default %(default)s)")
@@ -90,7 +99,7 @@ def _needs_collector(handler: Any) -> Any:
     """Check for the collector extra before the handler imports SQLAlchemy."""
 
     def run(args: argparse.Namespace) -> int:
-        from fleetscope.cli import require
+        from fleetscope.cli.extras import require
 
         require("collector", "sqlalchemy")
         return handler(args)
@@ -98,22 +107,30 @@ def _needs_collector(handler: Any) -> Any:
     return run
 
 
-def _session(url: str):  # type: ignore[no-untyped-def]
-    from sqlalchemy.orm import Session
+@contextmanager
+def _session(url: str) -> Iterator[Any]:
+    """A read-only session on the database at ``url``; exits with a hint when it holds no fleetscope data."""
+    from fleetscope.collector import query
 
-    from fleetscope.collector.storage.engine import has_schema, make_engine
-
-    engine = make_engine(url, create=False)
-    if not has_schema(engine):
-        print(f"no fleetscope data in {url}: start a collector with --db {url} first", file=sys.stderr)
-        raise SystemExit(1)
-    return Session(engine)
+    engine = query.open_database(url)
+    try:
+        if not query.has_schema(engine):
+            print(f"no fleetscope data in {url}: start a collector with --db {url} first", file=sys.stderr)
+            raise SystemExit(1)
+        problem = query.schema_problem(engine)
+        if problem:
+            print(problem, file=sys.stderr)
+            raise SystemExit(1)
+        with query.session_scope(engine) as session:
+            yield session
+    finally:
+        engine.dispose()  # a command run in-process (tests, scripts) leaves no connection behind
 
 
 def _print_json(doc: Any) -> None:
-    from fleetscope.collector.query import to_jsonable
+    from fleetscope.collector import query
 
-    json.dump(to_jsonable(doc), sys.stdout, indent=2, default=str)
+    json.dump(query.to_jsonable(doc), sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
 
 
@@ -139,7 +156,7 @@ def run_collector(args: argparse.Namespace) -> int:
     elif args.token:
         tokens = frozenset([args.token])
     settings = CollectorSettings(listen=args.listen, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
-                                 grace_s=args.grace / 1e9, rollups=not args.no_rollups)
+                                 grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade)
     if tokens is None:
         print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
     if args.workers > 1:
@@ -162,13 +179,17 @@ def _run_workers(args: argparse.Namespace) -> int:
     import subprocess
 
     from fleetscope.collector.errors import StoreUnavailable
-    from fleetscope.collector.storage.engine import make_engine
+    from fleetscope.collector.storage.engine import ensure_schema, make_engine
 
     if args.listen.rsplit(":", 1)[-1] == "0":
         print("fleetscope collector: --workers needs a fixed port in --listen", file=sys.stderr)
         return 2
     try:
-        make_engine(args.db).dispose()  # create the schema once, before the workers race to
+        engine = make_engine(args.db, create=False)
+        try:  # create or upgrade the schema once, before the workers start
+            ensure_schema(engine, upgrade=not args.no_db_upgrade)
+        finally:
+            engine.dispose()
     except StoreUnavailable as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
@@ -191,11 +212,11 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 
 def run_devices(args: argparse.Namespace) -> int:
-    from fleetscope.collector.query import list_devices
+    from fleetscope.collector import query
 
     now = time.time_ns()
     with _session(args.db) as session:
-        devices = list_devices(session=session, now_ns=now, label=dict(args.label) or None)
+        devices = query.list_devices(session=session, now_ns=now, label=dict(args.label) or None)
     if args.json:
         _print_json({"devices": devices})
         return 0
@@ -216,13 +237,13 @@ def run_devices(args: argparse.Namespace) -> int:
 
 
 def run_metrics(args: argparse.Namespace) -> int:
+    from fleetscope.collector import query
     from fleetscope.collector.errors import UnknownDevice
-    from fleetscope.collector.query import device_metrics
 
     since, until = time_ns(args.since), time_ns(args.until)
     with _session(args.db) as session:
         try:
-            m = device_metrics(session=session, device=args.device, since_ns=since, until_ns=until, limit=args.limit)
+            m = query.device_metrics(session=session, device=args.device, since_ns=since, until_ns=until, limit=args.limit)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:
@@ -248,13 +269,14 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    from fleetscope.collector import query
     from fleetscope.collector.errors import UnknownDevice
-    from fleetscope.collector.query import device_logs
 
     with _session(args.db) as session:
         try:
-            lines = device_logs(session=session, device=args.device, since_ns=time_ns(args.since), until_ns=time_ns(args.until),
-                                grep=args.grep, level=args.level, limit=args.limit)
+            lines = query.search_logs(session=session, device=args.device, since_ns=time_ns(args.since),
+                                      until_ns=time_ns(args.until), levels=[args.level] if args.level else None,
+                                      text=args.grep, limit=args.limit)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:
@@ -268,17 +290,18 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 def run_latency(args: argparse.Namespace) -> int:
+    from fleetscope.collector import query
     from fleetscope.collector.errors import UnknownDevice
-    from fleetscope.collector.query import latency_percentiles
 
     with _session(args.db) as session:
         try:
-            views = latency_percentiles(session=session, device=args.device, since_ns=time_ns(args.since),
+            device = query.get_device(session=session, device=args.device, now_ns=time.time_ns())
+            views = query.latency_stats(session=session, devices=[device.name], since_ns=time_ns(args.since),
                                         until_ns=time_ns(args.until), name=args.name)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:
-        _print_json({"latency": views})
+        _print_json({"latency": [_latency_json(device.name, v) for v in views]})
         return 0
     if not views:
         print("no latency data in that range: time code with fleetscope.agent.sdk.latency(...)")
@@ -289,21 +312,34 @@ def run_latency(args: argparse.Namespace) -> int:
     return 0
 
 
+def _latency_json(device: str, v: LatencyStats) -> dict[str, Any]:
+    """One row of ``latency --json``: a ``LatencyStats`` under the names this output has always used."""
+    return {"device": device, "name": v.name, "labels": v.labels, "count": v.count, "errors": v.errors,
+            "mean_ms": v.mean_ms, "p50_ms": v.p50_ms, "p90_ms": v.p90_ms, "p99_ms": v.p99_ms, "p999_ms": v.p999_ms,
+            "calls_per_s": v.qps}
+
+
 def run_incidents(args: argparse.Namespace) -> int:
+    from fleetscope.collector import query
     from fleetscope.collector.errors import UnknownDevice
-    from fleetscope.collector.incident_context import incidents_with_context
-    from fleetscope.collector.query import list_incidents
 
     with _session(args.db) as session:
         try:
-            # JSON carries each incident's context (the device's samples a minute either side).
-            fetch = incidents_with_context if args.json else list_incidents
-            incidents = fetch(session=session, since_ns=time_ns(args.since), until_ns=time_ns(args.until),
-                              device=args.device, kind=args.kind, limit=args.limit)
+            devices = None
+            if args.device:  # a name or an agent id, as typed: unknown is an error, not an empty list
+                devices = [query.get_device(session=session, device=args.device, now_ns=time.time_ns()).name]
+            kinds = [args.kind] if args.kind is not None else None
+            since, until = time_ns(args.since), time_ns(args.until)
+            if args.json:  # JSON carries each incident's context (the device's samples a minute either side)
+                contexts = query.incidents_with_context(session=session, since_ns=since, until_ns=until,
+                                                        devices=devices, kinds=kinds, limit=args.limit)
+            else:
+                incidents = query.search_incidents(session=session, since_ns=since, until_ns=until,
+                                                   devices=devices, kinds=kinds, limit=args.limit)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:
-        _print_json({"incidents": incidents})
+        _print_json({"incidents": [_incident_json(c) for c in contexts]})
         return 0
     if not incidents:
         print("no incidents in that range")
@@ -311,3 +347,24 @@ def run_incidents(args: argparse.Namespace) -> int:
     _table(["TIME", "DEVICE", "KIND", "SEVERITY", "TITLE"],
            [[format_ns(i.ts_ns), i.device, i.kind, i.severity, i.title[:100]] for i in incidents])
     return 0
+
+
+def _incident_json(ctx: IncidentContext) -> dict[str, Any]:
+    """One incident of ``incidents --json``: its fields and, under "context", the device around it,
+    in the shape this output has always had."""
+    from fleetscope.collector import query
+
+    i = ctx.incident
+    return {
+        **query.to_jsonable(i),
+        "context": {
+            "incident_id": i.id,
+            "device": i.device,
+            "ts_ns": i.ts_ns,
+            "since_ns": ctx.since_ns,
+            "until_ns": ctx.until_ns,
+            **query.to_jsonable(
+                {"summary": ctx.summary, "host": ctx.host, "gpu": ctx.gpu, "gpu_state": ctx.gpu_state, "logs": ctx.logs}
+            ),
+        },
+    }

@@ -3,10 +3,13 @@
     FleetscopeCollectorError
     ├── StoreUnavailable      the database cannot be reached or written (disk full, server down)
     ├── BatchInvalid          a batch broke the wire contract; ``field`` names where
-    └── UnknownDevice         a query named a device that is not registered
+    ├── UnknownDevice         a query named a device that is not registered
+    └── UnknownIncident       a query named an incident id that does not exist
 """
 
 from __future__ import annotations
+
+__all__ = ["FleetscopeCollectorError", "StoreUnavailable", "BatchInvalid", "UnknownDevice", "UnknownIncident"]
 
 
 class FleetscopeCollectorError(Exception):
@@ -25,4 +28,8 @@ class BatchInvalid(FleetscopeCollectorError):
 
 
 class UnknownDevice(FleetscopeCollectorError):
+    pass
+
+
+class UnknownIncident(FleetscopeCollectorError, LookupError):
     pass

@@ -15,8 +15,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from fleetscope.dashboard import fmt
+
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-SEVERITY_COLORS = {"critical": "#b40426", "error": "#e45756", "warning": "#f2a93b", "info": "#4c78a8"}
 HEIGHT = 220
 # Distinct hues for GPUs and groups (the theme's first two colours are both blue).
 PALETTE = [
@@ -156,7 +157,7 @@ def marker_layer(domain: tuple[int, int] | None) -> dict[str, Any]:
                 "field": "severity",
                 "type": "nominal",
                 "legend": None,
-                "scale": {"domain": list(SEVERITY_COLORS), "range": list(SEVERITY_COLORS.values())},
+                "scale": {"domain": list(fmt.SEVERITY_COLORS), "range": list(fmt.SEVERITY_COLORS.values())},
             },
             "tooltip": [{"field": "when", "title": "time"}, {"field": "kind"}, {"field": "title"}],
         },
@@ -180,7 +181,7 @@ def incident_strip(
                 "field": "severity",
                 "type": "nominal",
                 "title": None,
-                "scale": {"domain": list(SEVERITY_COLORS), "range": list(SEVERITY_COLORS.values())},
+                "scale": {"domain": list(fmt.SEVERITY_COLORS), "range": list(fmt.SEVERITY_COLORS.values())},
                 "legend": _legend(),
             },
             "tooltip": [

@@ -1,15 +1,16 @@
-"""The dashboard's only way to the database: cached calls into the collector's query API.
+"""The dashboard's only way to the database: cached calls into the collector's read API.
 
 Pages call these functions and nothing else that reads data. Each opens a short read-only
-session, calls ``fleetscope.collector.query`` / ``fleet_query`` (the code the CLI uses) and
-returns their frozen dataclasses, cached with ``st.cache_data`` for a few seconds: a page
-that several people keep open, refreshing every few seconds, costs one query per TTL.
+session, calls ``fleetscope.collector.query`` (the code the CLI uses, so both answer a question
+the same way) and returns its frozen dataclasses, cached with ``st.cache_data`` for a few
+seconds: a page that several people keep open, refreshing every few seconds, costs one query
+per TTL.
 
 Times passed in are quantised by the callers (see ``timerange``), so reruns within one
 refresh period hit the cache instead of missing it by a few nanoseconds.
 
-The engine is opened read-only: SQLite connections get ``PRAGMA query_only``, PostgreSQL
-sessions ``default_transaction_read_only``, so no bug in a page can write to the fleet's data.
+The database is opened read-only (``query.open_database``), so no bug in a page can write to
+the fleet's data.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import streamlit as st
-from sqlalchemy import Engine, event, select
-from sqlalchemy.orm import Session
 
-from fleetscope.collector import fleet_query as fq
 from fleetscope.collector import query as q
-from fleetscope.collector.storage.engine import has_schema, make_engine, normalise_url
+from fleetscope.collector.errors import StoreUnavailable
+from fleetscope.proto.vocabulary import log_levels_at_least
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class Status:
 
 
 def set_url(url: str) -> None:
-    st.session_state[URL_KEY] = normalise_url(url)
+    st.session_state[URL_KEY] = q.normalise_url(url)
 
 
 def url() -> str:
@@ -56,60 +55,24 @@ def url() -> str:
 
 
 def display_url() -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url()).render_as_string(hide_password=True)
-    except Exception:
-        return url()
+    return q.hide_password(url())
 
 
 @st.cache_resource(show_spinner=False)
-def _engine(db_url: str) -> Engine:
-    engine = make_engine(db_url, create=False)
-    if engine.dialect.name == "sqlite":
-
-        @event.listens_for(engine, "connect")
-        def _read_only(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA query_only = ON")
-            cur.close()
-
-    elif engine.dialect.name == "postgresql":
-
-        @event.listens_for(engine, "connect")
-        def _read_only_pg(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            cur = dbapi_conn.cursor()
-            cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            cur.close()
-            dbapi_conn.commit()
-
-    return engine
+def _engine(db_url: str) -> q.Engine:
+    return q.open_database(db_url)
 
 
 @contextmanager
-def _session(db_url: str) -> Iterator[Session]:
-    from sqlalchemy.exc import OperationalError
-
+def _session(db_url: str) -> Iterator[q.Session]:
     try:
-        with Session(_engine(db_url)) as session:
+        with q.session_scope(_engine(db_url)) as session:
             yield session
-    except OperationalError as exc:
+    except StoreUnavailable as exc:
         log.warning("database read failed: %s", exc)
         raise DataUnavailable(
-            f"The database could not be read ({exc.orig}). Is it reachable, and is the URL right?"
+            f"The database could not be read ({exc}). Is it reachable, and is the URL right?"
         ) from exc
-
-
-def _missing_sqlite_file(db_url: str) -> str | None:
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(db_url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
-    return None if Path(parsed.database).exists() else parsed.database
 
 
 # -- status -------------------------------------------------------------------------------
@@ -117,9 +80,7 @@ def _missing_sqlite_file(db_url: str) -> str | None:
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def status(db_url: str) -> Status:
-    from fleetscope.collector.storage.schema import Device
-
-    missing = _missing_sqlite_file(db_url)
+    missing = q.missing_sqlite_file(db_url)
     if missing:
         # Opening it would create an empty file: a read-only viewer must not leave one behind.
         return Status(
@@ -131,7 +92,7 @@ def status(db_url: str) -> Status:
         )
     try:
         engine = _engine(db_url)
-        if not has_schema(engine):
+        if not q.has_schema(engine):
             return Status(
                 False,
                 False,
@@ -139,8 +100,11 @@ def status(db_url: str) -> Status:
                 "no fleetscope data in this database yet: start a collector with "
                 f"`fleetscope collector --db {display_url()}`",
             )
+        problem = q.schema_problem(engine)
+        if problem:
+            return Status(False, True, 0, problem)
         with _session(db_url) as s:
-            n = len(s.execute(select(Device.id)).all())
+            n = q.count_devices(session=s)
     except DataUnavailable as exc:
         return Status(False, False, 0, str(exc))
     except Exception as exc:
@@ -161,9 +125,9 @@ def status(db_url: str) -> Status:
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
-def fleet(db_url: str, now_ns: int) -> fq.FleetOverview:
+def fleet(db_url: str, now_ns: int) -> q.FleetOverview:
     with _session(db_url) as s:
-        return fq.fleet_overview(session=s, now_ns=now_ns)
+        return q.fleet_overview(session=s, now_ns=now_ns)
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
@@ -173,22 +137,23 @@ def devices(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
 
 
 @st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
-def device_series(db_url: str, device: str, since_ns: int, until_ns: int) -> fq.DeviceSeries:
+def device_series(db_url: str, device: str, since_ns: int, until_ns: int) -> q.DeviceSeries:
     with _session(db_url) as s:
-        return fq.device_series(session=s, device=device, since_ns=since_ns, until_ns=until_ns)
+        return q.device_series(session=s, device=device, since_ns=since_ns, until_ns=until_ns)
 
 
 @st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
 def logs(
     db_url: str, device: str, since_ns: int, until_ns: int, min_level: str | None, text: str | None
 ) -> list[q.LogLine]:
+    """The newest 500 lines at ``min_level`` or worse (all levels when None) containing ``text``."""
     with _session(db_url) as s:
-        return fq.search_logs(
+        return q.search_logs(
             session=s,
             device=device,
             since_ns=since_ns,
             until_ns=until_ns,
-            min_level=min_level,
+            levels=log_levels_at_least(min_level) if min_level else None,
             text=text or None,
             limit=500,
         )
@@ -209,7 +174,7 @@ def incidents(
     limit: int = 500,
 ) -> list[q.IncidentView]:
     with _session(db_url) as s:
-        return fq.search_incidents(
+        return q.search_incidents(
             session=s,
             since_ns=since_ns,
             until_ns=until_ns,
@@ -230,9 +195,9 @@ def incident_counts(
     kinds: tuple[str, ...] = (),
     devices: tuple[str, ...] | None = None,
     severities: tuple[str, ...] = (),
-) -> list[fq.IncidentCount]:
+) -> list[q.IncidentCount]:
     with _session(db_url) as s:
-        return fq.incident_counts(
+        return q.incident_counts(
             session=s,
             since_ns=since_ns,
             until_ns=until_ns,
@@ -246,13 +211,20 @@ def incident_counts(
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
 def incident_kinds(db_url: str) -> list[str]:
     with _session(db_url) as s:
-        return fq.incident_kinds(session=s)
+        return q.incident_kinds(session=s)
 
 
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
-def incident_context(db_url: str, incident_id: int) -> fq.IncidentContext | None:
+def incident_detail(db_url: str, incident_id: int) -> q.IncidentContext | None:
+    """The incident with its device a minute either side (1 s buckets for the charts), the log
+    lines within that minute, and its neighbours; None when there is no such incident."""
     with _session(db_url) as s:
-        return fq.incident_context(session=s, incident_id=incident_id)
+        try:
+            return q.incident_with_context(
+                session=s, incident_id=incident_id, log_window_s=60, log_limit=200, with_series=True
+            )
+        except q.UnknownIncident:
+            return None
 
 
 # -- compare ------------------------------------------------------------------------------
@@ -265,7 +237,7 @@ def _groups(groups: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, list[s
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
 def operations(db_url: str, devices: tuple[str, ...], since_ns: int, until_ns: int) -> list[str]:
     with _session(db_url) as s:
-        return fq.latency_operations(session=s, devices=list(devices), since_ns=since_ns, until_ns=until_ns)
+        return q.latency_operations(session=s, devices=list(devices), since_ns=since_ns, until_ns=until_ns)
 
 
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
@@ -275,9 +247,9 @@ def compare(
     since_ns: int,
     until_ns: int,
     operation: str | None,
-) -> list[fq.GroupComparison]:
+) -> list[q.GroupComparison]:
     with _session(db_url) as s:
-        return fq.compare_groups(
+        return q.compare_groups(
             session=s, groups=_groups(groups), since_ns=since_ns, until_ns=until_ns, operation=operation
         )
 
@@ -285,9 +257,9 @@ def compare(
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
 def group_latency(
     db_url: str, groups: tuple[tuple[str, tuple[str, ...]], ...], operation: str, since_ns: int, until_ns: int
-) -> dict[str, fq.LatencySeries | None]:
+) -> dict[str, q.LatencySeries | None]:
     with _session(db_url) as s:
-        return fq.group_latency_series(
+        return q.group_latency_series(
             session=s, groups=_groups(groups), operation=operation, since_ns=since_ns, until_ns=until_ns
         )
 
@@ -295,6 +267,6 @@ def group_latency(
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
 def benchmarks(
     db_url: str, devices: tuple[str, ...], since_ns: int, until_ns: int
-) -> list[fq.BenchmarkRecord]:
+) -> list[q.BenchmarkRecord]:
     with _session(db_url) as s:
-        return fq.benchmark_records(session=s, since_ns=since_ns, until_ns=until_ns, devices=list(devices))
+        return q.benchmark_records(session=s, since_ns=since_ns, until_ns=until_ns, devices=list(devices))

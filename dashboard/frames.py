@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from fleetscope.collector.fleet_query import DeviceSeries, LatencySeries
-from fleetscope.collector.query import IncidentView
+from fleetscope.collector.query import DeviceSeries, IncidentView, LatencySeries
 from fleetscope.dashboard import fmt
 
 GIB = 1024**3
@@ -122,17 +121,18 @@ def throttle_bands(gpu: pd.DataFrame, step_s: int) -> pd.DataFrame:
         ("power_share", "power cap", "#f58518"),
     ):
         hit = sorted(set(gpu.loc[gpu[col].fillna(0) > 0, "t"].astype("int64")))
-        start = prev = None
+        start: int | None = None  # of the band being built; prev is its last hit
+        prev = 0
         for t in hit:
             if start is None:
                 start = prev = t
-            elif t - prev > step_ms:  # type: ignore[operator]
-                rows.append((float(start), float(prev + step_ms), reason, color))  # type: ignore[operator]
+            elif t - prev > step_ms:
+                rows.append((float(start), float(prev + step_ms), reason, color))
                 start = prev = t
             else:
                 prev = t
         if start is not None:
-            rows.append((float(start), float(prev + step_ms), reason, color))  # type: ignore[operator]
+            rows.append((float(start), float(prev + step_ms), reason, color))
     return pd.DataFrame(rows, columns=["start", "end", "reason", "color"])
 
 

@@ -25,7 +25,7 @@ DEFAULT = "fleet"
 
 def _render(name: str) -> Callable[[], None]:
     module = importlib.import_module(f"fleetscope.dashboard.{PAGES[name][0]}")
-    return module.render  # type: ignore[no-any-return]
+    return module.render
 
 
 def page(name: str, *, default: bool = False) -> Any:

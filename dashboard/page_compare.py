@@ -11,9 +11,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.fleet_query import GroupComparison, device_groups
-from fleetscope.collector.query import DeviceSummary
+from fleetscope.collector.query import DeviceSummary, GroupComparison, device_groups
 from fleetscope.dashboard import charts, data, fmt, timerange
+from fleetscope.proto.vocabulary import DEVICE_KIND_SERVER
 
 LETTERS = "ABCD"
 NORMALISE = ("Absolute", "Per watt", "Per GPU")
@@ -23,7 +23,7 @@ GIB = 1024**3
 def _defaults(options: list[str], devices: list[DeviceSummary]) -> list[list[str]]:
     """A Jetson model against a server GPU, when the fleet has both."""
     jetson = next((o for o in options if o.startswith("model: ") and "Jetson" in o), None)
-    server_gpus = {g for d in devices if d.kind == "server" for g in d.gpus}
+    server_gpus = {g for d in devices if d.kind == DEVICE_KIND_SERVER for g in d.gpus}
     server = next((o for o in options if o.startswith("GPU: ") and o[5:] in server_gpus), None)
     picks = [[p] for p in (jetson, server) if p]
     rest = [o for o in options if o.startswith("model: ") and [o] not in picks]

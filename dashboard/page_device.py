@@ -2,7 +2,7 @@
 
 Every chart shares the range's x axis, and the device's incidents are drawn on each as
 dashed rules, so "the p99 went up when the GPU throttled, right before the OOM" is one look.
-The resolution follows the range (``fleet_query.resolution_for``) and is stated under the
+The resolution follows the range (``query.resolution_for``) and is stated under the
 charts. ``?device=NAME&range=24h`` in the URL opens the same view.
 """
 
@@ -12,15 +12,15 @@ import pandas as pd
 import streamlit as st
 
 from fleetscope.collector.errors import UnknownDevice
-from fleetscope.collector.fleet_query import (
-    BENCHMARK_KIND,
-    LEVELS,
+from fleetscope.collector.query import (
     DeviceSeries,
+    DeviceSummary,
+    IncidentView,
     describe_resolution,
     device_model,
 )
-from fleetscope.collector.query import DeviceSummary, IncidentView
 from fleetscope.dashboard import charts, data, fmt, frames, nav, timerange
+from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK, LOG_LEVELS
 
 
 def _pick_device(devices: list[DeviceSummary]) -> DeviceSummary:
@@ -282,7 +282,7 @@ def _incidents(
 
 def _logs(device: str, since_ns: int, until_ns: int) -> None:
     c1, c2 = st.columns([1, 3])
-    level = c1.selectbox("Level at least", ["all", *LEVELS], key="keep_device_log_level")
+    level = c1.selectbox("Level at least", ["all", *LOG_LEVELS], key="keep_device_log_level")
     text = c2.text_input("Search logs", key="keep_device_log_search", placeholder="text in the message")
     lines = data.logs(
         data.url(), device, since_ns, until_ns, None if level == "all" else level, text.strip() or None
@@ -322,7 +322,7 @@ def render() -> None:
         return
     incidents = data.incidents(data.url(), tr.since_ns, tr.until_ns, devices=(device.name,))
     domain = (tr.since_ns // 10**6, tr.until_ns // 10**6)
-    markers = frames.incident_markers([i for i in incidents if i.kind != BENCHMARK_KIND])
+    markers = frames.incident_markers([i for i in incidents if i.kind != KIND_TRT_BENCHMARK])
     gpu, host = frames.gpu_frame(s), frames.host_frame(s)
     _now_metrics(gpu, host)
     st.caption(f"{tr.label}: {describe_resolution(s.step_s, s.sources)} · dashed lines are incidents")

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.fleet_query import FleetDevice, FleetOverview, labels_match
+from fleetscope.collector.query import FleetDevice, FleetOverview, labels_match
 from fleetscope.dashboard import data, fmt, nav, timerange
+
+if TYPE_CHECKING:  # what st.column_config's helpers return; streamlit does not re-export the name
+    from streamlit.elements.lib.column_types import ColumnConfig
 
 REFRESH = {"5 s": 5, "10 s": 10, "30 s": 30, "1 min": 60, "Off": 0}
 SORTS = ("Offline first", "Name", "Last seen", "GPU utilisation", "Temperature", "Power", "Open incidents")
 STATES = ("All", "Online", "Offline")
 STATE_COLORS = {"online": "#21a366", "offline": "#d62728"}
-SEVERITY_COLORS = {"critical": "#b40426", "error": "#e45756", "warning": "#f2a93b", "info": "#4c78a8"}
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def table(devices: Sequence[FleetDevice], now_ns: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _columns(devices: Sequence[FleetDevice]) -> dict[str, object]:
+def _columns(devices: Sequence[FleetDevice]) -> dict[str, ColumnConfig]:
     cc = st.column_config
     incident_values = sorted({f"{d.open_incidents} {d.worst_severity}" for d in devices if d.open_incidents})
     spark = 78
@@ -142,7 +145,7 @@ def _columns(devices: Sequence[FleetDevice]) -> dict[str, object]:
             options=incident_values,
             width=96,
             help="warnings and worse in the last 24 h, with the worst severity",
-            color=[SEVERITY_COLORS.get(v.split(" ", 1)[1], "#888") for v in incident_values],
+            color=[fmt.SEVERITY_COLORS.get(v.split(" ", 1)[1], "#888") for v in incident_values],
         ),
         "Labels": cc.MultiselectColumn(width="large", color="auto"),
         "GPUs": cc.NumberColumn(width=50, format="%d"),
@@ -198,7 +201,7 @@ def _alerts(overview: FleetOverview) -> None:
     ]
     df = pd.DataFrame(rows)
     severity = st.column_config.MultiselectColumn(
-        options=list(SEVERITY_COLORS), color=list(SEVERITY_COLORS.values())
+        options=list(fmt.SEVERITY_COLORS), color=list(fmt.SEVERITY_COLORS.values())
     )
     picked = st.dataframe(
         df,

@@ -11,17 +11,22 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.fleet_query import IncidentContext, labels_match
+from fleetscope.collector.query import IncidentContext, labels_match
 from fleetscope.dashboard import charts, data, fmt, frames, hints, nav, timerange
+from fleetscope.proto.vocabulary import (
+    SEVERITIES,
+    SEVERITY_CRITICAL,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+)
 
-SEVERITIES = ("critical", "error", "warning", "info")
 SEVERITY_ICON = {
-    "critical": ":red[:material/dangerous:]",
-    "error": ":red[:material/error:]",
-    "warning": ":orange[:material/warning:]",
-    "info": ":blue[:material/info:]",
+    SEVERITY_CRITICAL: ":red[:material/dangerous:]",
+    SEVERITY_ERROR: ":red[:material/error:]",
+    SEVERITY_WARNING: ":orange[:material/warning:]",
+    SEVERITY_INFO: ":blue[:material/info:]",
 }
-SEVERITY_COLORS = {"critical": "#b40426", "error": "#e45756", "warning": "#f2a93b", "info": "#4c78a8"}
 BAR_STEPS_S = (60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400)
 SKIP_FACTS = {"message", "line_prefix", "has_header", "timestamp_style"}  # shown elsewhere, or noise
 # What explains an incident first; the rest follows alphabetically.
@@ -148,7 +153,7 @@ def _table(
         ]
     )
     severity = st.column_config.MultiselectColumn(
-        options=list(SEVERITY_COLORS), color=list(SEVERITY_COLORS.values())
+        options=list(fmt.SEVERITY_COLORS), color=list(fmt.SEVERITY_COLORS.values())
     )
     picked = st.dataframe(
         df,
@@ -181,6 +186,8 @@ def _facts_table(facts: dict) -> pd.DataFrame:
 
 def _context_charts(ctx: IncidentContext) -> None:
     s = ctx.series
+    if s is None:  # read without its series: nothing to chart
+        return
     gpu, host = frames.gpu_frame(s), frames.host_frame(s)
     markers = frames.incident_markers(
         [ctx.incident, *[i for i in ctx.nearby if s.since_ns <= i.ts_ns < s.until_ns]]
@@ -241,7 +248,7 @@ def _context_charts(ctx: IncidentContext) -> None:
 
 
 def detail(incident_id: int, now_ns: int) -> None:
-    ctx = data.incident_context(data.url(), incident_id)
+    ctx = data.incident_detail(data.url(), incident_id)
     if ctx is None:
         st.warning(
             f"There is no incident #{incident_id} in this database (the link may come from another one)."

@@ -61,13 +61,13 @@ _GPU_RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
-def _check_ts(ts: object, rows: int, field: str, sent_ns: int, limits: Limits) -> None:
-    values = ts  # a repeated int64 container
-    if len(values) != rows:  # type: ignore[arg-type]
-        raise BatchInvalid(field, f"has {len(values)} timestamps for {rows} rows")  # type: ignore[arg-type]
+def _check_ts(values: Sequence[int], rows: int, field: str, sent_ns: int, limits: Limits) -> None:
+    """``values``: a repeated int64 field (or a list of timestamps)."""
+    if len(values) != rows:
+        raise BatchInvalid(field, f"has {len(values)} timestamps for {rows} rows")
     if not rows:
         return
-    lo, hi = min(values), max(values)  # type: ignore[type-var]
+    lo, hi = min(values), max(values)
     if hi > sent_ns + limits.max_future_ns:
         raise BatchInvalid(field, f"timestamp {hi} is {(hi - sent_ns) / 1e9:.0f} s after the batch was sent")
     if lo < sent_ns - limits.max_age_ns:
@@ -109,12 +109,14 @@ def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, 
     return out
 
 
-def _check_processes(table: pb.ProcessTable, counts: object, rows: int, prefix: str, limits: Limits) -> None:
-    if not counts:  # type: ignore[truthy-function]
+def _check_processes(
+    table: pb.ProcessTable, counts: Sequence[int], rows: int, prefix: str, limits: Limits
+) -> None:
+    if not counts:
         return
-    if len(counts) != rows:  # type: ignore[arg-type]
-        raise BatchInvalid(f"{prefix}.process_count", f"has {len(counts)} entries for {rows} rows")  # type: ignore[arg-type]
-    total = sum(counts)  # type: ignore[call-overload]
+    if len(counts) != rows:
+        raise BatchInvalid(f"{prefix}.process_count", f"has {len(counts)} entries for {rows} rows")
+    total = sum(counts)
     if len(table.pid) != total or len(table.name) != total:
         raise BatchInvalid(f"{prefix}.processes", f"holds {len(table.pid)} processes, process_count sums to {total}")
     _check_columns(table, PROCESS_COLUMNS, total, f"{prefix}.processes", {})

@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fleetscope.agent.tools import scan_cli
 from fleetscope.agent.tools.scan import scan_files
+from fleetscope.cli import scan as scan_cli
 from fleetscope.collector.ingest.scan_import import import_key, import_scan_results, incidents_from_scan
-from fleetscope.collector.query import list_devices, list_incidents
+from fleetscope.collector.query import list_devices, search_incidents
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.registry import register_device
 from fleetscope.collector.storage.schema import Incident
@@ -60,7 +60,7 @@ def logs(tmp_path: Path) -> list[Path]:
 
 def _incidents(engine, device: str | None = None):  # type: ignore[no-untyped-def]
     with Session(engine) as session:
-        return list_incidents(session=session, since_ns=EVERYTHING[0], until_ns=EVERYTHING[1], device=device)
+        return search_incidents(session=session, since_ns=EVERYTHING[0], until_ns=EVERYTHING[1], devices=[device])
 
 
 def _count(engine) -> int:  # type: ignore[no-untyped-def]
@@ -99,7 +99,7 @@ def test_import_creates_device_and_incidents_appear_in_queries(db_url: str, logs
         assert oom.excerpt and "CUDA out of memory" in oom.excerpt
         assert oom.facts["import_key"] == import_key(str(logs[0].resolve()), 5, "cuda_oom", 0)
         with Session(engine) as session:
-            assert list_incidents(session=session, since_ns=0, until_ns=2**62, kind="gpu_xid")[0].id == xid.id
+            assert search_incidents(session=session, since_ns=0, until_ns=2**62, kinds=["gpu_xid"])[0].id == xid.id
     finally:
         engine.dispose()
 

@@ -13,10 +13,10 @@ from fleetscope.collector.errors import StoreUnavailable, UnknownDevice
 from fleetscope.collector.ingest.validation import Limits, validate_batch
 from fleetscope.collector.query import (
     count_samples,
-    device_logs,
     device_metrics,
     list_devices,
-    list_incidents,
+    search_incidents,
+    search_logs,
 )
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.registry import register_device
@@ -71,7 +71,7 @@ def test_replayed_batch_is_acknowledged_and_skipped(store) -> None:  # type: ign
     assert first.rows == 2
     with Session(engine) as s:
         assert count_samples(session=s, device="gpu-node-1") == {"host": 2, "gpu": 2}
-        assert len(list_incidents(session=s, since_ns=0, until_ns=now + 10**10)) == 2
+        assert len(search_incidents(session=s, since_ns=0, until_ns=now + 10**10)) == 2
 
 
 def test_queries_return_what_was_stored(store) -> None:  # type: ignore[no-untyped-def]
@@ -89,10 +89,10 @@ def test_queries_return_what_was_stored(store) -> None:  # type: ignore[no-untyp
         assert m.host[0].top_processes[0]["name"] == "python"
         assert m.gpu_state[0].values["memory_total_bytes"] == 80 << 30
         assert m.gpu_state[0].processes[0]["gpu_memory_bytes"] == 69 << 30
-        logs = device_logs(session=s, device="gpu-node-1", since_ns=0, until_ns=now + 1, grep="out of memory")
+        logs = search_logs(session=s, device="gpu-node-1", since_ns=0, until_ns=now + 1, text="out of memory")
         assert [ln.level for ln in logs] == ["error"]
-        assert device_logs(session=s, device="gpu-node-1", since_ns=0, until_ns=now + 1, grep="100%_no_such") == []
-        (inc,) = list_incidents(session=s, since_ns=0, until_ns=now + 1, kind="cuda_oom")
+        assert search_logs(session=s, device="gpu-node-1", since_ns=0, until_ns=now + 1, text="100%_no_such") == []
+        (inc,) = search_incidents(session=s, since_ns=0, until_ns=now + 1, kinds=["cuda_oom"])
         assert inc.facts == {"requested_bytes": 2 << 30, "device_index": 0, "framework": "pytorch"}
         with pytest.raises(UnknownDevice, match="known: gpu-node-1"):
             device_metrics(session=s, device="nope", since_ns=0, until_ns=now)

@@ -146,12 +146,12 @@ def test_incidents_page_in_a_browser(browser_page, server: str, pipeline: Pipeli
     assert pipeline.servers[0] in cells[max(0, oom_row - 3) : oom_row]
     from sqlalchemy.orm import Session
 
-    from fleetscope.collector.query import list_incidents
+    from fleetscope.collector.query import search_incidents
     from fleetscope.collector.storage.engine import make_engine
 
     engine = make_engine(pipeline.url, create=False)
     with Session(engine) as s:
-        oom = list_incidents(session=s, since_ns=0, until_ns=time.time_ns() + 10**9, kind="cuda_oom")[0]
+        oom = search_incidents(session=s, since_ns=0, until_ns=time.time_ns() + 10**9, kinds=["cuda_oom"])[0]
     engine.dispose()
     text, cells = _load(browser_page, f"{server}/incidents?incident={oom.id}", "incident-detail")
     _no_failure(text)

@@ -13,7 +13,7 @@ from statistics import mean
 import pytest
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query import device_metrics, list_incidents
+from fleetscope.collector.query import device_metrics, search_incidents
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.proto import buckets as bucket_math
 from tests.dashboard.conftest import app, chart_data, charts, frame, no_errors, texts
@@ -26,7 +26,7 @@ def _incident(pipeline: Pipeline, kind: str):  # type: ignore[no-untyped-def]
     engine = make_engine(pipeline.url, create=False)
     try:
         with Session(engine) as s:
-            found = list_incidents(session=s, since_ns=0, until_ns=time.time_ns() + NS, kind=kind)
+            found = search_incidents(session=s, since_ns=0, until_ns=time.time_ns() + NS, kinds=[kind])
     finally:
         engine.dispose()
     assert found, f"the pipeline stored no {kind} incident"

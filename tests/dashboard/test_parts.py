@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fleetscope.collector import fleet_query as fq
+from fleetscope.collector import query
 from fleetscope.dashboard import fmt, hints
 from fleetscope.dashboard.cli import build_command, is_loopback
 
@@ -65,11 +65,11 @@ def test_fact_labels_and_durations() -> None:
 
 
 def test_resolution_follows_the_range() -> None:
-    assert fq.resolution_for(15 * 60 * 10**9) == 2
-    assert fq.resolution_for(3600 * 10**9) == 5
-    assert fq.resolution_for(24 * 3600 * 10**9) == 60
-    assert fq.resolution_for(7 * 86400 * 10**9) == 600
-    assert fq.resolution_for(30 * 86400 * 10**9) == 3600
+    assert query.resolution_for(15 * 60 * 10**9) == 2
+    assert query.resolution_for(3600 * 10**9) == 5
+    assert query.resolution_for(24 * 3600 * 10**9) == 60
+    assert query.resolution_for(7 * 86400 * 10**9) == 600
+    assert query.resolution_for(30 * 86400 * 10**9) == 3600
 
 
 def test_command_binds_localhost_and_passes_the_database() -> None:

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from fleetscope.collector import fleet_query as fq
+from fleetscope.collector import query
 from fleetscope.collector.jobs.rollup import RollupJob
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.rollup_schema import gpu_rollups, rollup_progress
@@ -90,12 +90,12 @@ def _samples(engine: Engine, device_id: int, start_ns: int, end_ns: int, seed: i
             conn.execute(insert(latency_histograms), lat)
 
 
-def _series(engine: Engine, device: str, since: int, until: int, step_s: int) -> fq.DeviceSeries:
+def _series(engine: Engine, device: str, since: int, until: int, step_s: int) -> query.DeviceSeries:
     with Session(engine) as s:
-        return fq.device_series(session=s, device=device, since_ns=since, until_ns=until, step_s=step_s)
+        return query.device_series(session=s, device=device, since_ns=since, until_ns=until, step_s=step_s)
 
 
-def _assert_same(a: fq.SeriesTable, b: fq.SeriesTable, *, exact_deltas: bool = True) -> None:
+def _assert_same(a: query.SeriesTable, b: query.SeriesTable, *, exact_deltas: bool = True) -> None:
     """Equal, column by column. Re-aggregated rollups (steps above a minute) lose the increment
     between two minute buckets in counter deltas and spans (by design, 1/60): there the rates
     (delta / span) must agree instead."""
@@ -190,10 +190,10 @@ def test_fleet_overview_reads_rollups_and_the_unrolled_edge(engine: Engine) -> N
     with engine.begin() as conn:
         conn.execute(Device.__table__.update().values(last_seen_ns=T0))  # type: ignore[attr-defined]
     with Session(engine) as s:
-        before = fq.fleet_overview(session=s, now_ns=T0)
+        before = query.fleet_overview(session=s, now_ns=T0)
     RollupJob(engine, settle_s=0).run_once(T0 - 300 * NS)  # rolled up to five minutes ago only
     with Session(engine) as s:
-        after = fq.fleet_overview(session=s, now_ns=T0)
+        after = query.fleet_overview(session=s, now_ns=T0)
     a, b = before.devices[0], after.devices[0]
     assert a.online and a.gpu_count == 2 and len([v for v in a.spark_util if v is not None]) >= 29
     assert a.spark_util == pytest.approx(b.spark_util) and a.spark_power == pytest.approx(b.spark_power)
@@ -208,7 +208,7 @@ def test_a_chart_of_all_gpus_stays_within_what_the_browser_draws_quickly(engine:
     _device(engine, "drone", gpus=1)
     day = 24 * 3600 * NS
     with Session(engine) as s:
-        eight = fq.device_series(session=s, device="eight", since_ns=T0 - day, until_ns=T0)
-        drone = fq.device_series(session=s, device="drone", since_ns=T0 - day, until_ns=T0)
-    assert 8 * (day // NS) / eight.step_s <= fq.POINTS_PER_CHART
+        eight = query.device_series(session=s, device="eight", since_ns=T0 - day, until_ns=T0)
+        drone = query.device_series(session=s, device="drone", since_ns=T0 - day, until_ns=T0)
+    assert 8 * (day // NS) / eight.step_s <= query.POINTS_PER_CHART
     assert drone.step_s == 60 and eight.step_s > drone.step_s

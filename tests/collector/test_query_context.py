@@ -1,5 +1,6 @@
-"""incident_context / incidents_with_context on SQLite and PostgreSQL, with the data put in
-through the real pipeline: an agent's records, its spool and uplink, a collector over gRPC."""
+"""The device around an incident (``incident_with_context`` / ``incidents_with_context``) on
+SQLite and PostgreSQL, with the data put in through the real pipeline: an agent's records, its
+spool and uplink, a collector over gRPC; and ``fleetscope incidents --json``, which prints it."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from sqlalchemy.orm import Session
 
 from fleetscope.agent.records import THROTTLE_REASON_BITS, GpuSample, HostSample, IncidentRecord, LogEvent
 from fleetscope.agent.samplers._base import SampleSet
-from fleetscope.collector.incident_context import (
-    IncidentWithContext,
+from fleetscope.cli import main as fleetscope
+from fleetscope.collector.query import (
+    IncidentView,
     UnknownIncident,
-    incident_context,
+    incident_with_context,
     incidents_with_context,
+    search_incidents,
 )
-from fleetscope.collector.query import IncidentView, list_incidents, to_jsonable
 from fleetscope.collector.storage.engine import make_engine
 from tests.helpers import make_agent
 
@@ -139,15 +141,16 @@ def _send(tmp_path: Path, port: int, name: str, batches: list[SampleSet]) -> Non
 
 
 def _the_incident(session: Session) -> IncidentView:
-    (view,) = list_incidents(session=session, since_ns=0, until_ns=2**62, device="gpu-node-1")
+    (view,) = search_incidents(session=session, since_ns=0, until_ns=2**62, devices=["gpu-node-1"])
     return view
 
 
 def test_context_holds_the_samples_of_the_window(stored) -> None:  # type: ignore[no-untyped-def]
     engine, t0, ts, _ = stored
     with Session(engine) as session:
-        ctx = incident_context(session=session, incident_id=_the_incident(session).id)
-    assert (ctx.device, ctx.ts_ns, ctx.since_ns, ctx.until_ns) == ("gpu-node-1", ts, ts - 60 * S, ts + 60 * S)
+        ctx = incident_with_context(session=session, incident_id=_the_incident(session).id)
+    assert (ctx.incident.device, ctx.incident.ts_ns) == ("gpu-node-1", ts)
+    assert (ctx.since_ns, ctx.until_ns) == (ts - 60 * S, ts + 60 * S)
     # Samples at T-50 ... T+60 s (the window is T+3 s ± 60 s, ends included).
     want = [t0 + k * S for k in range(-50, 61, STEP_S)]
     assert [p.ts_ns for p in ctx.host] == want
@@ -163,7 +166,7 @@ def test_context_holds_the_samples_of_the_window(stored) -> None:  # type: ignor
 def test_summary_at_the_incident(stored) -> None:  # type: ignore[no-untyped-def]
     engine, t0, _, _ = stored
     with Session(engine) as session:
-        s = incident_context(session=session, incident_id=_the_incident(session).id).summary
+        s = incident_with_context(session=session, incident_id=_the_incident(session).id).summary
     g0, g1 = s.gpus
     # The incident is at T+3 s: the latest sample at or before it is the one at T.
     assert (g0.gpu_index, g0.sample_ts_ns, g1.sample_ts_ns) == (0, t0, t0)
@@ -185,7 +188,7 @@ def test_summary_at_the_incident(stored) -> None:  # type: ignore[no-untyped-def
 def test_log_lines_within_ten_seconds(stored) -> None:  # type: ignore[no-untyped-def]
     engine, _, ts, offsets = stored
     with Session(engine) as session:
-        ctx = incident_context(session=session, incident_id=_the_incident(session).id)
+        ctx = incident_with_context(session=session, incident_id=_the_incident(session).id)
     assert [ln.message for ln in ctx.logs] == [f"line at {o:+d}s" for o in offsets if abs(o) <= 10]
     assert all(ln.device == "gpu-node-1" and ln.source == "/var/log/train.log" for ln in ctx.logs)
     assert [ln.ts_ns for ln in ctx.logs] == sorted(ln.ts_ns for ln in ctx.logs)
@@ -195,8 +198,8 @@ def test_narrow_and_one_sided_windows(stored) -> None:  # type: ignore[no-untype
     engine, t0, _, _ = stored
     with Session(engine) as session:
         iid = _the_incident(session).id
-        before_only = incident_context(session=session, incident_id=iid, before_s=25, after_s=0)
-        after_only = incident_context(session=session, incident_id=iid, before_s=0, after_s=20)
+        before_only = incident_with_context(session=session, incident_id=iid, before_s=25, after_s=0)
+        after_only = incident_with_context(session=session, incident_id=iid, before_s=0, after_s=20)
     assert [p.ts_ns for p in before_only.host] == [t0 - 20 * S, t0 - 10 * S, t0]
     assert [p.ts_ns for p in after_only.host] == [t0 + 10 * S, t0 + 20 * S]
     # No sample at or before the incident inside the window: the first one after it stands in.
@@ -205,33 +208,56 @@ def test_narrow_and_one_sided_windows(stored) -> None:  # type: ignore[no-untype
     assert after_only.summary.gpus[0].memory_total_bytes == TOTAL[0]  # state from before the window
 
 
-def test_incidents_with_context_are_incident_views(stored) -> None:  # type: ignore[no-untyped-def]
+def test_incidents_with_context_are_the_found_incidents_in_context(stored) -> None:  # type: ignore[no-untyped-def]
     engine, _, ts, _ = stored
     with Session(engine) as session:
         view = _the_incident(session)
         (one,) = incidents_with_context(
-            session=session, since_ns=ts - S, until_ns=ts + S, device="gpu-node-1"
+            session=session, since_ns=ts - S, until_ns=ts + S, devices=["gpu-node-1"]
         )
-        assert incidents_with_context(session=session, since_ns=ts - S, until_ns=ts + S, kind="gpu_xid") == []
-        alone = incident_context(session=session, incident_id=view.id)
-    assert isinstance(one, IncidentWithContext) and isinstance(one, IncidentView)
-    assert (one.id, one.kind, one.title, one.facts, one.device) == (
-        view.id,
+        assert (
+            incidents_with_context(session=session, since_ns=ts - S, until_ns=ts + S, kinds=["gpu_xid"]) == []
+        )
+        alone = incident_with_context(session=session, incident_id=view.id)
+    assert isinstance(one.incident, IncidentView) and one.incident == view
+    assert (one.incident.kind, one.incident.facts, one.incident.device) == (
         "cuda_oom",
-        view.title,
         {"device_index": 0},
         "gpu-node-1",
     )
-    assert one.context == alone
-    doc = json.loads(json.dumps(to_jsonable(one)))  # what `--json` output would carry
+    assert one == alone
+    assert one.nearby == () and one.series is None, "no other incident nearby; charts are asked for"
+
+
+def test_cli_json_prints_each_incident_with_its_context(stored, db_url: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    engine, _, ts, _ = stored
+    assert fleetscope(["incidents", "--db", db_url, "--device", "gpu-node-1", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["incidents"]
+    with Session(engine) as session:
+        alone = incident_with_context(session=session, incident_id=_the_incident(session).id)
+    # The incident's fields at the top, the device around it under "context" (the output's shape since it began).
+    assert (doc["id"], doc["kind"], doc["facts"]) == (alone.incident.id, "cuda_oom", {"device_index": 0})
+    assert list(doc["context"]) == [
+        "incident_id", "device", "ts_ns", "since_ns", "until_ns", "summary", "host", "gpu", "gpu_state", "logs",
+    ]  # fmt: skip
+    assert (doc["context"]["incident_id"], doc["context"]["ts_ns"]) == (alone.incident.id, ts)
     assert doc["context"]["summary"]["gpus"][0]["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
-    assert len(doc["context"]["gpu"]) == len(alone.gpu) and doc["facts"] == {"device_index": 0}
+    assert len(doc["context"]["gpu"]) == len(alone.gpu) and len(doc["context"]["logs"]) == len(alone.logs)
+
+
+def test_context_for_charts_has_one_second_buckets_of_the_window(stored) -> None:  # type: ignore[no-untyped-def]
+    engine, _, _, _ = stored
+    with Session(engine) as session:
+        ctx = incident_with_context(session=session, incident_id=_the_incident(session).id, with_series=True)
+    assert ctx.series is not None and ctx.series.step_s == 1 and ctx.series.since_ns == ctx.since_ns
+    # The same samples as the raw points: one per 10 s, each alone in its 1 s bucket.
+    assert sorted(set(ctx.series.gpu.columns["ts_ns"])) == [p.ts_ns for p in ctx.host]
 
 
 def test_unknown_incident(stored) -> None:  # type: ignore[no-untyped-def]
     engine, _, _, _ = stored
     with Session(engine) as session, pytest.raises(UnknownIncident, match="no incident with id 999999"):
-        incident_context(session=session, incident_id=999999)
+        incident_with_context(session=session, incident_id=999999)
 
 
 def test_imported_incident_without_samples_has_an_empty_context(db_url: str, tmp_path: Path) -> None:
@@ -248,7 +274,7 @@ def test_imported_incident_without_samples_has_an_empty_context(db_url: str, tmp
         import_scan_results(engine, device="old", results=scan_files([log]))
         with Session(engine) as session:
             (one,) = incidents_with_context(session=session, since_ns=0, until_ns=2**62)
-        ctx = one.context
+        ctx = one
         assert (ctx.host, ctx.gpu, ctx.gpu_state, ctx.logs) == ((), (), (), ())
         assert (ctx.summary.gpus, ctx.summary.host, ctx.summary.max_temp_c) == ((), None, None)
     finally:
@@ -266,8 +292,8 @@ def test_state_stored_after_the_window_still_gives_the_totals(tmp_path: Path, db
     engine = make_engine(db_url, create=False)
     try:
         with Session(engine) as session:
-            (view,) = list_incidents(session=session, since_ns=0, until_ns=2**62, device="one-batch")
-            ctx = incident_context(session=session, incident_id=view.id, before_s=10, after_s=10)
+            (view,) = search_incidents(session=session, since_ns=0, until_ns=2**62, devices=["one-batch"])
+            ctx = incident_with_context(session=session, incident_id=view.id, before_s=10, after_s=10)
     finally:
         engine.dispose()
     assert [p.ts_ns for p in ctx.gpu] == [t0 - 10 * S, t0, t0 + 10 * S]

@@ -1,0 +1,168 @@
+"""The read API: the one way to read the fleet's stored data, for people and programs.
+
+The CLI's query commands, the dashboard, the benchmarks and the tests all read through these
+functions, so the same question gets the same answer wherever it is asked. Each takes the
+SQLAlchemy ``session`` as a keyword (the caller owns the transaction) and returns frozen
+dataclasses of plain values; none returns ORM objects or rows, so callers never depend on the
+schema. A reader opens the database with ``open_database`` (read-only) and ``session_scope``.
+
+By subject:
+
+* ``database``: opening a database to read it;
+* ``devices``: the registered devices, one device, how people name and group them;
+* ``samples``: a device's raw samples over a window;
+* ``series``: a device's readings in buckets at a resolution (``planning``: which resolution,
+  and which source, rollups or raw rows, serves each stretch);
+* ``latency``: percentiles from merged histograms, per window or per bucket;
+* ``logs``: log search;
+* ``incidents``: incident search, counts, kinds, one incident; ``context``: the device around
+  one incident;
+* ``compare``: groups of devices side by side, and benchmark records;
+* ``fleet``: the fleet overview.
+"""
+
+from __future__ import annotations
+
+from fleetscope.collector.errors import UnknownDevice, UnknownIncident
+from fleetscope.collector.query.compare import (
+    BenchmarkRecord,
+    GroupComparison,
+    benchmark_records,
+    compare_groups,
+)
+from fleetscope.collector.query.context import (
+    ContextSummary,
+    GpuAtIncident,
+    HostAtIncident,
+    IncidentContext,
+    incident_with_context,
+    incidents_with_context,
+)
+from fleetscope.collector.query.database import (
+    Engine,
+    Session,
+    has_schema,
+    hide_password,
+    missing_sqlite_file,
+    normalise_url,
+    open_database,
+    schema_problem,
+    session_scope,
+)
+from fleetscope.collector.query.devices import (
+    ONLINE_WITHIN_NS,
+    count_devices,
+    device_groups,
+    device_model,
+    get_device,
+    labels_match,
+    list_devices,
+)
+from fleetscope.collector.query.fleet import FleetDevice, FleetOverview, fleet_overview
+from fleetscope.collector.query.incidents import (
+    IncidentCount,
+    get_incident,
+    incident_counts,
+    incident_kinds,
+    search_incidents,
+)
+from fleetscope.collector.query.jsonable import to_jsonable
+from fleetscope.collector.query.latency import (
+    LatencySeries,
+    LatencyStats,
+    group_latency_series,
+    latency_operations,
+    latency_stats,
+)
+from fleetscope.collector.query.logs import search_logs
+from fleetscope.collector.query.planning import (
+    MAX_POINTS,
+    POINTS_PER_CHART,
+    describe_resolution,
+    resolution_for,
+)
+from fleetscope.collector.query.samples import DeviceMetrics, count_samples, device_metrics
+from fleetscope.collector.query.series import DeviceSeries, GpuLimits, SeriesTable, device_series
+from fleetscope.collector.query.types import (
+    DeviceSummary,
+    GpuPoint,
+    GpuStatePoint,
+    HostPoint,
+    IncidentView,
+    LogLine,
+)
+
+__all__ = [
+    # opening a database
+    "Engine",
+    "Session",
+    "open_database",
+    "session_scope",
+    "has_schema",
+    "schema_problem",
+    "normalise_url",
+    "missing_sqlite_file",
+    "hide_password",
+    # errors
+    "UnknownDevice",
+    "UnknownIncident",
+    # devices
+    "ONLINE_WITHIN_NS",
+    "DeviceSummary",
+    "list_devices",
+    "get_device",
+    "count_devices",
+    "device_model",
+    "device_groups",
+    "labels_match",
+    # raw samples
+    "HostPoint",
+    "GpuPoint",
+    "GpuStatePoint",
+    "DeviceMetrics",
+    "device_metrics",
+    "count_samples",
+    # series at a resolution
+    "MAX_POINTS",
+    "POINTS_PER_CHART",
+    "SeriesTable",
+    "GpuLimits",
+    "DeviceSeries",
+    "device_series",
+    "resolution_for",
+    "describe_resolution",
+    # latency
+    "LatencySeries",
+    "LatencyStats",
+    "latency_stats",
+    "latency_operations",
+    "group_latency_series",
+    # logs
+    "LogLine",
+    "search_logs",
+    # incidents
+    "IncidentView",
+    "IncidentCount",
+    "search_incidents",
+    "incident_counts",
+    "incident_kinds",
+    "get_incident",
+    # the device around an incident
+    "IncidentContext",
+    "ContextSummary",
+    "GpuAtIncident",
+    "HostAtIncident",
+    "incident_with_context",
+    "incidents_with_context",
+    # comparisons
+    "GroupComparison",
+    "BenchmarkRecord",
+    "compare_groups",
+    "benchmark_records",
+    # the fleet
+    "FleetDevice",
+    "FleetOverview",
+    "fleet_overview",
+    # output
+    "to_jsonable",
+]

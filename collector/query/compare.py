@@ -1,0 +1,175 @@
+"""Comparisons: side-by-side figures for groups of devices, and the trtexec benchmark records.
+
+A group is any set of devices; its latency histograms are merged (histograms merge exactly,
+averages of percentiles would not) and its GPU readings aggregated over the same window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from fleetscope.collector.query._common import device_ids, max_of, sum_of
+from fleetscope.collector.query.devices import list_devices
+from fleetscope.collector.query.incidents import search_incidents
+from fleetscope.collector.query.latency import LatencyStats, latency_stats
+from fleetscope.collector.query.series import fetch_samples
+from fleetscope.collector.storage.rollups import GPU
+from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK
+
+
+@dataclass(frozen=True)
+class GroupComparison:
+    group: str
+    devices: list[str]
+    gpu_count: int
+    latency: LatencyStats | None
+    util_avg: float | None
+    memory_used_per_gpu_bytes: float | None
+    memory_total_per_gpu_bytes: float | None
+    power_per_device_w: float | None  # mean over devices of (sum over its GPUs of mean power)
+    power_per_gpu_w: float | None
+    temp_avg_c: float | None
+    temp_max_c: float | None
+    energy_j: float | None  # GPU energy counters over the window, all devices
+    energy_per_inference_j: float | None  # total GPU power / total throughput
+    qps_per_watt: float | None
+    qps_per_gpu: float | None
+
+
+@dataclass(frozen=True)
+class BenchmarkRecord:
+    id: int
+    device: str
+    ts_ns: int
+    title: str
+    throughput_qps: float | None
+    latency_mean_ms: float | None
+    latency_p99_ms: float | None
+    gpu_compute_mean_ms: float | None
+    precision: str | None
+    batch_size: int | None
+    device_name: str | None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def compare_groups(
+    *,
+    session: Session,
+    groups: Mapping[str, Sequence[str]],
+    since_ns: int,
+    until_ns: int,
+    operation: str | None,
+) -> list[GroupComparison]:
+    """Side-by-side figures per group of devices over one window."""
+    out = []
+    for group, names in groups.items():
+        ids = device_ids(session, names)
+        gpu_acc, _ = fetch_samples(session, GPU, list(ids.values()), since_ns, until_ns, None, per_gpu=True)
+        lat = _operation_latency(session, names, since_ns, until_ns, operation) if operation else None
+        n_all = sum(e[0] for e in gpu_acc.values())
+        gpus = len(gpu_acc)
+
+        wavg = _weighted(gpu_acc)
+        power_by_device: dict[int, float] = {}
+        for (d, _gi, _b), (_n, _span, v) in gpu_acc.items():
+            if v.get("power_avg") is not None:
+                power_by_device[d] = power_by_device.get(d, 0.0) + v["power_avg"]
+        total_power = sum(power_by_device.values()) if power_by_device else None
+        energy = sum_of(v.get("energy_delta_j") for _n, _s, v in gpu_acc.values())
+        summaries = {d.name: d for d in list_devices(session=session, now_ns=until_ns) if d.name in ids}
+        mem_totals = [
+            float(g.get("memory_total_bytes") or 0)
+            for s in summaries.values()
+            for g in (s.inventory or {}).get("gpus", [])
+        ]
+        qps = lat.qps if lat else None
+        out.append(
+            GroupComparison(
+                group=group,
+                devices=sorted(ids),
+                gpu_count=gpus or sum(s.gpu_count for s in summaries.values()),
+                latency=lat,
+                util_avg=wavg("util_avg") if n_all else None,
+                memory_used_per_gpu_bytes=wavg("memory_used_avg"),
+                memory_total_per_gpu_bytes=(sum(mem_totals) / len(mem_totals)) if any(mem_totals) else None,
+                power_per_device_w=(total_power / len(power_by_device)) if total_power is not None else None,
+                power_per_gpu_w=wavg("power_avg"),
+                temp_avg_c=wavg("temp_avg"),
+                temp_max_c=max_of(v.get("temp_max") for _n, _s, v in gpu_acc.values()),
+                energy_j=energy,
+                energy_per_inference_j=(total_power / qps) if total_power and qps else None,
+                qps_per_watt=(qps / total_power) if qps and total_power else None,
+                qps_per_gpu=(qps / gpus) if qps and gpus else None,
+            )
+        )
+    return out
+
+
+def _operation_latency(
+    session: Session, names: Sequence[str], since_ns: int, until_ns: int, operation: str
+) -> LatencyStats | None:
+    """The operation over all the group's devices and label sets; None when it was never called."""
+    stats = latency_stats(
+        session=session, devices=names, since_ns=since_ns, until_ns=until_ns, name=operation, by_labels=False
+    )
+    return stats[0] if stats and stats[0].count else None
+
+
+def _weighted(acc: Mapping[tuple, list]) -> Callable[[str], float | None]:
+    """A function giving the sample-weighted mean of one aggregate over ``acc``'s rows."""
+
+    def mean(key: str) -> float | None:
+        num = den = 0.0
+        for n, _span, v in acc.values():
+            if v.get(key) is not None:
+                num += v[key] * n
+                den += n
+        return num / den if den else None
+
+    return mean
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def benchmark_records(
+    *, session: Session, since_ns: int, until_ns: int, devices: Sequence[str] | None = None, limit: int = 500
+) -> list[BenchmarkRecord]:
+    """trtexec performance summaries (incidents of kind trt_benchmark), newest first."""
+    out = []
+    for i in search_incidents(
+        session=session,
+        since_ns=since_ns,
+        until_ns=until_ns,
+        kinds=[KIND_TRT_BENCHMARK],
+        devices=devices,
+        limit=limit,
+    ):
+        f = i.facts
+        if f.get("record", "performance_summary") != "performance_summary":
+            continue  # a device-information block on its own carries no figures
+        batch = f.get("batch_size")
+        out.append(
+            BenchmarkRecord(
+                id=i.id,
+                device=i.device,
+                ts_ns=i.ts_ns,
+                title=i.title,
+                throughput_qps=_num(f.get("throughput_qps")),
+                latency_mean_ms=_num(f.get("latency_mean_ms")),
+                latency_p99_ms=_num(f.get("latency_p99_ms")),
+                gpu_compute_mean_ms=_num(f.get("gpu_compute_mean_ms")),
+                precision=str(f["precision"]) if f.get("precision") is not None else None,
+                batch_size=int(batch)
+                if isinstance(batch, (int, float)) and not isinstance(batch, bool)
+                else None,
+                device_name=str(f["device_name"]) if f.get("device_name") else None,
+                facts=dict(f),
+            )
+        )
+    return out

@@ -1,0 +1,216 @@
+"""The fleet at a glance: every device with its state, current readings, sparklines and open incidents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, mean_of, sum_of
+from fleetscope.collector.query.devices import device_model, list_devices
+from fleetscope.collector.query.incidents import search_incidents
+from fleetscope.collector.query.series import fetch_samples
+from fleetscope.collector.query.types import DeviceSummary, IncidentView
+from fleetscope.collector.storage.rollups import GPU
+from fleetscope.collector.storage.schema import Incident, gpu_samples, host_samples
+from fleetscope.proto.vocabulary import (
+    KIND_TRT_BENCHMARK,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    severities_at_least,
+    worst_severity,
+)
+
+
+@dataclass(frozen=True)
+class FleetDevice:
+    name: str
+    kind: str
+    model: str  # what a person calls it: "Jetson Orin Nano Developer Kit", "8x NVIDIA A100-SXM4-80GB"
+    labels: dict[str, str]
+    online: bool
+    last_seen_ns: int
+    gpu_count: int
+    gpu_names: list[str]
+    simulated: bool
+    util_percent: float | None  # now: mean over the device's GPUs
+    memory_used_bytes: float | None  # now: sum over GPUs
+    memory_total_bytes: float | None
+    temp_c: float | None  # now: hottest GPU
+    power_w: float | None  # now: sum over GPUs
+    cpu_percent: float | None
+    host_mem_used_bytes: float | None
+    host_mem_total_bytes: float | None
+    spark_util: list[float | None]
+    spark_mem_percent: list[float | None]
+    spark_temp: list[float | None]
+    spark_power: list[float | None]
+    open_incidents: int
+    worst_severity: str  # "" when none
+
+
+@dataclass(frozen=True)
+class FleetOverview:
+    now_ns: int
+    spark_step_s: int
+    spark_ts_ns: list[int]
+    devices: list[FleetDevice]
+    open_incidents: list[IncidentView]
+    open_window_ns: int
+
+
+def fleet_overview(
+    *,
+    session: Session,
+    now_ns: int,
+    spark_window_ns: int = 30 * 60 * NS,
+    spark_step_s: int = 60,
+    open_window_ns: int = 24 * 3600 * NS,
+    current_window_ns: int = 20 * NS,
+) -> FleetOverview:
+    """Every device with its state, current readings, sparklines and open incidents.
+
+    Open incidents are the last ``open_window_ns`` of warnings and worse (benchmark records
+    excluded): incidents have no closed state yet, and a day is what an operator scans.
+    """
+    devices = list_devices(session=session, now_ns=now_ns)
+    ids = device_ids(session, [d.name for d in devices])
+    by_id = {ids[d.name]: d for d in devices if d.name in ids}
+    step_ns = spark_step_s * NS
+    lo = floor_to(now_ns - spark_window_ns, step_ns) + step_ns
+    spark_ts = list(range(lo, now_ns + 1, step_ns))
+    spark_index = {t: i for i, t in enumerate(spark_ts)}
+    all_ids = list(by_id)
+    # One row per device and bucket, its GPUs aggregated in SQL (200 devices x 30 buckets, not
+    # 900 GPUs x 30): mean utilisation, hottest GPU, and memory and power as the per-GPU mean
+    # times the device's GPU count (their sum when every GPU reports, as they do).
+    gpu_acc, _ = fetch_samples(
+        session, GPU, all_ids, lo, now_ns + 1, spark_step_s, per_gpu=False,
+        only=("util_avg", "memory_used_avg", "temp_max", "power_avg"),
+    )  # fmt: skip
+    spark: dict[int, dict[str, list]] = {
+        d: {k: [None] * len(spark_ts) for k in ("util", "mem", "temp", "power")} for d in all_ids
+    }
+    totals = {d: _memory_total(by_id[d]) for d in all_ids}
+    for (d, _gi, b), (_n, _span, v) in gpu_acc.items():
+        i = spark_index.get(b)
+        if i is None:
+            continue
+        s = spark[d]
+        gpus = max(1, by_id[d].gpu_count)
+        mem = v["memory_used_avg"] * gpus if v["memory_used_avg"] is not None else None
+        s["util"][i] = v["util_avg"]
+        s["mem"][i] = 100.0 * mem / totals[d] if mem is not None and totals[d] else None
+        s["temp"][i] = v["temp_max"]
+        s["power"][i] = v["power_avg"] * gpus if v["power_avg"] is not None else None
+
+    current = _current(
+        session, [d for d in all_ids if by_id[d].online], now_ns - current_window_ns, now_ns + 1
+    )
+    open_counts: dict[int, tuple[int, str]] = {}
+    q = (
+        select(Incident.device_id, Incident.severity, func.count())
+        .where(
+            Incident.ts_ns >= now_ns - open_window_ns,
+            Incident.kind != KIND_TRT_BENCHMARK,
+            Incident.severity != SEVERITY_INFO,
+        )
+        .group_by(Incident.device_id, Incident.severity)
+    )
+    for d, sev, c in session.execute(q):
+        n, worst = open_counts.get(d, (0, ""))
+        open_counts[d] = (n + c, worst_severity(sev, worst) if worst else sev)
+    out = []
+    for d in all_ids:
+        summary = by_id[d]
+        cur = current.get(d, {})
+        n, worst = open_counts.get(d, (0, ""))
+        out.append(
+            FleetDevice(
+                name=summary.name,
+                kind=summary.kind,
+                model=device_model(summary),
+                labels=summary.labels,
+                online=summary.online,
+                last_seen_ns=summary.last_seen_ns,
+                gpu_count=summary.gpu_count,
+                gpu_names=summary.gpus,
+                simulated=summary.simulated,
+                util_percent=cur.get("util"),
+                memory_used_bytes=cur.get("mem"),
+                memory_total_bytes=totals[d],
+                temp_c=cur.get("temp"),
+                power_w=cur.get("power"),
+                cpu_percent=cur.get("cpu"),
+                host_mem_used_bytes=cur.get("host_mem"),
+                host_mem_total_bytes=cur.get("host_mem_total")
+                or (summary.inventory or {}).get("memory_total_bytes")
+                or None,
+                spark_util=spark[d]["util"],
+                spark_mem_percent=spark[d]["mem"],
+                spark_temp=spark[d]["temp"],
+                spark_power=spark[d]["power"],
+                open_incidents=n,
+                worst_severity=worst,
+            )
+        )
+    recent = search_incidents(
+        session=session,
+        since_ns=now_ns - open_window_ns,
+        until_ns=now_ns + 1,
+        severities=severities_at_least(SEVERITY_WARNING),
+        exclude_kinds=[KIND_TRT_BENCHMARK],
+        limit=50,
+    )
+    return FleetOverview(
+        now_ns=now_ns,
+        spark_step_s=spark_step_s,
+        spark_ts_ns=spark_ts,
+        devices=out,
+        open_incidents=recent,
+        open_window_ns=open_window_ns,
+    )
+
+
+def _memory_total(d: DeviceSummary) -> float | None:
+    total = sum(float(g.get("memory_total_bytes") or 0) for g in (d.inventory or {}).get("gpus", []))
+    return total or None
+
+
+def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int, dict[str, float | None]]:
+    """The newest reading of each device (and GPU) within [lo, hi)."""
+    out: dict[int, dict[str, float | None]] = {}
+    if not ids:
+        return out
+    g = gpu_samples.c
+    latest: dict[tuple[int, int], tuple] = {}
+    q = select(
+        g.device_id, g.gpu_index, g.ts_ns, g.util_gpu_percent, g.memory_used_bytes, g.temp_c, g.power_w
+    ).where(g.device_id.in_(list(ids)), g.ts_ns >= lo, g.ts_ns < hi)
+    for row in session.execute(q):
+        key = (row[0], row[1])
+        if key not in latest or row[2] > latest[key][2]:
+            latest[key] = tuple(row)
+    per_device: dict[int, list[tuple]] = {}
+    for (d, _gi), newest in latest.items():
+        per_device.setdefault(d, []).append(newest)
+    for d, rows in per_device.items():
+        out[d] = {
+            "util": mean_of(r[3] for r in rows),
+            "mem": sum_of(r[4] for r in rows),
+            "temp": max_of(r[5] for r in rows),
+            "power": sum_of(r[6] for r in rows),
+        }
+    h = host_samples.c
+    host_latest: dict[int, tuple] = {}
+    q = select(h.device_id, h.ts_ns, h.cpu_percent, h.mem_used_bytes, h.mem_total_bytes).where(
+        h.device_id.in_(list(ids)), h.ts_ns >= lo, h.ts_ns < hi
+    )
+    for hrow in session.execute(q):
+        if hrow[0] not in host_latest or hrow[1] > host_latest[hrow[0]][1]:
+            host_latest[hrow[0]] = tuple(hrow)
+    for d, newest in host_latest.items():
+        out.setdefault(d, {}).update({"cpu": newest[2], "host_mem": newest[3], "host_mem_total": newest[4]})
+    return out

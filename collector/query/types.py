@@ -1,0 +1,77 @@
+"""The values more than one subject returns: a device, an incident, a log line, raw sample points.
+
+Frozen dataclasses of plain values (no ORM objects), so callers never depend on the schema and
+results can be cached, pickled and turned into JSON (``to_jsonable``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    name: str
+    agent_id: str
+    kind: str
+    hostname: str
+    labels: dict[str, str]
+    online: bool
+    first_seen_ns: int
+    last_seen_ns: int
+    agent_version: str
+    clock_skew_ns: int
+    gpu_count: int
+    gpus: list[str]
+    inventory: dict[str, Any]
+    batches_stored: int
+    batches_rejected: int
+    last_rejection: str
+    counters: dict[str, Any]
+    simulated: bool
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    id: int
+    device: str
+    ts_ns: int
+    kind: str
+    severity: str
+    title: str
+    facts: dict[str, Any]
+    source: str
+    excerpt: str
+
+
+@dataclass(frozen=True)
+class LogLine:
+    device: str
+    ts_ns: int
+    source: str
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class HostPoint:
+    ts_ns: int
+    values: dict[str, float | None]
+    cpu_cores: list | None = None
+    top_processes: list | None = None
+
+
+@dataclass(frozen=True)
+class GpuPoint:
+    ts_ns: int
+    gpu_index: int
+    values: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class GpuStatePoint:
+    ts_ns: int
+    gpu_index: int
+    values: dict[str, float | None]
+    processes: list | None = None

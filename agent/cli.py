@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import signal
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetscope.cli.args import duration_s, label, size_bytes
+
+if TYPE_CHECKING:
+    from fleetscope.agent.samplers.registry import SamplerSettings
 
 log = logging.getLogger(__name__)
 
@@ -107,53 +109,27 @@ def _stop_on_signals(stop: threading.Event) -> None:
         signal.signal(sig, handler)
 
 
-def build_samplers(args: argparse.Namespace) -> list:
-    """The sources this device has; a missing one is said once and skipped."""
-    samplers: list = []
-    if not args.no_host:
-        from fleetscope.agent.samplers.host import HostSampler
+def sampler_settings(args: argparse.Namespace) -> SamplerSettings:
+    """What the ``agent`` flags say to sample; the registry decides what this device has of it."""
+    from fleetscope.agent.samplers.registry import SamplerSettings
 
-        samplers.append(HostSampler())
-    if not args.no_gpu:
-        from fleetscope.agent.samplers._base import SourceUnavailable
-        from fleetscope.agent.samplers.nvml import NvmlSampler
-
-        if NvmlSampler.available():
-            sampler = NvmlSampler(xid_events=True)
-            try:
-                gpus = sampler.inventory()
-                log.info("NVML: %d GPU(s), driver %s", len(gpus), sampler.driver_version)
-                samplers.append(sampler)
-            except SourceUnavailable as exc:
-                log.warning("no NVIDIA GPU sampling: %s", exc)
-        else:
-            log.info("no NVIDIA driver here: GPU sampling through NVML is off")
-    from fleetscope.agent.samplers._base import SourceUnavailable
-    from fleetscope.agent.samplers.jetson import JetsonSampler
-
-    on_jetson = JetsonSampler.available()
-    if args.tegrastats_cmd or (on_jetson and args.jetson_source == "tegrastats" and shutil.which("tegrastats")):
-        from fleetscope.agent.samplers.tegrastats import TegrastatsSampler
-
-        try:
-            samplers.append(TegrastatsSampler(args.tegrastats_cmd, interval_s=args.interval))
-        except SourceUnavailable as exc:
-            log.warning("no tegrastats readings: %s", exc)
-    elif on_jetson:
-        sampler = JetsonSampler()
-        log.info("Jetson %s (L4T %s, JetPack %s): reading sysfs", sampler.board.model, sampler.board.l4t_release,
-                 sampler.board.jetpack_version)
-        samplers.append(sampler)
-    return samplers
+    return SamplerSettings(
+        host=not args.no_host,
+        nvml=not args.no_gpu,
+        jetson_source=args.jetson_source,
+        tegrastats_cmd=args.tegrastats_cmd,
+        interval_s=args.interval,
+    )
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    from fleetscope.cli import require
+    from fleetscope.cli.extras import require
 
     require("agent", "psutil")
     from fleetscope.agent.classify import classify_event
     from fleetscope.agent.daemon.footprint import limit_malloc_arenas
     from fleetscope.agent.daemon.runner import Agent, AgentSettings
+    from fleetscope.agent.samplers.registry import default_samplers
 
     limit_malloc_arenas()  # before any thread starts: see agent/daemon/footprint.py
     collectors = args.collector or _env_list("FLEETSCOPE_COLLECTOR")
@@ -174,7 +150,9 @@ def run_agent(args: argparse.Namespace) -> int:
         journal_units=tuple(args.journal_unit),
         sdk_socket=args.sdk_socket,
     )
-    agent = Agent(settings, samplers=build_samplers(args), classify=classify_event)
+    # The sources this device has; a missing one is said once and skipped.
+    samplers = default_samplers().build(sampler_settings(args))
+    agent = Agent(settings, samplers=samplers, classify=classify_event)
     stop = threading.Event()
     _stop_on_signals(stop)
     print(f"fleetscope agent {agent.agent_id} ({settings.name or 'hostname'}) -> {', '.join(collectors)}; spool {agent.spool.path}",

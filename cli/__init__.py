@@ -10,14 +10,17 @@ import argparse
 import logging
 import sys
 
-__all__ = ["main", "build_parser"]
+from fleetscope.cli.extras import MissingExtra, require
+
+__all__ = ["main", "build_parser", "MissingExtra", "require"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     from fleetscope.agent import cli as agent_cli
-    from fleetscope.agent.tools import scan_cli
     from fleetscope.cli import demo
+    from fleetscope.cli import scan as scan_cli
     from fleetscope.collector import cli as collector_cli
+    from fleetscope.collector import db_cli
     from fleetscope.dashboard import cli as dashboard_cli
 
     parser = argparse.ArgumentParser(
@@ -30,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent_cli.register(sub)
     scan_cli.register(sub)
     collector_cli.register(sub)
+    db_cli.register(sub)
     dashboard_cli.register(sub)
     demo.register(sub)
     return parser
@@ -55,17 +59,3 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-class MissingExtra(RuntimeError):
-    """A subcommand's optional dependencies are not installed."""
-
-    def __init__(self, extra: str, module: str) -> None:
-        super().__init__(f"needs the '{extra}' extra ({module} is not installed): pip install 'fleetscope[{extra}]'")
-
-
-def require(extra: str, module: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise MissingExtra(extra, module)

@@ -21,7 +21,7 @@ import ctypes
 _M_ARENA_MAX = -8  # from <malloc.h>
 
 
-def _libc():  # type: ignore[no-untyped-def]
+def _libc() -> ctypes.CDLL | None:
     try:
         return ctypes.CDLL(None)  # the C library the interpreter already loaded
     except OSError:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetscope.agent import __version__
 from fleetscope.agent.daemon.batcher import Pending, build_batches
@@ -25,19 +26,21 @@ from fleetscope.agent.daemon.identity import (
     load_or_create_agent_id,
     read_boot_id,
 )
+from fleetscope.agent.daemon.log_pipeline import Classify, LogPipeline
 from fleetscope.agent.daemon.spool import Spool, SpoolError
 from fleetscope.agent.daemon.uplink import Backoff, Uplink
-from fleetscope.agent.logs.files import FileFollower
-from fleetscope.agent.logs.grouping import EventGrouper
-from fleetscope.agent.records import IncidentRecord, LogEvent
+from fleetscope.agent.logs.registry import LogSourceSettings, default_log_sources
+from fleetscope.agent.records import LogEvent
 from fleetscope.agent.samplers._base import Sampler, SampleSet, SourceUnavailable
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from fleetscope.proto.vocabulary import CAPABILITIES
+
+if TYPE_CHECKING:
+    from fleetscope.agent.daemon.local_server import LocalReportServer
 
 log = logging.getLogger(__name__)
 _TRIM_INTERVAL_S = 10.0  # how often freed heap pages go back to the kernel (agent/daemon/footprint.py)
 
-CAPABILITIES = ("columnar-v1", "incidents-v1", "latency-v1", "metrics-v1")
-Classify = Callable[[LogEvent], list[IncidentRecord]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class AgentSettings:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
 
+    @property
+    def log_sources(self) -> LogSourceSettings:
+        return LogSourceSettings(files=self.log_files, kernel_log=self.kernel_log, journal_units=self.journal_units)
+
 
 class Agent:
     def __init__(
@@ -77,9 +84,7 @@ class Agent:
         self.agent_id = load_or_create_agent_id(settings.spool_dir)
         self.boot_id = read_boot_id()
         self._samplers = samplers
-        self._classify = classify
-        self._log_sources = self._build_log_sources(settings)
-        self._grouper = EventGrouper()
+        self._logs = LogPipeline(default_log_sources().build(settings.log_sources), classify=classify)
         self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
         self._pending = Pending()
         self._pending_lock = threading.Lock()
@@ -99,22 +104,7 @@ class Agent:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._local_server = None
-
-    @staticmethod
-    def _build_log_sources(settings: AgentSettings) -> list:
-        sources: list = []
-        if settings.log_files:
-            sources.append(FileFollower(list(settings.log_files)))
-        if settings.kernel_log:
-            from fleetscope.agent.logs.kernel_log import KernelLogSource
-
-            sources.append(KernelLogSource())
-        if settings.journal_units:
-            from fleetscope.agent.logs.journal import JournalSource
-
-            sources.append(JournalSource(list(settings.journal_units)))
-        return sources
+        self._local_server: LocalReportServer | None = None  # started by run(), when a socket is set
 
     def _build_inventory(self) -> pb.Inventory:
         inv = host_inventory()
@@ -197,25 +187,8 @@ class Agent:
                 if sampler.name not in self._warned:
                     self._warned.add(sampler.name)
                     log.warning("sampler %s failed: %s (further failures are only counted)", sampler.name, exc)
-        for source in self._log_sources:
-            try:
-                lines.extend(source.poll(now_ns))
-            except Exception as exc:  # a log source must not stop sampling
-                self._sampler_errors += 1
-                if source.__class__.__name__ not in self._warned:
-                    self._warned.add(source.__class__.__name__)
-                    log.warning("log source %s failed: %s", source.__class__.__name__, exc)
-        # Every tick, even with no lines: that is when held multi-line groups time out.
-        self._add_log_events(self._grouper.feed(lines))
-
-    def _add_log_events(self, events: list[LogEvent]) -> None:
-        if not events:
-            return
-        incidents: list[IncidentRecord] = []
-        if self._classify is not None:
-            for ev in events:
-                incidents.extend(self._classify(ev))
-        self.add(SampleSet(logs=events, incidents=incidents))
+        # Every tick, even with no lines: that is when held multi-line blocks time out.
+        self.add(self._logs.read(now_ns, lines))
 
     def flush(self, now_ns: int | None = None) -> int:
         """Move pending records into the spool as batches; returns how many were written."""
@@ -257,7 +230,7 @@ class Agent:
             reconnects=c["reconnects"],
             rejected_batches=c["rejected_batches"],
             last_rejection=st.last_rejection,
-            sampler_errors=self._sampler_errors,
+            sampler_errors=self._sampler_errors + self._logs.errors,
             rss_bytes=float(_rss_bytes()),
             cpu_seconds=usage.ru_utime + usage.ru_stime,
         )
@@ -290,12 +263,7 @@ class Agent:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        self._add_log_events(self._grouper.flush_all())
-        for source in self._log_sources:
-            try:
-                source.close()
-            except Exception as exc:  # closing is best effort
-                log.debug("closing %s: %s", source, exc)
+        self.add(self._logs.close())
         self.flush()
         if self._local_server is not None:
             self._local_server.stop(1.0)

@@ -79,7 +79,7 @@ class Spool:
         self._counters = {k: int(self._meta(k, 0)) for k in _COUNTERS}
         self._last_rejection = str(self._meta("last_rejection", ""))
 
-    def _meta(self, key: str, default: object) -> object:
+    def _meta(self, key: str, default: int | str) -> int | str:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else row[0]
 

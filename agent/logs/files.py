@@ -3,7 +3,10 @@
 A file present when the agent starts is followed from its end (its past is not news); a file
 that appears later, or the new file after a rotation, is read from its start so nothing
 written between two polls is lost. Partial lines wait for their newline, and a line longer
-than ``max_line_bytes`` is cut there, so one runaway writer cannot exhaust a drone's memory.
+than ``max_line_bytes`` is cut there (the rest of it dropped), so one runaway writer cannot
+exhaust a drone's memory. Every line is handed on, blank ones too: the grouper
+(``fleetscope.agent.logs.grouping``) reads where blocks end from them, and drops those outside
+a block.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class _OpenFile:
     inode: int
     offset: int
     pending: bytes = b""
+    cutting: bool = False  # the line being read was cut at max_line_bytes: its rest is dropped
 
 
 class FileFollower:
@@ -103,10 +107,10 @@ class FileFollower:
             self._warn_once(state.path, f"cannot stat {state.path}: {exc}")
             return []
         if st.st_ino != state.inode:
-            state.inode, state.offset, state.pending = st.st_ino, 0, b""
+            state.inode, state.offset, state.pending, state.cutting = st.st_ino, 0, b"", False
         elif st.st_size < state.offset:
             log.info("%s was truncated; reading it from the start", state.path)
-            state.offset, state.pending = 0, b""
+            state.offset, state.pending, state.cutting = 0, b"", False
         if st.st_size == state.offset:
             return []
         try:
@@ -118,19 +122,25 @@ class FileFollower:
             return []
         state.offset += len(chunk)
         data = state.pending + chunk
+        if state.cutting:
+            end = data.find(b"\n")
+            if end < 0:
+                return []  # still the rest of the cut line
+            data, state.cutting = data[end + 1 :], False
         lines = data.split(b"\n")
         state.pending = lines.pop()
         if len(state.pending) > self._max_line:
             lines.append(state.pending)
-            state.pending = b""
+            state.pending, state.cutting = b"", True
         out = []
         for raw in lines:
             if len(raw) > self._max_line:
                 raw = raw[: self._max_line]
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            if text:
-                out.append(LogEvent(ts_ns=now_ns, source=state.path, message=text, level=guess_level(text),
-                                    parsed_ts_ns=parsed_time_ns(text)))
+            # Blank lines too: a blank line ends some blocks (trtexec sections, a traceback's
+            # frames), and the grouper, which drops the blank lines outside a block, reads them.
+            out.append(LogEvent(ts_ns=now_ns, source=state.path, message=text, level=guess_level(text),
+                                parsed_ts_ns=parsed_time_ns(text)))
         return out
 
     def _warn_once(self, key: str, message: str) -> None:

@@ -1,45 +1,107 @@
-"""Multi-line blocks (Python tracebacks, glog/TensorFlow messages) made into one LogEvent each.
+"""Multi-line blocks made into one event each: the rules the agent and ``fleetscope scan`` share.
 
 Log sources hand over lines; classifiers want *events*. A PyTorch OOM is a traceback whose last
-line holds the numbers, and a chained traceback prints the same failure twice: read as one event
-the classifier reports one finding (with the traceback's frames), read line by line it cannot.
+line holds the numbers, and a chained traceback prints the same failure twice; a kernel OOM kill
+is a burst of lines from "invoked oom-killer" to "Killed process"; a trtexec benchmark is a
+summary of a dozen lines. Read as one event each, a classifier reports one finding with all its
+facts; read line by line it cannot. The agent (:class:`EventGrouper`, over every log source) and
+``fleetscope scan`` (:class:`LineGrouper`, over a file's numbered lines) group by these same
+rules, so the same text gives the same events in both.
 
-:class:`EventGrouper` keeps state per source (two files or units interleaving never mix), and
-per line prefix within a source: ``torchrun`` prints ``[rank0]: `` / ``[rank1]: `` before every
-line of each rank's traceback, and the ranks' lines interleave. A block becomes one event whose
-message is its lines joined with ``"\\n"``, with the first line's times and source.
+Blocks
+------
+A line that is not inside a block opens one when it is, tried in this order:
 
-A traceback ends at its exception line, but may go on: its message's own lines (TensorFlow's
-root errors, PyTorch's CUDA_LAUNCH_BLOCKING advice), then a chained one ("During handling of the
-above exception ..."). So a traceback open at the end of a poll is held until the next poll,
-and flushed once ``max_wait_s`` have passed since its first line or when it reaches ``max_lines``
-(the rest continues as a second event). A glog header line with no indented line after it in
-the same poll is let through at the end of that poll, not held: glog writes a message and its
-continuation lines with one write(), so they arrive together, and holding every glog line would
-delay them all.
+1. A Python traceback header: a line ending in ``Traceback (most recent call last):`` (or Python
+   3.11's ``+ Exception Group Traceback ...``). Whatever precedes the marker is the block's
+   *prefix* (a logger's ``ERROR step failed: ``, torchrun's ``[rank0]: ``, docker compose's
+   ``trainer-1  | ``): the lines that carry it belong to the block and are read without it.
+   Frames follow (indented lines, ``File "...", line N``); the first other line must be the
+   exception (a dotted name, then ``:`` or nothing), else the block ends before it. The
+   exception's message may go on (indented lines, and the unindented advice PyTorch, TensorFlow
+   and JAX print), and a chained exception ("During handling of the above exception ..." or "The
+   above exception was the direct cause ...", then the next ``Traceback``) stays in the block, as
+   Python prints the chain as one report. A blank line among the frames ends the block; after
+   the exception, up to two blank lines in a row are kept if the block goes on.
+2. A pasted traceback tail: a line that is a ``File "...", line N`` frame, read as in 1.
+3. A glog or TensorFlow/absl header (``E0421 10:03:12.123456  1234 file.cc:123] `` or
+   ``2022-04-17 14:04:31.889463: W tensorflow/...cc:275] ``) and the indented lines after it.
+4. A kernel OOM burst: from ``invoked oom-killer`` through ``Killed process``, plus the
+   ``oom_reaper: reaped process`` line when it comes next; blank lines inside are dropped. A
+   ``Kill process N ... or sacrifice child`` line without the header starts a burst of at most
+   8 lines; a lone ``Killed process`` line is a burst of its own (with its oom_reaper line).
+5. A trtexec performance summary: from ``=== Performance summary ===`` while the lines, without
+   trtexec's ``[date] [I]`` prefix, are not empty and open no other ``=== ... ===`` section;
+   without that header, from ``Throughput: N qps`` while the lines are summary statistics. The
+   ``=== Device Information ===`` block (same end rule) seen last before a summary is put in
+   front of it, so the benchmark names its GPU (the event's lines are then not contiguous); a
+   device block that no summary follows is an event of its own.
+6. A ``kubectl describe`` state: a ``State:`` or ``Last State:`` line and the lines indented
+   deeper.
+
+Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
+block and a state block end at 64 lines.
+
+Sources and prefixes
+--------------------
+Blocks are kept apart per source (two files or journal units interleaving never mix), and per
+prefix within a source: torchrun prints ``[rank0]: `` / ``[rank1]: `` before every line of each
+rank's traceback, and the ranks' lines interleave. A line that carries no open block's prefix
+leaves the blocks open (another service's line between two of a traceback's), but it continues
+the block that took the source's previous line when that block's rules take it as it is: a
+logger prints its prefix on a traceback's first line only, and Python prints a chained
+exception's separator and second traceback without torchrun's prefix. A line other than a
+blank one taken so leaves the block without a prefix from then on.
+
+Bounds and time
+---------------
+A block is cut at ``max_lines`` lines or ``max_chars`` characters and goes on as a new one, so a
+runaway block cannot hold a source's memory. A finished file (``scan``) has no time: a block ends
+when a line does not continue it, or at the end of the file. The agent reads logs as they grow,
+poll by poll: a block still open at the end of a poll is held for the next (a traceback may still
+chain, a burst may still reach its kill), and released once ``max_wait_s`` have passed since its
+first line; so is a device block waiting for its summary. A glog header with no indented line
+after it in the same poll is released at the end of that poll, not held: glog writes a message
+and its continuation lines with one write(), so they arrive together, and holding every glog
+line would delay them all.
 
 Speed: the agent runs this over every line. A line of a source with nothing open costs one dict
-lookup, one substring test and a character test before it is passed on.
+lookup and one C-level regex search before it is passed on.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from fleetscope.agent.records import LogEvent
+from fleetscope.proto.vocabulary import LOG_LEVEL_RANK
 
-__all__ = ["EventGrouper"]
+__all__ = [
+    "MAX_BLOCK_CHARS",
+    "MAX_BLOCK_LINES",
+    "MAY_OPEN_BLOCK",
+    "EventGrouper",
+    "GroupedLine",
+    "LineGrouper",
+]
+
+MAX_BLOCK_LINES = 4096  # a kernel task table on a big host is long; a traceback or summary is not
+MAX_BLOCK_CHARS = 1 << 20
+SECTION_LINES = 64  # trtexec sections and kubectl state blocks are a dozen lines
+SHORT_BURST_LINES = 8  # "Kill process ... or sacrifice child" is followed by "Killed process" at once
+_BLANKS_IN_A_ROW = 2  # Python prints one blank line on each side of a chain's separator
+
+# -------------------------------------------------------------------------------- patterns
 
 _TB_TEXT = "Traceback (most recent call last):"
 # Python 3.11 prints an exception group as "  + Exception Group Traceback (most recent call last):".
 _TB_MARK = re.compile(r"(?P<eg>[ \t]*\+ Exception Group )?Traceback \(most recent call last\):[ \t]*$")
-_CHAIN = (
-    "During handling of the above exception, another exception occurred:",
-    "The above exception was the direct cause of the following exception:",
-)
+_FRAME = re.compile(r'\s*File "[^"]*", line \d+')
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 # The line that ends a traceback: a (dotted) class name, then ":" or nothing ("KeyboardInterrupt").
 # A class made inside a function prints its qualified name: "mod.make.<locals>.Error: ...".
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.<>]*(?::|$)")
@@ -61,223 +123,439 @@ _GLOG = re.compile(
     r"(?:(?P<a>[IWEF])\d{4} \d\d:\d\d:\d+(?:\.\d+)?\s+\d+ "
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?: (?P<b>[IWEF]) )\S+:\d+\] "
 )
-_GLOG_FIRST = frozenset("IWEF0123456789")
 _GLOG_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "critical"}
-_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+_SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
+_K8S_STATE = re.compile(r"(\s*)(?:Last )?State:\s+\S")
+# trtexec's prefixes: a wrapper's "[INFO] ", the "[MM/DD/YYYY-HH:MM:SS] " stamp, the "[I] " level.
+_TRT_PREFIX = re.compile(
+    r"\s*(?:\[(?:INFO|WARNING|ERROR|VERBOSE)\]\s*)?(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*)?(?:\[[IWEVF]\]\s*)?"
+)
+_THROUGHPUT = re.compile(r"Throughput: [\d.]+ qps")
+_SUMMARY_STAT = re.compile(
+    r"(?:Throughput|Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency|Total Host Walltime"
+    r"|Total GPU Compute Time|Host Latency|End-to-End Host Latency|Host Compute Time):"
+)
+# Every line that can open a block matches this somewhere (not every line that matches opens
+# one; a glog header is known by its "file.cc:123] "). One C-level search per line: most lines
+# cannot open a block, and ``fleetscope scan`` searches whole runs of lines with it to skip the
+# quiet ones. Each alternative starts with a literal, which keeps the search fast.
+MAY_OPEN_BLOCK = re.compile(
+    r"Traceback \(most|File \"|:\d+\] |oom-killer|ill(?:ed)? process"
+    r"|=== Performance summary|=== Device Information|Throughput:|State:"
+)
 
-# Group kinds and traceback states.
-_TRACEBACK, _GLOG_BLOCK = "traceback", "glog"
+_RANK = LOG_LEVEL_RANK
+
+# Block kinds and their states.
+_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S = (
+    "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state",
+)
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
+_BURST, _KILLED = "burst", "killed"
+_HEADER, _STATS = "header", "stats"
+_BODY = "body"
+
+# What a block does with a line: take it, take it as its last, end before it (the line is then
+# looked at afresh), or drop it (a blank line inside a kernel burst).
+_TAKE, _TAKE_LAST, _END, _DROP = range(4)
 
 
 def _indented(text: str) -> bool:
     return text[:1] in (" ", "\t")
 
 
-def _traceback_next(state: str, rest: str) -> str | None:
-    """The state after one more line of a traceback, or None when the line is not part of it."""
-    if not rest.strip():
-        return state  # a blank line: kept for now, dropped if the group ends on it
-    if state == _FRAMES:
-        if _indented(rest):
-            return _FRAMES
-        if rest.startswith(_TB_TEXT):
-            return None  # a new traceback: the one open lost its exception line
-        return _ENDED if _EXC_LINE.match(rest) else None
-    if state in (_ENDED, _EXC_GROUP) and rest.startswith(_CHAIN):
-        return _CHAINED
-    if state == _EXC_GROUP:
-        return _EXC_GROUP if _indented(rest) else None
-    if state == _ENDED:
-        return _ENDED if _indented(rest) or rest.startswith(_MESSAGE_TRAILERS) else None
-    m = _TB_MARK.match(rest)  # _CHAINED: the next traceback must follow
-    if m is None:
-        return None
-    return _EXC_GROUP if m["eg"] else _FRAMES
+def _blank(text: str) -> bool:
+    return not text or text.isspace()
 
 
-@dataclass
-class _Group:
+def _trt_message(text: str) -> str:
+    return text[_TRT_PREFIX.match(text).end() :].strip()  # type: ignore[union-attr]
+
+
+class GroupedLine(Protocol):
+    """What the grouper reads of a line: its text and where it came from."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+L = TypeVar("L", bound=GroupedLine)
+E = TypeVar("E")
+# Makes one event of a block's lines (in the order reported: a trtexec device block first, then
+# its summary) and the least level the block's kind says ("error" for a traceback, a glog header's
+# own, "info" otherwise). A line that is no block is handed over alone.
+Join = Callable[[Sequence[L], str], E]
+
+
+@dataclass(eq=False)
+class _Group(Generic[L]):
     """One block being collected (mutable: it grows line by line)."""
 
     kind: str
-    prefix: str  # printed before every line of the block ("" or e.g. "[rank0]: ")
     state: str
     opened_ns: int
-    level: str  # the least the block's level will be
-    events: list[LogEvent] = field(default_factory=list)
+    level: str
+    prefix: str = ""  # printed before every line of the block ("" or e.g. "[rank0]: ")
+    cap: int | None = None  # the kind's own bound: the block ends at this many lines
+    indent: int = 0  # a kubectl state block: the indent of its State: line
+    lines: list[L] = field(default_factory=list)
+    chars: int = 0
     blank_tail: int = 0  # trailing blank lines, dropped if the block ends here
 
     def rest(self, message: str) -> str | None:
         """The line without this block's prefix; None when the line does not carry it."""
-        if message.startswith(self.prefix):
-            return message[len(self.prefix) :]
-        if self.prefix and message.rstrip() == self.prefix.rstrip():
+        prefix = self.prefix
+        if message.startswith(prefix):
+            return message[len(prefix) :] if prefix else message
+        if message.rstrip() == prefix.rstrip():
             return ""  # "[rank0]:" alone: a blank line of that rank
         return None
 
-    def next_state(self, rest: str) -> str | None:
-        if self.kind == _GLOG_BLOCK:
-            return self.state if _indented(rest) and rest.strip() else None
-        return _traceback_next(self.state, rest)
-
-    def add(self, event: LogEvent, state: str, rest: str) -> None:
-        self.events.append(event)
+    def add(self, line: L, state: str, rest: str) -> None:
+        self.lines.append(line)
+        self.chars += len(line.message) + 1
         self.state = state
-        self.blank_tail = 0 if rest.strip() else self.blank_tail + 1
+        self.blank_tail = self.blank_tail + 1 if _blank(rest) else 0
 
-    def restart(self, now_ns: int) -> _Group:
-        return _Group(self.kind, self.prefix, self.state, now_ns, self.level)
-
-    def to_event(self) -> LogEvent | None:
-        kept = self.events[: len(self.events) - self.blank_tail]
-        if len(kept) <= 1:
-            return kept[0] if kept else None  # a lone line goes on unchanged
-        first = kept[0]
-        level = self.level
-        for e in kept:
-            if _RANK.get(e.level, 1) > _RANK.get(level, 1):
-                level = e.level
-        return LogEvent(
-            ts_ns=first.ts_ns,
-            source=first.source,
-            message="\n".join(e.message for e in kept),
-            level=level,
-            parsed_ts_ns=first.parsed_ts_ns,
-        )
+    def kept(self) -> list[L]:
+        return self.lines[: len(self.lines) - self.blank_tail]
 
 
-def _start(event: LogEvent, now_ns: int) -> _Group | None:
-    """The block ``event`` opens, if it opens one."""
-    msg = event.message
-    if _TB_TEXT in msg:
-        m = _TB_MARK.search(msg)
+# ------------------------------------------------------------------------------------ rules
+# Each takes the block and the line without the block's prefix, and says what the block does
+# with the line and the state it is in after it. They change nothing themselves.
+
+
+def _traceback_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    state = g.state
+    if _blank(rest):
+        if state == _FRAMES or g.blank_tail >= _BLANKS_IN_A_ROW:
+            return _END, state
+        return _TAKE, state  # kept for now, dropped if the block ends on it
+    if state == _FRAMES:
+        if _TB_TEXT in rest:
+            return _END, state  # a new traceback: the one open lost its exception line
+        if _indented(rest) or _FRAME.match(rest):
+            return _TAKE, _FRAMES
+        return (_TAKE, _ENDED) if _EXC_LINE.match(rest) else (_END, state)
+    if state in (_ENDED, _EXC_GROUP) and rest.startswith(_CHAIN):
+        return _TAKE, _CHAINED
+    if state == _EXC_GROUP:
+        return (_TAKE, state) if _indented(rest) else (_END, state)
+    if state == _ENDED:
+        return (_TAKE, state) if _indented(rest) or rest.startswith(_MESSAGE_TRAILERS) else (_END, state)
+    m = _TB_MARK.match(rest)  # _CHAINED: the next traceback must follow
+    if m is None:
+        return _END, state
+    return _TAKE, (_EXC_GROUP if m["eg"] else _FRAMES)
+
+
+def _glog_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    return (_TAKE, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
+
+
+def _kernel_oom_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if g.state == _KILLED:
+        return (_TAKE_LAST, _KILLED) if "oom_reaper: reaped process" in rest else (_END, _KILLED)
+    if "Killed process" in rest:
+        return _TAKE, _KILLED
+    if "invoked oom-killer" in rest:
+        return _END, _BURST  # the next kill's burst
+    return (_DROP, _BURST) if _blank(rest) else (_TAKE, _BURST)
+
+
+def _trt_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    msg = _trt_message(rest)
+    if g.state == _STATS:
+        return (_TAKE, _STATS) if _SUMMARY_STAT.match(msg) else (_END, _STATS)
+    return (_TAKE, g.state) if msg and not msg.startswith(("===", "&&&&")) else (_END, g.state)
+
+
+def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    deeper = not _blank(rest) and len(rest) - len(rest.lstrip(" \t")) > g.indent
+    return (_TAKE, _BODY) if deeper else (_END, _BODY)
+
+
+_STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
+    _TRACEBACK: _traceback_step,
+    _GLOG_BLOCK: _glog_step,
+    _KERNEL_OOM: _kernel_oom_step,
+    _TRT_SUMMARY: _trt_step,
+    _TRT_DEVICE: _trt_step,
+    _K8S: _k8s_step,
+}
+
+
+def _opening(text: str, now_ns: int) -> _Group | None:
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 6 in order)."""
+    if MAY_OPEN_BLOCK.search(text) is None:
+        return None
+    if _TB_TEXT in text:
+        m = _TB_MARK.search(text)
         if m is not None:
             state = _EXC_GROUP if m["eg"] else _FRAMES
-            return _Group(_TRACEBACK, msg[: m.start()], state, now_ns, "error", [event])
-    if msg[:1] in _GLOG_FIRST:
-        m = _GLOG.match(msg)
-        if m is not None:
-            level = _GLOG_LEVELS[m["a"] or m["b"]]
-            return _Group(_GLOG_BLOCK, "", "block", now_ns, level, [event])
+            return _Group(_TRACEBACK, state, now_ns, "error", prefix=text[: m.start()])
+    if _FRAME.match(text):
+        return _Group(_TRACEBACK, _FRAMES, now_ns, "error")
+    m = _GLOG.match(text)
+    if m is not None:
+        return _Group(_GLOG_BLOCK, _BODY, now_ns, _GLOG_LEVELS[m["a"] or m["b"]])
+    if "invoked oom-killer" in text:
+        return _Group(_KERNEL_OOM, _BURST, now_ns, "info")
+    if _SACRIFICE.search(text):
+        return _Group(_KERNEL_OOM, _BURST, now_ns, "info", cap=SHORT_BURST_LINES)
+    if "Killed process" in text:
+        return _Group(_KERNEL_OOM, _KILLED, now_ns, "info")
+    if "=== Performance summary ===" in text:
+        return _Group(_TRT_SUMMARY, _HEADER, now_ns, "info", cap=SECTION_LINES)
+    if "=== Device Information ===" in text:
+        return _Group(_TRT_DEVICE, _BODY, now_ns, "info", cap=SECTION_LINES)
+    if _THROUGHPUT.match(_trt_message(text)):
+        return _Group(_TRT_SUMMARY, _STATS, now_ns, "info", cap=SECTION_LINES)
+    m = _K8S_STATE.match(text)
+    if m is not None:
+        return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)))
     return None
 
 
-class EventGrouper:
-    """Joins multi-line blocks into single LogEvents; everything else passes through at once.
+# ---------------------------------------------------------------------------------- grouper
 
-    Call :meth:`feed` with each poll's events (also when there are none: that is when held
-    blocks time out) and :meth:`flush_all` at shutdown. ``clock`` gives monotonic ns.
+
+@dataclass(eq=False)
+class _Source(Generic[L]):
+    name: str
+    groups: list[_Group[L]] = field(default_factory=list)  # open blocks, one per prefix
+    last: _Group[L] | None = None  # the block that took the source's previous line
+    device: _Group[L] | None = None  # an ended trtexec device block waiting for its summary
+
+    def empty(self) -> bool:
+        return not self.groups and self.device is None
+
+
+class LineGrouper(Generic[L, E]):
+    """Lines to events by the module docstring's rules. A line is any object with ``source`` and
+    ``message`` (the agent's LogEvents, ``scan``'s numbered lines); ``join`` makes the events.
+
+    A finished input (a file) is given line by line to :meth:`push`, then :meth:`flush_all`. A
+    growing one is given poll by poll to :meth:`feed` (also when a poll has no lines: that is
+    when held blocks time out), and :meth:`flush_all` at the end. ``max_wait_s=None`` holds
+    blocks until a line or the end ends them; ``clock`` gives monotonic ns.
+    """
+
+    def __init__(
+        self,
+        join: Join[L, E],
+        *,
+        max_lines: int = MAX_BLOCK_LINES,
+        max_chars: int = MAX_BLOCK_CHARS,
+        max_wait_s: float | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        if max_lines < 2:
+            raise ValueError("max_lines must be at least 2")
+        self._join = join
+        self._max_lines = max_lines
+        self._max_chars = max_chars
+        self._max_wait_ns = None if max_wait_s is None else int(max_wait_s * 1e9)
+        self._clock = clock
+        self._now_ns = 0  # the time of the current poll: when a block opened, for max_wait_s
+        self._sources: dict[str, _Source[L]] = {}
+
+    def feed(self, lines: Iterable[L]) -> list[E]:
+        """One poll's lines: the events that ended, in order; blocks still open are held for the
+        next poll, or released when they waited too long."""
+        self._now_ns = self._clock()
+        out: list[E] = []
+        for line in lines:
+            self._take(line, out)
+        self._release(out)
+        return out
+
+    def push(self, line: L) -> list[E]:
+        """One line of a finished input: the events it ended (and its own, when it is no block)."""
+        out: list[E] = []
+        self._take(line, out)
+        return out
+
+    def flush_all(self) -> list[E]:
+        """Every held block, now (at the end of a file, at shutdown)."""
+        out: list[E] = []
+        for src in list(self._sources.values()):
+            for g in list(src.groups):
+                self._close(src, g, out)
+            self._release_device(src, out)
+        self._sources.clear()
+        return out
+
+    def idle(self) -> bool:
+        """No block is open: the next line is looked at on its own."""
+        return not any(src.groups for src in self._sources.values())
+
+    def held_lines(self) -> int:
+        return sum(
+            sum(len(g.lines) for g in src.groups) + (len(src.device.lines) if src.device else 0)
+            for src in self._sources.values()
+        )
+
+    # -- one line ---------------------------------------------------------------------------
+
+    def _take(self, line: L, out: list[E]) -> None:
+        src = self._sources.get(line.source)
+        if src is not None and src.groups and self._continue(src, line, out):
+            return
+        text = line.message
+        group = _opening(text, self._now_ns)
+        if group is None:
+            if src is not None:
+                src.last = None
+            if text and not text.isspace():  # a blank line is no event
+                out.append(self._join((line,), "info"))
+            return
+        group.add(line, group.state, text)
+        src = self._sources.get(line.source)  # closing a block may have let the source go
+        if src is None:
+            src = self._sources[line.source] = _Source(line.source)
+        src.groups.append(group)
+        src.last = group
+        self._bound(src, group, out)
+
+    def _continue(self, src: _Source[L], line: L, out: list[E]) -> bool:
+        """True when ``line`` joined an open block; a block the line does not continue is closed."""
+        text = line.message
+        owner = self._owner(src.groups, text)
+        if owner is None:
+            return self._adopt(src, line, out)
+        rest = owner.rest(text)
+        assert rest is not None
+        verdict, state = _STEP[owner.kind](owner, rest)
+        if verdict == _END:
+            self._close(src, owner, out)
+            return False
+        src.last = owner
+        if verdict != _DROP:
+            self._add(src, owner, line, state, rest, verdict, out)
+        return True
+
+    @staticmethod
+    def _owner(groups: list[_Group[L]], text: str) -> _Group[L] | None:
+        # The longest prefix the line carries: "[rank0]: " wins over "" (which every line carries).
+        best: _Group[L] | None = None
+        for g in groups:
+            if g.rest(text) is not None and (best is None or len(g.prefix) > len(best.prefix)):
+                best = g
+        return best
+
+    def _adopt(self, src: _Source[L], line: L, out: list[E]) -> bool:
+        # A line without any open block's prefix, read as it is by the block that took the
+        # source's previous line (module docstring, "Sources and prefixes").
+        g = src.last
+        if g is None:
+            return False
+        text = line.message
+        verdict, state = _STEP[g.kind](g, text)
+        if verdict not in (_TAKE, _TAKE_LAST):
+            return False
+        if not _blank(text):
+            g.prefix = ""
+        self._add(src, g, line, state, text, verdict, out)
+        return True
+
+    def _add(self, src: _Source[L], g: _Group[L], line: L, state: str, rest: str, verdict: int, out: list[E]) -> None:
+        g.add(line, state, rest)
+        if verdict == _TAKE_LAST:
+            self._close(src, g, out)
+        else:
+            self._bound(src, g, out)
+
+    def _bound(self, src: _Source[L], g: _Group[L], out: list[E]) -> None:
+        """End a block at its kind's bound; cut one at the grouper's, the rest going on as a new one."""
+        if g.cap is not None and len(g.lines) >= g.cap:
+            self._close(src, g, out)
+        elif len(g.lines) >= self._max_lines or g.chars >= self._max_chars:
+            going_on: _Group[L] = _Group(g.kind, g.state, self._now_ns, g.level, prefix=g.prefix, cap=g.cap, indent=g.indent)
+            src.groups[src.groups.index(g)] = going_on
+            if src.last is g:
+                src.last = going_on
+            self._ended(src, g, out)
+
+    # -- leaving ----------------------------------------------------------------------------
+
+    def _close(self, src: _Source[L], g: _Group[L], out: list[E]) -> None:
+        src.groups.remove(g)
+        if src.last is g:
+            src.last = None
+        self._ended(src, g, out)
+        if src.empty():
+            self._sources.pop(src.name, None)  # a source seen once (a rotated file's name) leaves no state
+
+    def _ended(self, src: _Source[L], g: _Group[L], out: list[E]) -> None:
+        kept = g.kept()
+        if not kept:
+            return
+        if g.kind == _TRT_DEVICE:
+            self._release_device(src, out)  # two device blocks and no summary between: each on its own
+            g.lines, g.blank_tail = kept, 0
+            src.device = g
+            return
+        device = src.device
+        if g.kind == _TRT_SUMMARY and device is not None:
+            src.device = None
+            kept = device.lines + kept
+        out.append(self._join(kept, g.level if len(kept) > 1 else "info"))
+
+    def _release_device(self, src: _Source[L], out: list[E]) -> None:
+        if src.device is not None:
+            out.append(self._join(src.device.lines, src.device.level))
+            src.device = None
+
+    def _release(self, out: list[E]) -> None:
+        """At the end of a poll: lone glog headers, and blocks that waited ``max_wait_s``."""
+        now, wait = self._now_ns, self._max_wait_ns
+        for src in list(self._sources.values()):
+            for g in list(src.groups):
+                lone_glog = g.kind == _GLOG_BLOCK and len(g.lines) == 1
+                if lone_glog or (wait is not None and now - g.opened_ns >= wait):
+                    self._close(src, g, out)
+            if src.device is not None and wait is not None and now - src.device.opened_ns >= wait:
+                self._release_device(src, out)
+                if src.empty():
+                    self._sources.pop(src.name, None)
+
+
+class EventGrouper(LineGrouper[LogEvent, LogEvent]):
+    """The agent's grouper: LogEvents in, LogEvents out, each block joined into one.
+
+    A block becomes one event whose message is its lines joined with ``"\\n"``, with the first
+    line's times and source, and the most severe of its lines' levels and its kind's. A line that
+    is no block passes unchanged. Call :meth:`feed` with each poll's events (also when there are
+    none: that is when held blocks time out) and :meth:`flush_all` at shutdown.
     """
 
     def __init__(
         self,
         *,
         max_wait_s: float = 2.0,
-        max_lines: int = 200,
+        max_lines: int = MAX_BLOCK_LINES,
+        max_chars: int = MAX_BLOCK_CHARS,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        if max_lines < 2:
-            raise ValueError("max_lines must be at least 2")
-        self._max_wait_ns = int(max_wait_s * 1e9)
-        self._max_lines = max_lines
-        self._clock = clock
-        self._open: dict[str, list[_Group]] = {}  # source -> blocks being collected
+        super().__init__(_joined, max_lines=max_lines, max_chars=max_chars, max_wait_s=max_wait_s, clock=clock)
 
-    def feed(self, events: Iterable[LogEvent]) -> list[LogEvent]:
-        """Events in order, blocks joined; blocks still open are held for the next call."""
-        now_ns = self._clock()
-        out: list[LogEvent] = []
-        for event in events:
-            self._take(event, now_ns, out)
-        self._release(now_ns, out)
-        return out
 
-    def flush_all(self) -> list[LogEvent]:
-        """Every held block, now (at shutdown)."""
-        out: list[LogEvent] = []
-        for groups in self._open.values():
-            for g in groups:
-                self._emit(g, out)
-        self._open.clear()
-        return out
-
-    def held_lines(self) -> int:
-        return sum(len(g.events) for groups in self._open.values() for g in groups)
-
-    # -- one line ---------------------------------------------------------------------------
-
-    def _take(self, event: LogEvent, now_ns: int, out: list[LogEvent]) -> None:
-        groups = self._open.get(event.source)
-        if groups and self._extend(groups, event, now_ns, out):
-            return
-        group = _start(event, now_ns)
-        if group is None:
-            out.append(event)
-        elif groups is not None:
-            groups.append(group)
-        else:
-            self._open[event.source] = [group]
-
-    def _extend(self, groups: list[_Group], event: LogEvent, now_ns: int, out: list[LogEvent]) -> bool:
-        """True when ``event`` joined an open block; a block the line does not continue is closed."""
-        msg = event.message
-        owner = self._owner(groups, msg)
-        if owner is None:
-            return self._adopt(groups, event)
-        rest = owner.rest(msg)
-        assert rest is not None
-        state = owner.next_state(rest)
-        if state is None:
-            groups.remove(owner)
-            self._emit(owner, out)
-            return False
-        owner.add(event, state, rest)
-        if len(owner.events) >= self._max_lines:
-            groups[groups.index(owner)] = owner.restart(now_ns)
-            self._emit(owner, out)
-        return True
-
-    @staticmethod
-    def _owner(groups: list[_Group], msg: str) -> _Group | None:
-        # The longest prefix the line carries: "[rank0]: " wins over "" (which every line carries).
-        best: _Group | None = None
-        for g in groups:
-            if g.rest(msg) is not None and (best is None or len(g.prefix) > len(best.prefix)):
-                best = g
-        return best
-
-    @staticmethod
-    def _adopt(groups: list[_Group], event: LogEvent) -> bool:
-        # "... ERROR step failed: Traceback (most recent call last):" puts the marker after other
-        # text, and the frames follow without it: a traceback of one line takes on prefix "".
-        for g in groups:
-            if g.kind == _TRACEBACK and len(g.events) == 1 and g.prefix:
-                state = _traceback_next(g.state, event.message)
-                if state is not None and event.message.strip():
-                    g.prefix = ""
-                    g.add(event, state, event.message)
-                    return True
-        return False
-
-    # -- leaving ----------------------------------------------------------------------------
-
-    def _release(self, now_ns: int, out: list[LogEvent]) -> None:
-        for source in list(self._open):
-            keep: list[_Group] = []
-            for g in self._open[source]:
-                lone_glog = g.kind == _GLOG_BLOCK and len(g.events) == 1
-                if lone_glog or now_ns - g.opened_ns >= self._max_wait_ns:
-                    self._emit(g, out)
-                else:
-                    keep.append(g)
-            if keep:
-                self._open[source] = keep
-            else:
-                del self._open[source]  # a source seen once (a rotated file's name) leaves no state
-
-    @staticmethod
-    def _emit(group: _Group, out: list[LogEvent]) -> None:
-        event = group.to_event()
-        if event is not None:
-            out.append(event)
+def _joined(lines: Sequence[LogEvent], level: str) -> LogEvent:
+    if len(lines) == 1:
+        return lines[0]  # a lone line goes on unchanged
+    first = lines[0]
+    for e in lines:
+        if _RANK.get(e.level, 1) > _RANK.get(level, 1):
+            level = e.level
+    return LogEvent(
+        ts_ns=first.ts_ns,
+        source=first.source,
+        message="\n".join(e.message for e in lines),
+        level=level,
+        parsed_ts_ns=first.parsed_ts_ns,
+    )

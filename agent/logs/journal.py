@@ -30,9 +30,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from fleetscope.agent.logs.files import guess_level
 from fleetscope.agent.records import LogEvent
+from fleetscope.proto.vocabulary import LOG_LEVEL_RANK
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ FOLLOW_ARGS: tuple[str, ...] = ("-f", "-o", "json", "--all", "--no-pager", "--si
 # syslog priority (the low 3 bits of a PRI) -> LogEvent level: emerg, alert, crit, err, warning,
 # notice, info, debug.
 _PRIORITY_LEVELS = ("critical", "critical", "critical", "error", "warning", "info", "info", "debug")
-_LEVEL_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+_LEVEL_RANK = LOG_LEVEL_RANK
 _DEFAULT_PRIORITY = 6  # what journald assigns to a service's stdout when nothing says otherwise
 
 # Fields that name the unit an entry belongs to, most specific first: a service's own output
@@ -189,7 +191,7 @@ class JournalctlProcess:
         finally:
             self._done.set()
 
-    def _skip_rest_of_line(self, stream) -> None:  # type: ignore[no-untyped-def]
+    def _skip_rest_of_line(self, stream: IO[bytes]) -> None:
         while not self._stop.is_set():
             chunk = stream.readline(self._max_line)
             if not chunk or chunk.endswith(b"\n"):

@@ -1,9 +1,11 @@
 """The one interface every sampler has.
 
-A sampler is built by the agent only when its source exists on the device (``available``
-says so without side effects), returns records on each ``sample`` and is closed once. It
-must never block the agent's loop for long: a source that can hang (NVML on a lost GPU, a
-stuck sysfs read) bounds its own calls with a timeout and returns what it has.
+A sampler is built only when its source exists on the device (its factory in
+:mod:`fleetscope.agent.samplers.registry` decides, without side effects), returns records on
+each ``sample`` and is closed once. It must never block the agent's loop for long: a source
+that can hang (NVML on a lost GPU, a stuck sysfs read) bounds its own calls with a timeout and
+returns what it has. A source that turns out not to work raises :class:`SourceUnavailable`,
+when built or while sampling, and the agent turns it off with one log line.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Protocol
 
 from fleetscope.agent.records import GpuInfo, GpuSample, HostSample, IncidentRecord, LogEvent
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+__all__ = ["SampleSet", "Sampler", "SourceUnavailable"]
 
 
 class SourceUnavailable(RuntimeError):

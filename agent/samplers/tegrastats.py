@@ -89,9 +89,9 @@ def reading_to_records(reading: TegrastatsReading, ts_ns: int) -> tuple[HostSamp
         point("jetson.power_mw", values[0], rail=rail)
         if len(values) > 1:
             point("jetson.power_avg_mw", values[1], rail=rail)
-    for sensor, values in reading.temps_c.items():
-        if values and values[0] > -200:  # tegrastats prints -256 for a sensor that is off
-            point("jetson.temp_c", values[0], sensor=sensor)
+    for sensor, temps in reading.temps_c.items():
+        if temps and temps[0] > -200:  # tegrastats prints -256 for a sensor that is off
+            point("jetson.temp_c", temps[0], sensor=sensor)
     if reading.emc_load_pct is not None:
         point("jetson.emc_load_percent", reading.emc_load_pct)
     if reading.emc_freq_mhz is not None:

@@ -42,7 +42,7 @@ def batch_size_path(batch: object, _depth: int = 0) -> tuple[int, tuple[object, 
     else:
         return None
     for key in keys:
-        found = batch_size_path(batch[key], _depth + 1)  # type: ignore[index,call-overload]
+        found = batch_size_path(batch[key], _depth + 1)  # type: ignore[call-overload]
         if found is not None:
             return found[0], (key, *found[1])
     return None

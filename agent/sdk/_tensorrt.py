@@ -98,7 +98,7 @@ def trt_logger_class(trt: Any | None = None) -> type:
 
 
 def _build_class(base: type) -> type:
-    class FleetscopeTrtLogger(base):  # type: ignore[misc, valid-type]
+    class FleetscopeTrtLogger(base):
         """Forwards TensorRT's messages to fleetscope; pass it wherever TensorRT takes a logger."""
 
         Severity = getattr(base, "Severity", PlainILogger.Severity)

@@ -7,32 +7,16 @@ is. Standard library only, like the rest of the agent: importing the findings in
 
 Events
 ------
-A classifier is given one *event*. ``iter_events`` groups a file's lines into events by these
-rules, tried in this order on a line that is not already inside an event:
-
-1. Python traceback: from a line holding ``Traceback (most recent call last):`` through the first
-   line after the frames that is not indented (the exception line). Whatever precedes
-   ``Traceback`` on the header line (a logger prefix) is ignored on the following lines that
-   start with it. A pasted tail that begins at a ``File "...", line N`` frame is grouped the same
-   way. A chained exception ("During handling of the above exception ..." or "The above
-   exception was the direct cause ...", then the next ``Traceback``) stays in the same event,
-   as Python prints the chain as one report. A blank line among the frames ends the event.
-2. Kernel OOM burst: from ``invoked oom-killer`` through the ``Killed process`` line, plus the
-   ``oom_reaper: reaped process`` line when it comes next. A ``Kill process N ... or sacrifice
-   child`` line without the header starts a burst that must reach ``Killed process`` within 8
-   lines; a lone ``Killed process`` line is a burst of its own (with its ``oom_reaper`` line).
-3. trtexec performance summary: from ``=== Performance summary ===`` while the lines, without
-   trtexec's ``[date] [I]`` prefix, are not empty and do not open another ``=== ... ===``
-   section; without that header, from ``Throughput: N qps`` while the lines are summary
-   statistics. The ``=== Device Information ===`` block (same end rule) seen last before the
-   summary is put in front of it, so the benchmark names its GPU: such an event's lines are not
-   contiguous. A device block that no summary follows is an event of its own.
-4. ``kubectl describe``: a ``State:`` or ``Last State:`` line and the lines indented deeper.
-5. Any other line is an event of its own. Blank lines are no event.
-
-An event is cut at ``MAX_EVENT_LINES`` lines or ``MAX_EVENT_CHARS`` characters, so an
-unterminated block cannot hold a whole file in memory; a line is cut at ``MAX_LINE_BYTES``,
-as the agent's file follower cuts it. Lines are numbered from 1 as editors number them.
+A classifier is given one *event*. A file's lines are grouped into events by
+:class:`fleetscope.agent.logs.grouping.LineGrouper`, the agent's own grouper, whose docstring
+gives the rules: a Python traceback (with its chained exceptions), a glog block, a kernel OOM
+burst, a trtexec performance summary (with the device block before it), a ``kubectl describe``
+state block are one event each; any other line is an event of its own; blank lines are none.
+A file has no time, so no block is released for waiting: one ends when a line does not continue
+it, or at the end of the file. An event is cut at ``MAX_EVENT_LINES`` lines or
+``MAX_EVENT_CHARS`` characters (the agent's bounds), so an unterminated block cannot hold a
+whole file in memory; a line is cut at ``MAX_LINE_BYTES``, as the agent's file follower cuts it.
+Lines are numbered from 1 as editors number them.
 
 Files that start with the gzip magic bytes are decompressed while read (``syslog.2.gz``).
 A file that cannot be read gets ``ScanResult.error`` and the scan goes on with the next one.
@@ -44,12 +28,13 @@ import gzip
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from fleetscope.agent.classify import Finding, classify_text, registry
+from fleetscope.agent.logs.grouping import MAX_BLOCK_CHARS, MAX_BLOCK_LINES, MAY_OPEN_BLOCK, LineGrouper
 from fleetscope.agent.records import FactValue
 
 __all__ = [
@@ -64,10 +49,8 @@ __all__ = [
 ]
 
 MAX_LINE_BYTES = 16384  # the agent's FileFollower default: the same line gives the same text
-MAX_EVENT_LINES = 4096  # a kernel task table on a big host is long; a summary or traceback is not
-MAX_EVENT_CHARS = 1 << 20
-SHORT_BURST_LINES = 8  # "Kill process ... or sacrifice child" is followed by "Killed process" at once
-BLOCK_LINES = 64  # trtexec sections and kubectl state blocks are a dozen lines
+MAX_EVENT_LINES = MAX_BLOCK_LINES  # the agent's bounds: the same text gives the same events
+MAX_EVENT_CHARS = MAX_BLOCK_CHARS
 PROGRESS_EVERY_BYTES = 50_000_000
 SKIP_RUN_LINES = 256  # lines tested at once for "nothing here" (see _classify_lines)
 
@@ -122,196 +105,24 @@ class ScanResult:
 
 # ------------------------------------------------------------------------------ grouping
 
-_TB_HEADER = "Traceback (most recent call last):"
-_TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-_FRAME = re.compile(r'\s*File "[^"]*", line \d+')
-_SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
-_K8S_STATE = re.compile(r"(\s*)(?:Last )?State:\s+\S")
-# trtexec's prefixes: a wrapper's "[INFO] ", the "[MM/DD/YYYY-HH:MM:SS] " stamp, the "[I] " level.
-_TRT_PREFIX = re.compile(
-    r"\s*(?:\[(?:INFO|WARNING|ERROR|VERBOSE)\]\s*)?(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*)?(?:\[[IWEVF]\]\s*)?"
-)
-_THROUGHPUT = re.compile(r"Throughput: [\d.]+ qps")
-_SUMMARY_STAT = re.compile(
-    r"(?:Throughput|Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency|Total Host Walltime"
-    r"|Total GPU Compute Time|Host Latency|End-to-End Host Latency|Host Compute Time):"
-)
-# One C-level search decides whether a line can start a block at all: most lines cannot.
-_MAYBE_START = re.compile(
-    r"Traceback \(most|File \"|oom-killer|ill(?:ed)? process|=== Performance summary|=== Device Information"
-    r"|Throughput:|State:"
-)
 
-_TAKE, _END_TAKE, _END_REJECT, _HOLD = range(4)
+class _Line(NamedTuple):
+    """One line of the file, as the grouper reads it (a file is one source)."""
+
+    number: int
+    message: str
+    source: str = ""
 
 
-def _trt_message(line: str) -> str:
-    return line[_TRT_PREFIX.match(line).end() :].strip()  # type: ignore[union-attr]
+def _event(lines: Sequence[_Line], _level: str) -> Event:
+    if len(lines) == 1:  # most lines: no generator for them
+        number, message, _ = lines[0]
+        return Event((number,), (message,))
+    return Event(tuple(line.number for line in lines), tuple(line.message for line in lines))
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
-class _Block:
-    """An event being collected, with the few facts its end rule needs."""
-
-    def __init__(
-        self, kind: str, *, phase: str = "", cap: int = MAX_EVENT_LINES, prefix: str = "", indent: int = 0
-    ) -> None:
-        self.kind, self.phase, self.cap, self.prefix, self.indent = kind, phase, cap, prefix, indent
-        self.numbers: list[int] = []
-        self.lines: list[str] = []
-        self.chars = 0
-        self.pending: list[tuple[int, str]] = []  # blank lines kept only if the event goes on
-
-    def add(self, number: int, line: str) -> None:
-        if self.pending:
-            for n, text in self.pending:
-                self._append(n, text)
-            self.pending.clear()
-        self._append(number, line)
-
-    def _append(self, number: int, line: str) -> None:
-        self.numbers.append(number)
-        self.lines.append(line)
-        self.chars += len(line) + 1
-
-    def full(self) -> bool:
-        return len(self.lines) >= min(self.cap, MAX_EVENT_LINES) or self.chars >= MAX_EVENT_CHARS
-
-    def event(self) -> Event:
-        return Event(tuple(self.numbers), tuple(self.lines))
-
-
-class _Grouper:
-    """The grouping rules of the module docstring as a line-at-a-time state machine."""
-
-    def __init__(self) -> None:
-        self._block: _Block | None = None
-        self._device: Event | None = None  # a trtexec device block waiting for its summary
-
-    def feed(self, number: int, line: str) -> list[Event]:
-        out: list[Event] = []
-        b = self._block
-        if b is not None:
-            verdict = self._verdict(b, number, line)
-            if verdict == _HOLD:
-                return out
-            if verdict in (_TAKE, _END_TAKE):
-                b.add(number, line)
-                if verdict == _END_TAKE or b.full():
-                    self._close(out)
-                return out
-            self._close(out)  # _END_REJECT: the line is looked at afresh below
-        self._start(number, line, out)
-        return out
-
-    def idle(self) -> bool:
-        return self._block is None
-
-    def finish(self) -> list[Event]:
-        out: list[Event] = []
-        if self._block is not None:
-            self._close(out)
-        if self._device is not None:
-            out.append(self._device)
-            self._device = None
-        return out
-
-    def _start(self, number: int, line: str, out: list[Event]) -> None:
-        if not line.strip():
-            return
-        block = self._block_for(line) if _MAYBE_START.search(line) else None
-        if block is None:
-            out.append(Event((number,), (line,)))
-            return
-        block.add(number, line)
-        self._block = block
-
-    @staticmethod
-    def _block_for(line: str) -> _Block | None:
-        at = line.find(_TB_HEADER)
-        if at >= 0:
-            return _Block("traceback", phase="frames", prefix=line[:at])
-        if _FRAME.match(line):
-            return _Block("traceback", phase="frames")
-        if "invoked oom-killer" in line:
-            return _Block("oom", phase="burst")
-        if _SACRIFICE.search(line):
-            return _Block("oom", phase="burst", cap=SHORT_BURST_LINES)
-        if "Killed process" in line:
-            return _Block("oom", phase="killed")
-        if "=== Performance summary ===" in line:
-            return _Block("summary", phase="header", cap=BLOCK_LINES)
-        if "=== Device Information ===" in line:
-            return _Block("device", cap=BLOCK_LINES)
-        if _THROUGHPUT.match(_trt_message(line)):
-            return _Block("summary", phase="stats", cap=BLOCK_LINES)
-        m = _K8S_STATE.match(line)
-        if m:
-            return _Block("k8s", cap=BLOCK_LINES, indent=len(m.group(1)))
-        return None
-
-    @staticmethod
-    def _verdict(b: _Block, number: int, line: str) -> int:
-        if b.kind == "traceback":
-            return _Grouper._traceback_verdict(b, number, line)
-        if b.kind == "oom":
-            if b.phase == "killed":
-                return _END_TAKE if "oom_reaper: reaped process" in line else _END_REJECT
-            if "Killed process" in line:
-                b.phase = "killed"
-                return _TAKE
-            if "invoked oom-killer" in line or len(b.lines) >= b.cap:
-                return _END_REJECT
-            return _TAKE if line.strip() else _HOLD
-        if b.kind in ("summary", "device"):
-            msg = _trt_message(line)
-            if b.phase == "stats":
-                return _TAKE if _SUMMARY_STAT.match(msg) else _END_REJECT
-            return _TAKE if msg and not msg.startswith(("===", "&&&&")) else _END_REJECT
-        # k8s
-        return _TAKE if line.strip() and _indent(line) > b.indent else _END_REJECT
-
-    @staticmethod
-    def _traceback_verdict(b: _Block, number: int, line: str) -> int:
-        body = line[len(b.prefix) :] if b.prefix and line.startswith(b.prefix) else line
-        blank = not body.strip()
-        if b.phase == "frames":
-            if blank or _TB_HEADER in body:
-                return _END_REJECT
-            if body[0] in " \t" or _FRAME.match(body):
-                return _TAKE
-            b.phase = "exception"  # the first unindented line is the exception: the report may still chain
-            return _TAKE
-        if blank:
-            if len(b.pending) >= 2:
-                return _END_REJECT
-            b.pending.append((number, line))
-            return _HOLD
-        if b.phase == "exception" and body.startswith(_TB_CHAIN):
-            b.phase = "chain"
-            return _TAKE
-        if b.phase == "chain" and _TB_HEADER in body:
-            b.phase = "frames"
-            return _TAKE
-        return _END_REJECT
-
-    def _close(self, out: list[Event]) -> None:
-        b = self._block
-        assert b is not None
-        self._block = None
-        ev = b.event()
-        if b.kind == "device":
-            if self._device is not None:
-                out.append(self._device)  # two device blocks and no summary between: each on its own
-            self._device = ev
-            return
-        if b.kind == "summary" and self._device is not None:
-            d, self._device = self._device, None
-            ev = Event(d.line_numbers + ev.line_numbers, d.lines + ev.lines)
-        out.append(ev)
+def _grouper() -> LineGrouper[_Line, Event]:
+    return LineGrouper(_event, max_lines=MAX_EVENT_LINES, max_chars=MAX_EVENT_CHARS)
 
 
 def iter_events(lines: Iterable[str]) -> Iterator[Event]:
@@ -320,10 +131,10 @@ def iter_events(lines: Iterable[str]) -> Iterator[Event]:
     A device block joined to a later summary ends with it, so events are not always in order of
     their first line; ``scan_file`` sorts the findings.
     """
-    g = _Grouper()
-    for number, line in enumerate(lines, start=1):
-        yield from g.feed(number, line)
-    yield from g.finish()
+    g = _grouper()
+    for number, text in enumerate(lines, start=1):
+        yield from g.push(_Line(number, text))
+    yield from g.flush_all()
 
 
 # ------------------------------------------------------------------------------- reading
@@ -334,7 +145,7 @@ class _Reader:
 
     def __init__(self, raw: BinaryIO, *, size: int, path: str, progress: Progress | None) -> None:
         self._raw = raw
-        self.compressed = raw.peek(2)[:2] == b"\x1f\x8b" if hasattr(raw, "peek") else False  # type: ignore[attr-defined]
+        self.compressed = raw.peek(2)[:2] == b"\x1f\x8b" if hasattr(raw, "peek") else False
         self._stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if self.compressed else raw  # type: ignore[assignment]
         self._size, self._path, self._progress = size, path, progress
         self.lines = 0
@@ -426,7 +237,7 @@ def _skip_gate(classify: Classify) -> re.Pattern[str] | None:
             return None
         triggers.update(t)
     words = "|".join(map(re.escape, sorted(triggers, key=len, reverse=True)))
-    return re.compile(f"{_MAYBE_START.pattern}|{words}")
+    return re.compile(f"{MAY_OPEN_BLOCK.pattern}|{words}")
 
 
 def _classify_lines(lines: Iterable[str], classify: Classify, out: list[ScanFinding]) -> None:
@@ -437,7 +248,7 @@ def _classify_lines(lines: Iterable[str], classify: Classify, out: list[ScanFind
     run is tested with one regex search instead of a Python call per line. The result is the same
     as feeding every line.
     """
-    g = _Grouper()
+    g = _grouper()
     gate = _skip_gate(classify)
     number = 0
     it = iter(lines)
@@ -454,10 +265,10 @@ def _classify_lines(lines: Iterable[str], classify: Classify, out: list[ScanFind
         if gate is not None and g.idle() and not gate.search("\n".join(chunk)):
             number += len(chunk)
             continue
-        for line in chunk:
+        for text in chunk:
             number += 1
-            run(g.feed(number, line))
-    run(g.finish())
+            run(g.push(_Line(number, text)))
+    run(g.flush_all())
 
 
 def scan_file(

@@ -18,10 +18,19 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from fleetscope.agent.records import GpuInfo, GpuSample, HostSample, LogEvent
 from fleetscope.agent.samplers._base import SampleSet
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from fleetscope.proto.vocabulary import THROTTLE_REASON_BITS
+
+# What a simulated GPU reports while it is too hot: the software and hardware thermal slowdowns.
+_THERMAL_SLOWDOWN = THROTTLE_REASON_BITS["sw_thermal_slowdown"] | THROTTLE_REASON_BITS["hw_thermal_slowdown"]
+
+
+if TYPE_CHECKING:
+    from fleetscope.agent.daemon.log_pipeline import Classify
 
 GIB = 1024**3
 SIMULATED_LABEL = "simulated"
@@ -129,7 +138,7 @@ class SimulatedSampler:
                     sm_clock_max_mhz=m.sm_max_mhz, memory_clock_max_mhz=m.mem_max_mhz,
                     pstate=0 if util > 5 else 8, fan_percent=None if self.kind == "jetson" else round(30 + 50 * duty),
                     pcie_gen=None if self.kind == "jetson" else 4, pcie_width=None if self.kind == "jetson" else 16,
-                    throttle_reasons=0x20 | 0x40 if throttled else 0,
+                    throttle_reasons=_THERMAL_SLOWDOWN if throttled else 0,
                     ecc_volatile_uncorrected=None if self.kind == "jetson" else 0,
                 )
             )
@@ -205,7 +214,7 @@ def build_fleet(
     jetson_share: float = 0.5,
     gpus_per_server: int = 8,
     incident_every_s: float = 0.0,
-    classify=None,  # type: ignore[no-untyped-def]
+    classify: Classify | None = None,
     name_prefix: str = "sim",
 ) -> SimulatedFleet:
     from fleetscope.agent.daemon.runner import Agent, AgentSettings
@@ -230,7 +239,7 @@ def build_fleet(
     return SimulatedFleet(agents)
 
 
-def wait_progress(fleet: SimulatedFleet, duration_s: float | None, *, out=None, every_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+def wait_progress(fleet: SimulatedFleet, duration_s: float | None, *, out: TextIO | None = None, every_s: float = 5.0) -> None:
     """Block until ``duration_s`` (forever when None), printing progress now and then."""
     import sys
 

@@ -386,3 +386,89 @@ def test_plain_lines_are_cheap() -> None:
     elapsed = time.perf_counter() - start
     assert len(out) == len(lines)
     assert elapsed < 2.0, f"{elapsed:.2f} s for 100k lines"
+
+
+# ------------------------------------------------------- the rules the agent shares with scan
+
+KERNEL_OOM = [
+    "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+    "CPU: 3 PID: 777 Comm: python3 Not tainted 5.15.0-100-generic #110-Ubuntu",
+    "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice,"
+    "task=python3,pid=777,uid=1000",
+    "Out of memory: Killed process 777 (python3) total-vm:9000000kB, anon-rss:8000000kB, file-rss:1000kB, "
+    "shmem-rss:0kB, UID:1000 pgtables:16000kB oom_score_adj:0",
+    "oom_reaper: reaped process 777 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+]
+
+
+def kmsg(lines: list[str]) -> list[LogEvent]:
+    return [LogEvent(ts_ns=10 + i, source="kmsg", message=m, level="error") for i, m in enumerate(lines)]
+
+
+def test_kernel_oom_burst_from_the_kernel_log_is_one_event_and_one_finding() -> None:
+    g = EventGrouper(clock=FakeClock())
+    out = g.feed(kmsg([*KERNEL_OOM, "eth0: link up"]))
+    assert [e.message for e in out] == ["\n".join(KERNEL_OOM), "eth0: link up"]
+    findings = classify_text(out[0].message)
+    assert [(f.kind, f.facts.get("victim_pid")) for f in findings] == [("host_oom", 777)]
+
+
+def test_a_kill_waits_one_poll_for_its_reaper_line() -> None:
+    clock = FakeClock()
+    g = EventGrouper(clock=clock)
+    assert g.feed(kmsg(KERNEL_OOM[3:4])) == []
+    clock.advance(0.5)
+    assert [e.message for e in g.feed(kmsg(KERNEL_OOM[4:]))] == ["\n".join(KERNEL_OOM[3:])]
+    assert g.feed(kmsg(KERNEL_OOM[3:4])) == []
+    clock.advance(2.0)
+    assert [e.message for e in g.feed([])] == [KERNEL_OOM[3]], "no reaper line: the kill alone, after max_wait"
+
+
+def test_trtexec_device_block_joins_a_summary_in_the_same_poll_and_waits_no_longer() -> None:
+    p = "[03/04/2025-10:00:00] [I] "
+    device = [p + "=== Device Information ===", p + "Selected Device: NVIDIA L4", p + "SMs: 58"]
+    summary = [p + "=== Performance summary ===", p + "Throughput: 512.5 qps", p + "Latency: min = 1.9 ms, max = 2.1 ms"]
+    clock = FakeClock()
+    g = EventGrouper(clock=clock)
+    out = g.feed(events("\n".join([*device, p, p + "Starting inference", *summary, p])))
+    assert [e.message for e in out] == [p, p + "Starting inference", "\n".join(device + summary), p]
+    assert [f.kind for f in classify_text(out[2].message)] == ["trt_benchmark"]
+    assert [e.message for e in g.feed(events("\n".join([*device, p])))] == [p]
+    clock.advance(2.0)
+    assert [e.message for e in g.feed([])] == ["\n".join(device)], "the engine build outlasted max_wait"
+
+
+def test_pasted_traceback_tail_is_one_event() -> None:
+    tail = "\n".join(PYTORCH_OOM_TRACEBACK.splitlines()[1:])
+    out = EventGrouper(clock=FakeClock()).feed(events(tail + "\nnext"))
+    assert [e.message for e in out] == [tail, "next"]
+    assert classify_text(out[0].message)[0].facts["traceback_frames"] == 5
+
+
+def test_a_blank_line_among_the_frames_ends_the_traceback() -> None:
+    head = 'Traceback (most recent call last):\n  File "/srv/app.py", line 3, in <module>'
+    lines = [LogEvent(ts_ns=i, source="journal:app", message=m) for i, m in enumerate([*head.splitlines(), "", "Error: cut here"])]
+    out = EventGrouper(clock=FakeClock()).feed(lines)
+    assert [e.message for e in out] == [head, "Error: cut here"], "the blank line is no event"
+
+
+def test_a_chain_printed_without_the_ranks_prefix_stays_with_its_first_part() -> None:
+    first = "\n".join(f"[rank0]: {line}" for line in CUDA_ERROR_TRACEBACK.splitlines()[:5])
+    chained = 'Traceback (most recent call last):\n  File "/srv/infer.py", line 44, in <module>\nKeyError: \'cache\''
+    text = first + "\n\nDuring handling of the above exception, another exception occurred:\n\n" + chained
+    lines = [LogEvent(ts_ns=i, source="journal:infer", message=m) for i, m in enumerate(text.splitlines())]
+    out = EventGrouper(clock=FakeClock()).feed([*lines, LogEvent(ts_ns=99, source="journal:infer", message="exit 1")])
+    assert [e.message for e in out] == [text, "exit 1"]
+
+
+def test_max_chars_splits_a_huge_block() -> None:
+    frames = "".join(f'  File "/srv/deep.py", line {n}, in f{n}\n' for n in range(100))
+    g = EventGrouper(clock=FakeClock(), max_chars=2000)
+    out = g.feed(events("Traceback (most recent call last):\n" + frames + "RecursionError: too deep\nafter"))
+    assert len(out) > 2 and all(len(e.message) < 2100 for e in out)
+    assert out[-1].message == "after"
+
+
+def test_blank_lines_outside_a_block_are_no_event() -> None:
+    lines = [LogEvent(ts_ns=i, source="a.log", message=m) for i, m in enumerate(["one", "", "   ", "two"])]
+    assert [e.message for e in EventGrouper(clock=FakeClock()).feed(lines)] == ["one", "two"]

@@ -81,3 +81,25 @@ def test_time_printed_in_the_line_is_kept(tmp_path: Path) -> None:
     events = f.poll(now_ns=1)
     assert [e.parsed_ts_ns for e in events] == [1796205601250000000, 1796202002000000000, None]
     assert all(e.ts_ns == 1 for e in events), "the receive time stays the event's time"
+
+
+def test_blank_lines_are_handed_on(tmp_path: Path) -> None:
+    # The grouper reads where blocks end from them (and drops those outside a block).
+    log = tmp_path / "a.log"
+    log.touch()
+    f = FileFollower([str(log)])
+    _append(log, "one\n\n  \ntwo\n")
+    assert _messages(f) == ["one", "", "  ", "two"]
+
+
+def test_the_rest_of_a_runaway_line_is_dropped_across_polls(tmp_path: Path) -> None:
+    # As fleetscope scan reads it: the head of the line, then the next line.
+    log = tmp_path / "big.log"
+    log.touch()
+    f = FileFollower([str(log)], max_line_bytes=100)
+    _append(log, "x" * 150)
+    assert _messages(f) == ["x" * 100]
+    _append(log, "y" * 50)
+    assert _messages(f) == []
+    _append(log, "z\nok\n")
+    assert _messages(f) == ["ok"]

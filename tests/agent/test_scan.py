@@ -1,4 +1,4 @@
-"""The offline scanner (fleetscope.agent.tools.scan) and its subcommand (fleetscope.agent.tools.scan_cli).
+"""The offline scanner (fleetscope.agent.tools.scan) and its subcommand (fleetscope.cli.scan).
 
 Corpus tests read ../shared/corpus where it lies (skipped when absent). The made-up log lines
 below are written from the documented formats; no corpus text is copied here.
@@ -26,8 +26,9 @@ from fleetscope.agent.classify._base import (
     KIND_TENSORRT_ERROR,
     KIND_TRT_BENCHMARK,
 )
-from fleetscope.agent.tools import scan, scan_cli
+from fleetscope.agent.tools import scan
 from fleetscope.agent.tools.scan import iter_events, scan_file, scan_files
+from fleetscope.cli import scan as scan_cli
 from tests.corpus import CORPUS_DIR, sample_files, sample_text
 
 # Per corpus folder: the kinds of which each sample must yield at least one.
@@ -233,6 +234,28 @@ def test_kubectl_describe_state_block_is_one_event() -> None:
     assert [(f.kind, f.facts.get("exit_code")) for f in findings] == [(KIND_HOST_OOM, 137)]
 
 
+def test_glog_block_and_an_exceptions_message_lines_are_one_event_each() -> None:
+    # The agent's rules, which scan shares: a glog header with its indented lines, and the
+    # advice PyTorch prints after a "CUDA error" message.
+    lines = [
+        "2019-07-21 23:23:08.310300: E tensorflow/core/common_runtime/executor.cc:641] Executor failed to create "
+        "kernel. Resource exhausted: 2 root error(s) found.",
+        "  (0) Resource exhausted: OOM when allocating tensor with shape[32,64,112,112] and type float",
+        "Traceback (most recent call last):",
+        '  File "/srv/infer.py", line 40, in <module>',
+        "RuntimeError: CUDA error: out of memory",
+        "CUDA kernel errors might be asynchronously reported at some other API call.",
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+        "[12:00:01] serving",
+    ]
+    assert [e.line_numbers for e in iter_events(lines)] == [(1, 2), (3, 4, 5, 6, 7), (8,)]
+
+
+def test_a_cut_traceback_ends_at_a_line_that_is_no_exception() -> None:
+    lines = ["Traceback (most recent call last):", '  File "/srv/app.py", line 3, in <module>', "[12:00:01] worker 2 up"]
+    assert [e.line_numbers for e in iter_events(lines)] == [(1, 2), (3,)]
+
+
 def test_other_lines_are_one_event_each_and_blank_lines_none() -> None:
     events = list(iter_events([XID_LINE, "", "   ", XID_LINE]))
     assert [e.line_numbers for e in events] == [(1,), (4,)]
@@ -402,7 +425,7 @@ def test_scanning_imports_no_sqlalchemy(tmp_path: Path) -> None:
     log = _write(tmp_path / "a.log", [XID_LINE])
     code = (
         "import argparse, sys\n"
-        "from fleetscope.agent.tools import scan_cli\n"
+        "from fleetscope.cli import scan as scan_cli\n"
         "p = argparse.ArgumentParser(); s = p.add_subparsers(); scan_cli.register(s)\n"
         "a = p.parse_args(['scan', '--json', sys.argv[1]])\n"
         "assert a.func(a) == 0\n"

@@ -3,8 +3,12 @@
 Without ``--db`` it only reads: a table (``file:line  kind  severity  title``) or, with
 ``--json``, one JSON document holding every finding's facts. With ``--db URL --device NAME`` it
 imports the findings as incidents of that device, so ``fleetscope incidents`` shows what
-happened before the agent was installed. Only that path imports SQLAlchemy (the collector
-extra); scanning works on a drone with the agent alone.
+happened before the agent was installed.
+
+The command lives in the router because it joins two components: the scanning is the agent's
+(``fleetscope.agent.tools.scan``, standard library only) and the import is the collector's
+(``fleetscope.collector.ingest.scan_import``). Only the ``--db`` path imports the collector and
+SQLAlchemy (the collector extra), so scanning works on a drone with the agent alone.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from fleetscope.agent.classify._base import (
+from fleetscope.proto.vocabulary import (
     KIND_CUDA_OOM,
     KIND_GPU_XID,
     KIND_HOST_OOM,
@@ -38,7 +42,7 @@ _DESCRIPTION = """\
 Find incidents (CUDA and host OOM, Xid, Jetson memory, TensorRT errors and benchmarks) in log
 files with the classifiers the agent runs. Lines are first grouped into events (a Python
 traceback, a kernel OOM burst, a trtexec summary, a kubectl state block are one event each;
-see fleetscope.agent.tools.scan for the exact rules). Files starting
+see fleetscope.agent.logs.grouping for the exact rules). Files starting
 with the gzip magic bytes are decompressed on the fly. An unreadable file is reported on stderr
 and the others are still scanned (exit status 1)."""
 
@@ -100,7 +104,7 @@ def run_scan(args: argparse.Namespace) -> int:
         return 2
     if args.db is not None:
         # Check the extra before reading gigabytes of logs, not after.
-        from fleetscope.cli import require
+        from fleetscope.cli.extras import require
 
         require("collector", "sqlalchemy")
     show_progress = args.progress or sys.stderr.isatty()

@@ -1,0 +1,28 @@
+"""The one interface every log source has.
+
+A log source hands the agent the lines written since its last poll. ``poll`` never waits (a
+source that reads a pipe or a child process reads it on its own thread) and returns at most a
+bounded number of lines, in the order written. Blank lines need not be dropped: the grouper
+(``fleetscope.agent.logs.grouping``) reads where blocks end from them and drops the others.
+Each event's ``source`` says which file or unit it came from, so the grouper keeps sources
+apart. A source that cannot read (no permission, no journalctl) says so
+once in the log and returns nothing; ``close`` stops it and is called once.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fleetscope.agent.records import LogEvent
+
+__all__ = ["LogSource"]
+
+
+class LogSource(Protocol):
+    name: str
+
+    def poll(self, now_ns: int | None = None) -> list[LogEvent]:
+        """Lines since the last poll; ``now_ns`` is their receive time (default: now)."""
+        ...
+
+    def close(self) -> None: ...

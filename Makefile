@@ -23,6 +23,11 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	@# mypy cannot follow setuptools' package-dir mapping: give it a fleetscope/ tree of links.
+	@mkdir -p build/typecheck/fleetscope
+	@for p in agent cli collector dashboard proto; do ln -sfn ../../../$$p build/typecheck/fleetscope/$$p; done
+	$(VENV)/bin/mypy
 	$(VENV)/bin/vermin --target=3.10- --no-tips --violations --eval-annotations --backport typing agent proto cli
 	$(VENV)/bin/python -m fleetscope.proto.generate --check
 

@@ -152,14 +152,19 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     # The sources this device has; a missing one is said once and skipped.
     samplers = default_samplers().build(sampler_settings(args))
-    agent = Agent(settings, samplers=samplers, classify=classify_event)
     stop = threading.Event()
+    agent = Agent(settings, samplers=samplers, classify=classify_event, on_fatal=lambda _exc: stop.set())
     _stop_on_signals(stop)
     print(f"fleetscope agent {agent.agent_id} ({settings.name or 'hostname'}) -> {', '.join(collectors)}; spool {agent.spool.path}",
           file=sys.stderr)
     agent.start()
     stop.wait(args.duration)
     agent.stop()
+    if agent.fatal is not None:
+        # A supervisor (systemd Restart=on-failure, a container runtime) restarts a failed agent;
+        # one that lingered with a dead loop would never be restarted.
+        print(f"fleetscope agent: exiting after a fatal error: {type(agent.fatal).__name__}: {agent.fatal}", file=sys.stderr)
+        return 1
     st = agent.spool.stats()
     print(f"agent stopped; {st.batches} batches left in the spool", file=sys.stderr)
     return 0

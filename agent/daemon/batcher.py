@@ -141,8 +141,15 @@ def _chunks(items: Sequence, size: int) -> Iterable[Sequence]:
         yield items[i : i + size]
 
 
-def build_batches(pending: Pending, *, max_rows: int = 5000, now_ns: int) -> list[BuiltBatch]:
-    """Batches (without agent id, seq or counters: the spool stamps those) for ``pending``."""
+def build_batches(
+    pending: Pending, *, max_rows: int = 5000, now_ns: int, now_mono_ns: int = 0, clock_boot_id: str = ""
+) -> list[BuiltBatch]:
+    """Batches (without agent id, seq or counters: the spool stamps those) for ``pending``.
+
+    ``now_ns`` and ``now_mono_ns`` are one reading of the wall and monotonic clocks, taken on
+    the wall clock the records were stamped with; ``clock_boot_id`` is the kernel boot the
+    monotonic clock counts from. The monotonic reading is 0 when unknown.
+    """
     out: list[BuiltBatch] = []
     host_chunks = list(_chunks(pending.host, max_rows)) or [[]]
     gpu_chunks = list(_chunks(pending.gpu, max_rows)) or [[]]
@@ -152,7 +159,7 @@ def build_batches(pending: Pending, *, max_rows: int = 5000, now_ns: int) -> lis
         first = i == 0
         if not (hosts or gpus or (first and (pending.latency or pending.metrics or pending.inventory_records))):
             continue
-        b = pb.Batch(created_ns=now_ns)
+        b = pb.Batch(created_ns=now_ns, created_mono_ns=now_mono_ns, created_boot_id=clock_boot_id)
         if hosts:
             fill_host(b.host, hosts)
         if gpus:
@@ -164,12 +171,12 @@ def build_batches(pending: Pending, *, max_rows: int = 5000, now_ns: int) -> lis
         out.append(BuiltBatch(CLASS_SAMPLES, b, len(hosts) + len(gpus), 0, 0))
     logs = [log_message(e) for e in pending.logs] + list(pending.sdk_logs)
     for part in _chunks(logs, max_rows):
-        b = pb.Batch(created_ns=now_ns)
+        b = pb.Batch(created_ns=now_ns, created_mono_ns=now_mono_ns, created_boot_id=clock_boot_id)
         b.logs.extend(part)
         out.append(BuiltBatch(CLASS_LOGS, b, 0, len(part), 0))
     incidents = [incident_message(r) for r in pending.incidents] + list(pending.sdk_incidents)
     if incidents:
-        b = pb.Batch(created_ns=now_ns)
+        b = pb.Batch(created_ns=now_ns, created_mono_ns=now_mono_ns, created_boot_id=clock_boot_id)
         b.incidents.extend(incidents)
         out.append(BuiltBatch(CLASS_INCIDENTS, b, 0, 0, len(incidents)))
     return out

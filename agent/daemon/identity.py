@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import secrets
 import socket
 import uuid
 from pathlib import Path
@@ -20,8 +21,8 @@ AGENT_ID_FILE = "agent_id"
 def load_or_create_agent_id(state_dir: Path) -> str:
     """The agent id in ``state_dir``, made on first start.
 
-    It lives beside the spool on purpose: the spool's sequence numbers are only unique per
-    agent id, so losing one must lose the other.
+    It lives beside the spool, but uniqueness on the wire does not depend on the two staying
+    together: see ``new_stream_id``.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / AGENT_ID_FILE
@@ -36,6 +37,29 @@ def load_or_create_agent_id(state_dir: Path) -> str:
     tmp.write_text(new_id + "\n")
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written id
     return new_id
+
+
+def new_stream_id(boot_id: str) -> str:
+    """The id of this agent run's stream of batches, sent in the wire's ``boot_id`` field.
+
+    The collector stores a batch once per (agent id, boot id, seq). Sequence numbers come from
+    the spool, so anything that resets or rewinds the spool while the agent id stays (a user
+    deleting the spool to free a full disk, a spool restored from a backup, one that could not
+    be opened and was replaced by memory, a counter whose last write was lost) would repeat
+    sequence numbers; under the kernel boot id alone the collector would answer DUPLICATE for
+    new data and the agent would delete it. A stream id minted at every start makes that
+    impossible without trusting any file to survive intact: batches already spooled keep the
+    stream id they were encoded with, so resends still deduplicate, and new batches can only
+    collide with batches of this very process, whose counter lives in memory. The kernel boot
+    id stays the prefix, so a reboot is still visible; 48 random bits make a repeat between two
+    starts of one agent negligible, and the whole id (at most 50 characters) fits the
+    collector's 64.
+
+    Chosen over keeping the counter beside the agent id: that file would need a write (and an
+    fsync) per batch or per block of numbers, and would still repeat numbers when it and the
+    spool are restored or copied out of step.
+    """
+    return f"{boot_id}/{secrets.token_hex(6)}"
 
 
 def read_boot_id(root: Path = Path("/")) -> str:

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 from fleetscope.agent import __version__
 from fleetscope.agent.daemon.batcher import Pending, build_batches
+from fleetscope.agent.daemon.clocks import boot_clock_ns
 from fleetscope.agent.daemon.footprint import release_free_memory
 from fleetscope.agent.daemon.identity import (
     detect_kind,
     host_inventory,
     hostname,
     load_or_create_agent_id,
+    new_stream_id,
     read_boot_id,
 )
 from fleetscope.agent.daemon.log_pipeline import Classify, LogPipeline
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _TRIM_INTERVAL_S = 10.0  # how often freed heap pages go back to the kernel (agent/daemon/footprint.py)
+# A change of (wall - monotonic) above this between two readings is a step of the wall clock,
+# not NTP slewing (at most 500 ppm); below the collector's 2 s skew tolerance.
+_CLOCK_STEP_NS = 10**9
 
 
 
@@ -78,11 +83,21 @@ class Agent:
         inventory: pb.Inventory | None = None,
         kind: int | None = None,
         clock: Callable[[], int] = time.time_ns,
+        mono_clock: Callable[[], int] = boot_clock_ns,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.settings = settings
         self._clock = clock  # device wall clock (ns); a parameter so a test can set it an hour off
+        self._mono_clock = mono_clock  # never steps: lets the collector place rows after a wall-clock step
+        self._tick_clocks: tuple[int, int] | None = None  # (wall, mono) read by the last tick
+        self._clock_boot_id = read_boot_id()  # the kernel boot the monotonic clock counts from
         self.agent_id = load_or_create_agent_id(settings.spool_dir)
-        self.boot_id = read_boot_id()
+        self.kernel_boot_id = read_boot_id()
+        # Sent as the wire's boot_id: new at every start, so sequence numbers never repeat on the
+        # wire whatever happened to the spool (see identity.new_stream_id).
+        self.boot_id = new_stream_id(self.kernel_boot_id)
+        self.fatal: BaseException | None = None  # why the loop died, if it did
+        self._on_fatal = on_fatal
         self._samplers = samplers
         self._logs = LogPipeline(default_log_sources().build(settings.log_sources), classify=classify)
         self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
@@ -101,6 +116,8 @@ class Agent:
             window=settings.window,
             backoff=Backoff(initial_s=settings.backoff_initial_s, maximum_s=settings.backoff_max_s),
             clock=clock,
+            mono_clock=mono_clock,
+            clock_boot_id=self._clock_boot_id,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -170,7 +187,10 @@ class Agent:
 
     def tick(self, now_ns: int | None = None) -> None:
         """Sample every source once."""
-        now_ns = self._clock() if now_ns is None else now_ns
+        if now_ns is None:
+            now_ns = self._read_clocks_flushing_on_step()
+        else:
+            self._tick_clocks = None  # the caller's time: no monotonic reading pairs with it
         lines: list[LogEvent] = []
         for sampler in list(self._samplers):
             try:
@@ -190,14 +210,38 @@ class Agent:
         # Every tick, even with no lines: that is when held multi-line blocks time out.
         self.add(self._logs.read(now_ns, lines))
 
+    def _read_clocks_flushing_on_step(self) -> int:
+        """The wall clock now. When it stepped since the last tick, the rows pending were stamped
+        on the old clock: they are flushed first, so that one (wall, monotonic) pair describes
+        every row of a batch (the collector places a batch by that pair)."""
+        wall, mono = self._clock(), self._mono_clock()
+        last = self._tick_clocks
+        if last is not None and abs((wall - mono) - (last[0] - last[1])) > _CLOCK_STEP_NS:
+            log.info("the wall clock stepped by %.1f s", ((wall - mono) - (last[0] - last[1])) / 1e9)
+            self.flush()
+        self._tick_clocks = (wall, mono)
+        return wall
+
+    def _batch_clocks(self) -> tuple[int, int]:
+        """(wall, mono) for the batches of the pending rows: now, unless the wall clock stepped
+        since the last tick, whose reading is then the one on the rows' clock."""
+        wall, mono = self._clock(), self._mono_clock()
+        last = self._tick_clocks
+        if last is not None and abs((wall - mono) - (last[0] - last[1])) > _CLOCK_STEP_NS:
+            return last
+        return wall, mono
+
     def flush(self, now_ns: int | None = None) -> int:
         """Move pending records into the spool as batches; returns how many were written."""
-        now_ns = self._clock() if now_ns is None else now_ns
+        now_mono_ns = 0  # unknown for a caller's time
+        if now_ns is None:
+            now_ns, now_mono_ns = self._batch_clocks()
         with self._pending_lock:
             pending, self._pending = self._pending, Pending()
         if pending.empty():
             return 0
-        built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns)
+        built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns, now_mono_ns=now_mono_ns,
+                              clock_boot_id=self._clock_boot_id)
         counters = self._counters()
         written = 0
         for bb in built:
@@ -247,6 +291,8 @@ class Agent:
         next_trim = next_sample + 3.0
         try:
             while not self._stop.is_set():
+                if not self.uplink.alive():
+                    raise RuntimeError("the uplink thread died: nothing spooled would be sent")
                 self.tick()
                 now = time.monotonic()
                 if now >= next_flush:
@@ -259,25 +305,42 @@ class Agent:
                 if next_sample < now:  # fell behind (a slow source, a suspended VM): don't burst
                     next_sample = now + interval
                 self._stop.wait(max(0.0, next_sample - time.monotonic()))
+        except BaseException as exc:
+            # A process whose loop is dead but which stays alive is the worst outcome: no
+            # supervisor restarts it and nothing is sampled. Say it in one line and let the
+            # owner (the CLI) exit non-zero.
+            self.fatal = exc
+            log.critical("fleetscope agent: the sampling loop died (%s: %s); exiting so that a supervisor restarts it",
+                         type(exc).__name__, exc)
+            log.debug("sampling loop failure", exc_info=True)
         finally:
             self._shutdown()
+            if self.fatal is not None and self._on_fatal is not None:
+                self._on_fatal(self.fatal)
 
     def _shutdown(self) -> None:
-        self.add(self._logs.close())
-        self.flush()
-        if self._local_server is not None:
-            self._local_server.stop(1.0)
-        drained = self.uplink.drain(self.settings.drain_timeout_s)
+        # Each step on its own: a failing one (the reason for a fatal exit, perhaps) must not
+        # keep the spool from being closed cleanly.
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("flush logs", lambda: self.add(self._logs.close())),
+            ("flush", self.flush),
+            ("stop the SDK socket", lambda: self._local_server.stop(1.0) if self._local_server is not None else None),
+            ("drain", self._drain_and_stop_uplink),
+            *[(f"close {s.name}", s.close) for s in self._samplers],
+            ("close the spool", self.spool.close),
+        ]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:  # shutting down is best effort, step by step
+                log.warning("at shutdown, %s failed: %s", what, exc)
+
+    def _drain_and_stop_uplink(self) -> None:
+        drained = self.uplink.drain(self.settings.drain_timeout_s) if self.fatal is None else False
         self.uplink.stop()
         left = self.spool.stats().batches
         if not drained and left:
             log.info("%d batches stay in the spool %s and are sent on the next start", left, self.spool.path)
-        for sampler in self._samplers:
-            try:
-                sampler.close()
-            except Exception as exc:  # closing is best effort
-                log.debug("closing %s: %s", sampler.name, exc)
-        self.spool.close()
 
     def _start_local_server(self) -> None:
         if not self.settings.sdk_socket:

@@ -5,25 +5,41 @@ spool only when the collector acknowledged it (stored, duplicate or rejected), s
 killed mid-stream, a cut link or an agent restart loses nothing: unacknowledged batches are
 sent again and the collector's (agent id, boot id, seq) check makes the resend harmless.
 
-The spool is bounded (``max_bytes``). When a new batch would pass the bound, whole batches are
-evicted by delivery class: the oldest samples first, then the oldest logs, incidents last.
-What was evicted is counted in the ``meta`` table and travels in every batch's counters.
+The spool is bounded (``max_bytes``) by what it really occupies on disk: the main database's
+pages in use, plus the WAL and its shared-memory index. The WAL is kept to a fixed share of
+the bound (``wal_limit``): checkpoints reset it and ``journal_size_limit`` caps the file, which
+keeps its length so that later transactions reuse that space instead of asking a full disk for
+more. When a new batch would pass the bound, whole batches are evicted by delivery class: the
+oldest samples first, then the oldest logs, incidents last. What was evicted is counted and
+travels in every batch's counters.
 
-Sequence numbers come from the spool (``meta.next_seq``) so that they keep rising across agent
-restarts; they are never reused for the same agent id.
+A full disk is the other bound, found only by hitting it: when SQLite says the disk is full,
+the spool evicts the same way until the batch fits in the pages it already owns. If even that
+fails (the WAL cannot grow, the file is gone or read-only) the batch is kept in a small
+in-memory overflow, bounded and evicted by the same order, which the uplink drains like the
+disk; it moves to disk as soon as the disk takes it again. Nothing here raises into the
+sampling loop for a disk that is full.
+
+Sequence numbers come from the spool: they rise across restarts because they are also the
+spool's key and its send order. They are unique on the wire only together with the stream id
+(sent as ``boot_id``), which is new at every agent start (``identity.new_stream_id``), so a
+deleted or restored spool can never repeat an (agent id, boot id, seq) the collector stored.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 SPOOL_FILE = "spool.sqlite"
+SPOOL_FILE_SUFFIXES = ("", "-wal", "-shm")  # the database, its write-ahead log, its WAL index
 _COUNTERS = (
     "dropped_batches",
     "dropped_samples",
@@ -32,10 +48,12 @@ _COUNTERS = (
     "rejected_batches",
     "reconnects",
 )
+_SHM_ALLOWANCE = 64 << 10  # the WAL index: 32 KiB per ~4000 WAL pages, so one block here
+_RETRY_DISK_AFTER_S = 5.0  # after a full disk, how long batches go straight to memory
 
 
 class SpoolError(OSError):
-    """The spool could not be written (disk full, permissions): the batch was not kept."""
+    """The spool could not keep a batch, not even in memory (a batch larger than the bounds)."""
 
 
 @dataclass(frozen=True)
@@ -47,138 +65,395 @@ class SpooledBatch:
 @dataclass(frozen=True)
 class SpoolStats:
     batches: int
-    bytes: int
+    bytes: int  # payload bytes held, on disk and in memory
     counters: dict[str, int]
     last_rejection: str
+    disk_bytes: int = 0  # what the spool's files occupy: database + WAL + WAL index
+    memory_batches: int = 0  # held in memory because the disk would not take them
+
+
+@dataclass(frozen=True)
+class _MemoryBatch:
+    seq: int
+    delivery_class: int
+    samples: int
+    logs: int
+    incidents: int
+    payload: bytes
+
+
+def wal_limit_for(max_bytes: int, filesystem_bytes: int | None = None) -> int:
+    """The WAL's share: a sixteenth of the bound (or of a smaller filesystem), 64 KiB to 4 MiB."""
+    base = max_bytes if filesystem_bytes is None else min(max_bytes, filesystem_bytes)
+    return max(64 << 10, min(4 << 20, base // 16))
 
 
 class Spool:
-    def __init__(self, state_dir: Path, *, max_bytes: int = 256 << 20) -> None:
+    def __init__(self, state_dir: Path, *, max_bytes: int = 256 << 20, memory_max_bytes: int | None = None) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / SPOOL_FILE
         self.max_bytes = max_bytes
+        self.wal_limit = wal_limit_for(max_bytes, _filesystem_bytes(state_dir))
+        # A drone has little RAM: the overflow holds the newest few MiB, not a second spool.
+        self.memory_max_bytes = memory_max_bytes if memory_max_bytes is not None else min(max_bytes, 4 << 20)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._memory: dict[int, _MemoryBatch] = {}  # seq -> batch; insertion order is seq order
+        self._memory_bytes = 0
+        self._disk_refused_at = 0.0
+        self._undeleted: set[int] = set()  # acknowledged, but the disk refused the DELETE
+        self._counters = dict.fromkeys(_COUNTERS, 0)
+        self._counters_dirty = False
+        self._last_rejection = ""
+        self._count = self._bytes = 0
+        self._next_seq = 1
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._db = self._open()
+            self._load()
+        except sqlite3.Error as exc:
+            # A spool that cannot be opened (disk full at creation, corrupt file) must not stop
+            # the agent: it samples into memory and says so once.
+            log.error("spool %s cannot be opened (%s): keeping batches in memory only", self.path, exc)
+            self._close_db()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode survives a process crash; a power cut may lose the last batches,
         # which costs a drone seconds of samples but keeps each write cheap.
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA synchronous=NORMAL")
         # The spool appends at one end and deletes at the other: a small page cache does (the
         # default, 2 MiB, is resident memory a drone does not have to spare).
-        self._db.execute("PRAGMA cache_size=-512")
-        self._db.execute(
+        db.execute("PRAGMA cache_size=-512")
+        page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+        # Checkpoint (and restart the WAL from its beginning) once it holds wal_limit/2, so one
+        # more transaction still fits under wal_limit; the file is cut back to wal_limit at most.
+        db.execute(f"PRAGMA wal_autocheckpoint={max(8, self.wal_limit // 2 // page_size)}")
+        db.execute(f"PRAGMA journal_size_limit={self.wal_limit}")
+        db.execute(
             "CREATE TABLE IF NOT EXISTS batches (seq INTEGER PRIMARY KEY, class INTEGER NOT NULL,"
             " samples INTEGER NOT NULL, logs INTEGER NOT NULL, incidents INTEGER NOT NULL,"
             " size INTEGER NOT NULL, payload BLOB NOT NULL)"
         )
-        self._db.execute("CREATE INDEX IF NOT EXISTS batches_class ON batches (class, seq)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)")
-        row = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM batches").fetchone()
+        db.execute("CREATE INDEX IF NOT EXISTS batches_class ON batches (class, seq)")
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)")
+        self._page_size = page_size
+        return db
+
+    def _load(self) -> None:
+        assert self._db is not None
+        row = self._db.execute("SELECT count(*), coalesce(sum(size), 0), coalesce(max(seq), 0) FROM batches").fetchone()
         self._count, self._bytes = int(row[0]), int(row[1])
-        self._next_seq = int(self._meta("next_seq", 1))
+        # The key must rise past every batch still here, even if the counter's last write was lost.
+        self._next_seq = max(int(self._meta("next_seq", 1)), int(row[2]) + 1, self._next_seq)
         self._counters = {k: int(self._meta(k, 0)) for k in _COUNTERS}
         self._last_rejection = str(self._meta("last_rejection", ""))
 
+    def _close_db(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+        self._db = None
+
     def _meta(self, key: str, default: int | str) -> int | str:
+        assert self._db is not None
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else row[0]
 
-    def _set_meta(self, key: str, value: object) -> None:
-        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+    def _write_meta(self) -> None:
+        """Persist the sequence counter and the counters; inside the caller's transaction."""
+        assert self._db is not None
+        items: list[tuple[str, object]] = [("next_seq", self._next_seq)]
+        if self._counters_dirty:
+            items += list(self._counters.items()) + [("last_rejection", self._last_rejection)]
+        self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", items)
+
+    # -- sizes ----------------------------------------------------------------------------
+
+    def disk_bytes(self) -> int:
+        """What the spool's files occupy now: the database, its WAL and the WAL index."""
+        total = 0
+        for suffix in SPOOL_FILE_SUFFIXES:
+            try:
+                total += os.stat(f"{self.path}{suffix}").st_size
+            except OSError:
+                pass
+        return total
+
+    def _db_bytes_in_use(self) -> int:
+        """Pages holding data (free pages are reused before the file grows), as this connection sees them."""
+        assert self._db is not None
+        pages = int(self._db.execute("PRAGMA page_count").fetchone()[0])
+        free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+        return (pages - free) * self._page_size
+
+    @property
+    def db_budget(self) -> int:
+        """What the main database may hold so that database + WAL + index stay within max_bytes."""
+        return max(0, self.max_bytes - self.wal_limit - _SHM_ALLOWANCE)
+
+    def _db_budget_on_this_filesystem(self) -> int:
+        """What the database may hold given the filesystem's free space, leaving room for the WAL.
+
+        A disk filled to the last byte is a trap in WAL mode: a checkpoint may need to grow the
+        database and any write, even a DELETE, needs WAL space, so nothing can be freed. Keeping
+        a WAL's worth of the disk free, as the disk fills, keeps the spool able to evict.
+        """
+        assert self._db is not None
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError:
+            return self.db_budget
+        free = st.f_bavail * st.f_frsize
+        try:
+            db_file = os.stat(self.path).st_size  # pages in use and free pages, both reusable
+        except OSError:
+            db_file = self._db_bytes_in_use()
+        # The WAL may grow to its limit, and a checkpoint may grow the database by as much again.
+        return max(0, db_file + free - 2 * self.wal_limit - _SHM_ALLOWANCE)
+
+    # -- writing --------------------------------------------------------------------------
 
     def reserve_seq(self) -> int:
-        """The next sequence number, persisted before it is used."""
+        """The next sequence number; persisted with the batch that uses it."""
         with self._lock:
             seq = self._next_seq
             self._next_seq += 1
-            self._set_meta("next_seq", self._next_seq)
             return seq
 
     def put(self, seq: int, payload: bytes, *, delivery_class: int, samples: int, logs: int, incidents: int) -> None:
-        size = len(payload)
+        """Keep a batch: on disk within the bound, else in memory; evicts by class to make room."""
+        batch = _MemoryBatch(seq, delivery_class, samples, logs, incidents, payload)
         with self._lock:
+            if self._db is not None and time.monotonic() - self._disk_refused_at >= _RETRY_DISK_AFTER_S:
+                self._move_memory_to_disk()
+                if not self._memory and self._put_on_disk(batch):
+                    return
+            self._put_in_memory(batch)
+
+    def _put_on_disk(self, b: _MemoryBatch) -> bool:
+        """True when the batch is on disk. A full disk shrinks what is asked of it and retries once."""
+        assert self._db is not None
+        # Overhead per batch: its row, index entry and the last partly filled page.
+        need = len(b.payload) + 2 * self._page_size
+        budget = min(self.db_budget, self._db_budget_on_this_filesystem())
+        counters_before, dirty_before = dict(self._counters), self._counters_dirty
+        for attempt in range(2):
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._evict_for(size)
+                freed = self._evict_for(need, budget)
+                for victim in freed:  # counted in the same transaction that deletes them
+                    self._count_drop(*victim)
                 self._db.execute(
                     "INSERT INTO batches (seq, class, samples, logs, incidents, size, payload) VALUES (?,?,?,?,?,?,?)",
-                    (seq, delivery_class, samples, logs, incidents, size, payload),
+                    (b.seq, b.delivery_class, b.samples, b.logs, b.incidents, len(b.payload), b.payload),
                 )
+                self._next_seq = max(self._next_seq, b.seq + 1)
+                self._write_meta()
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
+                self._counters, self._counters_dirty = dict(counters_before), dirty_before
+                if attempt == 0 and _is_disk_full(exc):
+                    # The disk, not the bound, is the limit now: fit into the pages already owned,
+                    # and write from the start of the WAL file, whose length is already ours.
+                    self._restart_wal()
+                    budget = min(budget, self._db_bytes_in_use())
+                    log.warning("spool %s: disk full; evicting to fit batch %d in the space the spool has", self.path, b.seq)
+                    continue
+                self._disk_refused_at = time.monotonic()
+                log.error("spool %s: cannot store batch %d on disk (%s); keeping it in memory", self.path, b.seq, exc)
                 self._reload_totals()
-                raise SpoolError(f"spool {self.path}: could not store batch {seq}: {exc}") from exc
-            self._count += 1
-            self._bytes += size
+                return False
+            self._count += 1 - len(freed)
+            self._bytes += len(b.payload) - sum(f[-1] for f in freed)
+            self._counters_dirty = False
+            self._checkpoint_if_large()
+            return True
+        return False
+
+    def _evict_for(self, need: int, budget: int) -> list[tuple[int, int, int, int, int]]:
+        """Delete the oldest batches of the lowest class until ``need`` more bytes fit in ``budget``.
+
+        Runs inside the caller's transaction; returns what it deleted, to be counted only once
+        the transaction commits.
+        """
+        assert self._db is not None
+        freed: list[tuple[int, int, int, int, int]] = []
+        while self._db_bytes_in_use() + need > budget:
+            row = self._db.execute(
+                "SELECT seq, samples, logs, incidents, size FROM batches ORDER BY class, seq LIMIT 1"
+            ).fetchone()
+            if row is None:
+                break
+            self._db.execute("DELETE FROM batches WHERE seq = ?", (row[0],))
+            freed.append(tuple(int(v) for v in row))  # type: ignore[arg-type]
+        return freed
+
+    def _count_drop(self, seq: int, samples: int, logs: int, incidents: int, _size: int) -> None:
+        for key, n in (("dropped_batches", 1), ("dropped_samples", samples), ("dropped_logs", logs),
+                       ("dropped_incidents", incidents)):
+            self._counters[key] += n
+        self._counters_dirty = True
+        if incidents:
+            log.error("spool full (%d bytes): dropped batch %d holding %d incidents", self.max_bytes, seq, incidents)
+
+    def _restart_wal(self) -> None:
+        try:
+            assert self._db is not None
+            self._db.execute("PRAGMA wal_checkpoint(RESTART)")
+        except sqlite3.Error:
+            pass
+
+    def _checkpoint_if_large(self) -> None:
+        """Restart the WAL when it outgrew its share (autocheckpoint skips while a reader is busy)."""
+        try:
+            if os.stat(f"{self.path}-wal").st_size > self.wal_limit:
+                assert self._db is not None
+                self._db.execute("PRAGMA wal_checkpoint(RESTART)")
+        except (OSError, sqlite3.Error):
+            pass
+
+    def _put_in_memory(self, b: _MemoryBatch) -> None:
+        if len(b.payload) > self.memory_max_bytes:
+            self._count_drop(b.seq, b.samples, b.logs, b.incidents, len(b.payload))
+            raise SpoolError(f"spool {self.path}: batch {b.seq} ({len(b.payload)} bytes) fits neither disk nor memory")
+        self._memory[b.seq] = b
+        self._memory_bytes += len(b.payload)
+        while self._memory_bytes > self.memory_max_bytes:
+            victim = min(self._memory.values(), key=lambda m: (m.delivery_class, m.seq))
+            del self._memory[victim.seq]
+            self._memory_bytes -= len(victim.payload)
+            self._count_drop(victim.seq, victim.samples, victim.logs, victim.incidents, len(victim.payload))
+
+    def _move_memory_to_disk(self) -> None:
+        """Oldest first, until the disk refuses one; what it refuses stays in memory."""
+        while self._memory:
+            b = next(iter(self._memory.values()))
+            if not self._put_on_disk(b):
+                return
+            del self._memory[b.seq]
+            self._memory_bytes -= len(b.payload)
 
     def _rollback(self) -> None:
+        assert self._db is not None
         try:
             self._db.execute("ROLLBACK")
         except sqlite3.Error:
             pass
 
     def _reload_totals(self) -> None:
-        row = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM batches").fetchone()
-        self._count, self._bytes = int(row[0]), int(row[1])
-        self._counters = {k: int(self._meta(k, 0)) for k in _COUNTERS}
+        assert self._db is not None
+        try:
+            row = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM batches").fetchone()
+            self._count, self._bytes = int(row[0]), int(row[1])
+        except sqlite3.Error:
+            pass
 
-    def _evict_for(self, size: int) -> None:
-        """Delete the oldest batches of the lowest class until ``size`` more bytes fit."""
-        need = self._bytes + size - self.max_bytes
-        while need > 0:
-            row = self._db.execute(
-                "SELECT seq, samples, logs, incidents, size FROM batches ORDER BY class, seq LIMIT 1"
-            ).fetchone()
-            if row is None:
-                break
-            seq, samples, logs, incidents, bsize = row
-            self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
-            self._count -= 1
-            self._bytes -= bsize
-            need -= bsize
-            for key, n in (("dropped_batches", 1), ("dropped_samples", samples), ("dropped_logs", logs), ("dropped_incidents", incidents)):
-                self._counters[key] += n
-                self._set_meta(key, self._counters[key])
-            if incidents:
-                log.error("spool full (%d bytes): dropped batch %d holding %d incidents", self.max_bytes, seq, incidents)
+    # -- reading and acknowledging -----------------------------------------------------------
 
     def after(self, seq: int, limit: int) -> list[SpooledBatch]:
-        """Up to ``limit`` batches with a sequence number above ``seq``, oldest first."""
+        """Up to ``limit`` batches with a sequence number above ``seq``, oldest first (disk and memory)."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, payload FROM batches WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
-            ).fetchall()
-        return [SpooledBatch(int(s), bytes(p)) for s, p in rows]
+            out: list[SpooledBatch] = []
+            if self._db is not None:
+                try:
+                    rows = self._db.execute(
+                        "SELECT seq, payload FROM batches WHERE seq > ? ORDER BY seq LIMIT ?",
+                        (seq, limit + len(self._undeleted)),
+                    ).fetchall()
+                    out = [SpooledBatch(int(s), bytes(p)) for s, p in rows if s not in self._undeleted]
+                except sqlite3.Error as exc:
+                    log.warning("spool %s: cannot read batches: %s", self.path, exc)
+            out += [SpooledBatch(m.seq, m.payload) for m in self._memory.values() if m.seq > seq]
+            out.sort(key=lambda b: b.seq)
+            return out[:limit]
 
     def delete(self, seq: int) -> None:
         with self._lock:
-            row = self._db.execute("SELECT size FROM batches WHERE seq = ?", (seq,)).fetchone()
-            if row is None:
+            m = self._memory.pop(seq, None)
+            if m is not None:
+                self._memory_bytes -= len(m.payload)
                 return
-            self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
-            self._count -= 1
-            self._bytes -= int(row[0])
+            if self._db is None:
+                return
+            self._delete_on_disk(seq)
+            if self._undeleted:
+                for stale in list(self._undeleted):
+                    if stale != seq:
+                        self._delete_on_disk(stale)
+
+    def _delete_on_disk(self, seq: int) -> None:
+        assert self._db is not None
+        for attempt in range(2):
+            try:
+                row = self._db.execute("SELECT size FROM batches WHERE seq = ?", (seq,)).fetchone()
+                if row is not None:
+                    self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
+                    self._count -= 1
+                    self._bytes -= int(row[0])
+                self._undeleted.discard(seq)
+                return
+            except sqlite3.Error as exc:
+                if attempt == 0 and _is_disk_full(exc):
+                    self._restart_wal()  # a DELETE needs WAL space too; reuse what the file has
+                    continue
+                # Kept out of ``after`` so it is never sent again; deleted with a later ack.
+                if not self._undeleted:
+                    log.warning("spool %s: cannot delete acknowledged batches yet: %s", self.path, exc)
+                self._undeleted.add(seq)
+                return
 
     def count(self, key: str, n: int = 1, *, reason: str | None = None) -> None:
         """Add to one of the persisted counters (rejections, reconnects)."""
         with self._lock:
             self._counters[key] += n
-            self._set_meta(key, self._counters[key])
             if reason is not None:
                 self._last_rejection = reason
-                self._set_meta("last_rejection", reason)
+            self._counters_dirty = True
+            if self._db is not None:
+                try:
+                    self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                                         [(key, self._counters[key]), ("last_rejection", self._last_rejection)])
+                except sqlite3.Error:
+                    pass  # kept in memory and written with the next batch that reaches the disk
 
     def stats(self) -> SpoolStats:
         with self._lock:
-            return SpoolStats(self._count, self._bytes, dict(self._counters), self._last_rejection)
+            undeleted = len(self._undeleted)
+            return SpoolStats(
+                batches=self._count - undeleted + len(self._memory),
+                bytes=self._bytes + self._memory_bytes,
+                counters=dict(self._counters),
+                last_rejection=self._last_rejection,
+                disk_bytes=self.disk_bytes(),
+                memory_batches=len(self._memory),
+            )
 
     def close(self) -> None:
         with self._lock:
+            if self._memory:
+                log.warning("spool %s: %d batches held in memory are lost at exit (the disk was full)",
+                            self.path, len(self._memory))
+            if self._db is None:
+                return
             try:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error:
                 pass
-            self._db.close()
+            self._close_db()
 
 
+def _filesystem_bytes(path: Path) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def _is_disk_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "full" in str(exc)

@@ -12,8 +12,9 @@ UNKNOWN, CANCELLED by a collector shutting down) are retried quietly; UNAUTHENTI
 PERMISSION_DENIED are logged as errors and retried slowly, since an operator must fix the token
 and the spool keeps everything meanwhile.
 
-Batches are sent as their spooled bytes, with ``sent_ns`` appended as one more encoded field
-(protobuf lets a later occurrence of a scalar field win), so a resend costs no re-encoding.
+Batches are sent as their spooled bytes, with ``sent_ns`` (and the monotonic clock and boot id
+beside it) appended as more encoded fields (protobuf lets a later occurrence of a scalar field
+win), so a resend costs no re-encoding.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from fleetscope.agent.daemon.clocks import boot_clock_ns
 from fleetscope.agent.daemon.spool import Spool
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 STREAM_METHOD = "/fleetscope.v1.Ingest/Stream"
 REGISTER_METHOD = "/fleetscope.v1.Ingest/Register"
 _SENT_NS_TAG = bytes([5 << 3 | 0])  # field 5 (sent_ns), varint
+_SENT_MONO_NS_TAG = bytes([15 << 3 | 0])  # field 15 (sent_mono_ns), varint
+_SENT_BOOT_ID_TAG = bytes([(16 << 3 | 2) & 0x7F | 0x80, (16 << 3 | 2) >> 7])  # field 16 (sent_boot_id), bytes
 _AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 CHANNEL_OPTIONS = [
@@ -63,8 +67,13 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def with_sent_ns(payload: bytes, sent_ns: int) -> bytes:
-    return payload + _SENT_NS_TAG + encode_varint(sent_ns)
+def with_sent_ns(payload: bytes, sent_ns: int, sent_mono_ns: int = 0, sent_boot_id: str = "") -> bytes:
+    """``payload`` stamped with the send time; the monotonic reading only travels with its boot id."""
+    out = payload + _SENT_NS_TAG + encode_varint(sent_ns)
+    if sent_mono_ns and sent_boot_id:
+        boot = sent_boot_id.encode()
+        out += _SENT_MONO_NS_TAG + encode_varint(sent_mono_ns) + _SENT_BOOT_ID_TAG + encode_varint(len(boot)) + boot
+    return out
 
 
 def _identity(b: bytes) -> bytes:
@@ -107,6 +116,8 @@ class Uplink:
         ack_timeout_s: float = 60.0,
         compression: grpc.Compression | None = None,
         clock: Callable[[], int] = time.time_ns,
+        mono_clock: Callable[[], int] = boot_clock_ns,
+        clock_boot_id: str = "",
     ) -> None:
         if not addresses:
             raise ValueError("at least one collector address is needed")
@@ -119,6 +130,9 @@ class Uplink:
         self._ack_timeout_s = ack_timeout_s
         self._compression = compression
         self._clock = clock  # the device clock, which may be off: the collector measures the skew
+        # With the boot id, lets the collector see a wall-clock step between a batch's creation and its send.
+        self._mono_clock = mono_clock
+        self._clock_boot_id = clock_boot_id  # the kernel boot the monotonic clock counts from
         self._stop = threading.Event()
         self._wake = threading.Event()  # set when a new batch is spooled
         self._thread: threading.Thread | None = None
@@ -132,6 +146,10 @@ class Uplink:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fleetscope-uplink", daemon=True)
         self._thread.start()
+
+    def alive(self) -> bool:
+        """False once the thread started and died (it catches everything, so that is a bug)."""
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
 
     def notify(self) -> None:
         """A new batch is in the spool."""
@@ -248,7 +266,7 @@ class Uplink:
                     continue
                 session.sent(b.seq)
                 last_sent = b.seq
-                yield with_sent_ns(b.payload, self._clock())
+                yield with_sent_ns(b.payload, self._clock(), self._mono_clock(), self._clock_boot_id)
 
     def _reject_locally(self, seq: int, why: str) -> None:
         reason = f"batch {seq}: {why}"

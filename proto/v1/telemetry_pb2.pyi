@@ -433,7 +433,7 @@ class AgentCounters(_message.Message):
     def __init__(self, spool_batches: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., dropped_batches: _Optional[int] = ..., dropped_samples: _Optional[int] = ..., dropped_logs: _Optional[int] = ..., dropped_incidents: _Optional[int] = ..., reconnects: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sampler_errors: _Optional[int] = ..., rss_bytes: _Optional[float] = ..., cpu_seconds: _Optional[float] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records")
+    __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records", "created_mono_ns", "sent_mono_ns", "sent_boot_id", "created_boot_id")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -447,6 +447,10 @@ class Batch(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    SENT_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    SENT_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     boot_id: str
     seq: int
@@ -460,7 +464,11 @@ class Batch(_message.Message):
     counters: AgentCounters
     metrics: _containers.RepeatedCompositeFieldContainer[MetricPoint]
     inventory_records: _containers.RepeatedCompositeFieldContainer[InventoryRecord]
-    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ...) -> None: ...
+    created_mono_ns: int
+    sent_mono_ns: int
+    sent_boot_id: str
+    created_boot_id: str
+    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ..., created_mono_ns: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., sent_boot_id: _Optional[str] = ..., created_boot_id: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("seq", "status", "code", "reason", "rows")

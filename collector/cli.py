@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetscope.cli.args import duration_ns, format_ago, format_bytes, format_ns, label, size_bytes, time_ns
+from fleetscope.cli.terminal import visible
 from fleetscope.proto.vocabulary import LOG_LEVELS
 
 if TYPE_CHECKING:  # the parser is built without SQLAlchemy; only type checkers see these
@@ -49,6 +50,19 @@ def register(sub: Any) -> None:
                    help="refuse to start on a database at an older schema instead of upgrading it ('fleetscope db upgrade' does)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
+    limits = p.add_argument_group("connection limits", "what one collector process gives its clients (per worker)")
+    limits.add_argument("--max-connections", type=int, metavar="N",
+                        help="most connections at once; more are closed on arrival (default 10000, lowered to keep 128 "
+                             "of the open-file limit, which the collector raises to its hard limit, for the database)")
+    limits.add_argument("--idle-timeout", type=duration_ns, default=300 * 10**9, metavar="DURATION",
+                        help="close a connection without a call for this long (default 5m; agents keep a stream open)")
+    limits.add_argument("--handshake-timeout", type=duration_ns, default=20 * 10**9, metavar="DURATION",
+                        help="close a connection that has not started HTTP/2 within this time (default 20s)")
+    limits.add_argument("--keepalive-time", type=duration_ns, default=60 * 10**9, metavar="DURATION",
+                        help="ping a connection after this long without traffic (default 1m)")
+    limits.add_argument("--keepalive-timeout", type=duration_ns, default=20 * 10**9, metavar="DURATION",
+                        help="drop a connection whose ping is not answered within this time, such as a client that "
+                             "stopped half-way through a batch (default 20s)")
     p.set_defaults(func=_needs_collector(run_collector))
 
     p = sub.add_parser("devices", help="list registered devices", description="Every device that registered, with its state.")
@@ -135,6 +149,8 @@ def _print_json(doc: Any) -> None:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> None:
+    """Rows of text, every cell made visible: names, labels and titles come from devices."""
+    rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
     for r in rows:
@@ -142,7 +158,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> None:
 
 
 def _unknown_device(exc: Exception) -> int:
-    print(str(exc), file=sys.stderr)
+    print(visible(str(exc)), file=sys.stderr)
     return 1
 
 
@@ -156,7 +172,10 @@ def run_collector(args: argparse.Namespace) -> int:
     elif args.token:
         tokens = frozenset([args.token])
     settings = CollectorSettings(listen=args.listen, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
-                                 grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade)
+                                 grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade,
+                                 max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
+                                 handshake_timeout_s=args.handshake_timeout / 1e9, keepalive_time_s=args.keepalive_time / 1e9,
+                                 keepalive_timeout_s=args.keepalive_timeout / 1e9)
     if tokens is None:
         print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
     if args.workers > 1:
@@ -249,7 +268,7 @@ def run_metrics(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(m)
         return 0
-    print(f"{m.device}: {len(m.host)} host samples, {len(m.gpu)} GPU samples from {format_ns(since)} to {format_ns(until)} UTC")
+    print(f"{visible(m.device)}: {len(m.host)} host samples, {len(m.gpu)} GPU samples from {format_ns(since)} to {format_ns(until)} UTC")
     if m.host:
         rows = [[format_ns(p.ts_ns), _fmt(p.values["cpu_percent"], "%"), _fmt(p.values["load1"]),
                  format_bytes(p.values["mem_used_bytes"]), format_bytes(p.values["swap_used_bytes"])] for p in m.host[-20:]]
@@ -283,7 +302,10 @@ def run_logs(args: argparse.Namespace) -> int:
         _print_json({"logs": lines})
         return 0
     for ln in lines:
-        print(f"{format_ns(ln.ts_ns)} {ln.level.upper():8} {ln.source}: {ln.message}")
+        # A multi-line event (a traceback) keeps its line breaks; its continuation lines are
+        # indented so that no line of a message can pass for a log line of its own.
+        message = visible(ln.message, keep_line_breaks=True).replace("\n", "\n    ")
+        print(f"{format_ns(ln.ts_ns)} {visible(ln.level.upper()):8} {visible(ln.source)}: {message}")
     if not lines:
         print("no log events in that range")
     return 0

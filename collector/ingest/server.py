@@ -3,12 +3,21 @@
 A stop (SIGTERM, SIGINT, or ``Collector.stop``) closes the listening port, lets each stream
 acknowledge the batches it already accepted, waits for the writer to commit them, and closes
 the database. Agents see their stream end and reconnect, to this collector or another.
+
+Connections are bounded so that no number of clients can exhaust the collector: a cap on
+connections (kept below the open-file limit, which the collector raises to its hard limit, so
+that the database, the rollup job and new agents always find a descriptor), a deadline for
+the HTTP/2 handshake, an idle timeout, keepalive pings that drop a peer that stopped
+answering, a cap on streams per connection (gRPC lets each stream buffer one whole message,
+so streams x the largest batch bounds a connection's in-flight bytes), and in the service a
+cap on the bytes a stream has accepted but not yet acknowledged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -17,11 +26,10 @@ from pathlib import Path
 import grpc
 
 from fleetscope.collector.ingest.gc_policy import tune_for_ingest
-from fleetscope.collector.ingest.service import IngestService
+from fleetscope.collector.ingest.service import IngestService, add_ingest_service
 from fleetscope.collector.ingest.validation import Limits
 from fleetscope.collector.storage.engine import ensure_schema, make_engine
 from fleetscope.collector.storage.writer import BatchWriter
-from fleetscope.proto.v1 import telemetry_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,80 @@ class CollectorSettings:
     # Upgrade a database at an older schema revision on start; False refuses it (SchemaBehind)
     # so that an operator runs `fleetscope db upgrade` when they choose (after a backup, say).
     upgrade_db: bool = True
+    # Connections at once; None: DEFAULT_MAX_CONNECTIONS, lowered to leave RESERVED_FILES of the
+    # open-file limit to the database, the logs and the rollup job.
+    max_connections: int | None = None
+    handshake_timeout_s: float = 20.0  # a connection that has not spoken HTTP/2 by then is closed
+    idle_timeout_s: float = 300.0  # a connection without a call for this long is closed (GOAWAY)
+    keepalive_time_s: float = 60.0  # ping each connection after this long without traffic...
+    keepalive_timeout_s: float = 20.0  # ...and drop it when the ping is not answered by then
+    # A connection is closed after this long, its calls given the grace to end: the last bound
+    # on a client that answers pings but never finishes its batch. The agent reconnects and
+    # resends what was not acknowledged, which the exactly-once claim makes harmless.
+    max_connection_age_s: float = 3600.0
+    max_connection_age_grace_s: float = 60.0
+    max_streams_per_connection: int = 8  # an agent uses one stream and a registration
+    # Bytes of batches a stream has accepted but not yet acknowledged; reading from the stream
+    # pauses above it, so a client that outruns the writer is held back by HTTP/2 flow control.
+    max_unacked_bytes_per_stream: int = 64 << 20
+
+
+DEFAULT_MAX_CONNECTIONS = 10_000
+RESERVED_FILES = 128  # descriptors kept from connections: the database pool, log files, gRPC's own
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit; returns the soft limit now.
+
+    Each connection holds a descriptor; at a distribution's default soft limit (1,024, while the
+    hard limit is often far higher) a flood of connections left none for the database.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("open-file limit raised from %d to %d", soft, target)
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("open-file limit stays at %d (hard %d): %s", soft, hard, exc)
+    return soft
+
+
+def connection_cap(settings: CollectorSettings, open_file_limit: int) -> int:
+    """The most connections at once: the setting, or the default within the open-file limit."""
+    if settings.max_connections is not None:
+        return settings.max_connections
+    return max(1, min(DEFAULT_MAX_CONNECTIONS, open_file_limit - RESERVED_FILES))
+
+
+def server_options(settings: CollectorSettings, max_connections: int) -> list[tuple[str, int]]:
+    """gRPC's own limits, from the settings (names as declared in grpc_types.h)."""
+    return [
+        ("grpc.max_receive_message_length", settings.max_batch_bytes),
+        ("grpc.max_send_message_length", 4 << 20),
+        ("grpc.max_allowed_incoming_connections", max_connections),
+        ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
+        ("grpc.max_connection_idle_ms", int(settings.idle_timeout_s * 1000)),
+        ("grpc.keepalive_time_ms", int(settings.keepalive_time_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        # gRPC stops pinging a peer after two pings with no data sent, and a stalled client is
+        # sent no data: without this it would never be pinged, so never dropped.
+        ("grpc.http2.max_pings_without_data", 0),
+        # Any unanswered ping, not only the keepalive's, ends the connection by the keepalive's
+        # timeout: a flow-control (BDP) ping sent just before the client stalled would otherwise
+        # stand in for the keepalive and wait gRPC's default minute.
+        ("grpc.http2.ping_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
+        ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
+        # Agents ping every 20 s, with or without a call (agent/daemon/uplink.py); a peer that
+        # pings more often than every 5 s gets a GOAWAY after two strikes, as gRPC's default.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.so_reuseport", 1),  # `--workers N` processes share one port
+    ]
 
 
 def read_tokens_file(path: Path) -> frozenset[str]:
@@ -54,6 +136,7 @@ class Collector:
 
     def __init__(self, settings: CollectorSettings) -> None:
         self.settings = settings
+        self.max_connections = connection_cap(settings, raise_open_file_limit())
         self.engine = make_engine(settings.db_url, create=False)
         try:
             ensure_schema(self.engine, upgrade=settings.upgrade_db)
@@ -80,14 +163,9 @@ class Collector:
             rollup_job = RollupJob(self.engine)
             rollup_job.start()
         server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", self.settings.max_batch_bytes),
-                ("grpc.max_send_message_length", 4 << 20),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                ("grpc.http2.max_ping_strikes", 0),
-                ("grpc.so_reuseport", 1),  # `--workers N` processes share one port
-            ]
+            options=server_options(self.settings, self.max_connections),
+            # Each agent holds one stream; the rest of the calls are registrations in passing.
+            maximum_concurrent_rpcs=2 * self.max_connections,
         )
         self._service = IngestService(
             self.engine,
@@ -95,14 +173,15 @@ class Collector:
             tokens=self.settings.tokens,
             limits=self.settings.limits,
             max_batch_bytes=self.settings.max_batch_bytes,
+            max_unacked_bytes_per_stream=self.settings.max_unacked_bytes_per_stream,
         )
-        pb_grpc.add_IngestServicer_to_server(self._service, server)
+        add_ingest_service(self._service, server)  # its deserialisers turn bad bytes into INVALID_ARGUMENT
         self.port = server.add_insecure_port(self.settings.listen)
         if not self.port:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await server.start()
-        log.info("collector listening on %s, storing into %s", self.settings.listen.rsplit(":", 1)[0] + f":{self.port}",
-                 self.engine.url.render_as_string(hide_password=True))
+        log.info("collector listening on %s, storing into %s, at most %d connections", self.settings.listen.rsplit(":", 1)[0] + f":{self.port}",
+                 self.engine.url.render_as_string(hide_password=True), self.max_connections)
         self._ready.set()
         await self._stop_event.wait()
         log.info("collector stopping: acknowledging in-flight batches")

@@ -19,10 +19,14 @@ rows is Python and needs the GIL, and so does binding each statement's parameter
 GIL whenever a statement step released it and the writer then waited for it back, and the
 measured throughput was the same as one thread's (``docs/benchmarks.md``).
 
-If a group fails, it is rolled back and its batches are retried one by one, so one bad batch
-cannot sink its neighbours; a batch whose rows cannot be built fails alone. A database that
-cannot be written (disk full, server gone) fails the futures with ``StoreUnavailable``; the
-agents keep the batches in their spools and resend.
+Validation keeps out what the databases cannot store, but if a group's transaction still fails
+on the data of one batch (``_is_data_error``: a value out of range, text a column refuses), the
+group is rolled back and written again in halves, down to the one batch at fault, so its
+neighbours are stored with a few extra transactions. That batch is rejected: its outcome carries
+the database's reason (the agent gets REJECTED, INVALID_ARGUMENT, and never resends it) and the
+rejection is recorded on its device row. A batch whose rows cannot be built is rejected the same
+way. Only a database that cannot be written (disk full, server gone) fails the futures with
+``StoreUnavailable``; the agents keep those batches in their spools and resend.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class WriteOutcome:
     seq: int
     duplicate: bool
     rows: int
+    rejection: str | None = None  # set when the batch was not stored for a fault of its data
 
 
 @dataclass
@@ -180,9 +185,11 @@ class BatchWriter:
             try:
                 prepared.append((it, it.prepared or _prepare(it, sqlite)))
                 it.prepared = None
-            except Exception as exc:  # a batch that cannot be turned into rows fails alone
-                log.error("batch %s/%s could not be stored: %s", it.agent_id, it.seq, exc)
-                it.future.set_exception(StoreUnavailable(f"database write failed: {exc}"))
+            except Exception as exc:  # a batch that cannot be turned into rows is rejected alone
+                log.error("batch %s/%s rejected: its rows could not be built: %s", it.agent_id, it.seq, exc)
+                it.rejection = rejection_text(f"batch {it.seq}: could not be turned into rows: {exc}")
+                it.batch = None
+                prepared.append((it, None))
         return prepared
 
     @staticmethod
@@ -211,15 +218,11 @@ class BatchWriter:
             outcomes = self._transaction(group)
         except Exception as exc:
             self._close_conn()
-            if len(group) > 1 and not _is_unavailable(exc):
-                for one in group:
-                    self._write_group([one])
+            if _is_data_error(exc):
+                self._isolate(group, exc)
                 return
             err = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(f"database write failed: {exc}")
-            if not _is_unavailable(exc):
-                log.error("batch %s/%s could not be stored: %s", group[0][0].agent_id, group[0][0].seq, exc)
-            else:
-                log.warning("database unavailable: %s", exc)
+            log.warning("database unavailable: %s", exc)
             for item, _ in group:
                 if not item.future.done():
                     item.future.set_exception(err)
@@ -228,6 +231,25 @@ class BatchWriter:
         self.batches += len(group)
         for (item, _), outcome in zip(group, outcomes):
             item.future.set_result(outcome)
+
+    def _isolate(self, group: _Group, exc: BaseException) -> None:
+        """A group failed on data: write it again in halves until the batch at fault is alone,
+        then reject that batch (and record the rejection) instead of failing the others."""
+        if len(group) > 1:
+            half = len(group) // 2
+            self._write_group(group[:half])
+            self._write_group(group[half:])
+            return
+        item, prep = group[0]
+        if prep is not None:
+            log.error("batch %s/%s rejected: the database refused its data: %s", item.agent_id, item.seq, exc)
+            item.rejection = rejection_text(f"batch {item.seq}: the database refused its data: {exc}")
+            item.batch = None
+            self._write_group([(item, None)])  # records the rejection on the device row
+            return
+        # Recording a rejection failed on its own text: answer it unrecorded rather than loop.
+        log.error("rejection of batch %s/%s could not be recorded: %s", item.agent_id, item.seq, exc)
+        item.future.set_result(WriteOutcome(item.seq, False, 0, rejection=item.rejection or str(exc)))
 
     def _transaction(self, group: _Group) -> list[WriteOutcome]:
         conn = self._connection()
@@ -266,7 +288,7 @@ class BatchWriter:
                     upd["rejected"] += 1
                     upd["last_rejection"] = item.rejection or ""
                     upd["last_seen_ns"] = item.received_ns
-                    outcomes.append(WriteOutcome(item.seq, False, 0))
+                    outcomes.append(WriteOutcome(item.seq, False, 0, rejection=item.rejection or "rejected"))
                     continue
                 rows = prep.rows
                 if not next(stored):
@@ -334,6 +356,29 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
             else:
                 prepared.values[table] = part.rows() if isinstance(part, ColumnBlock) else part
     return prepared
+
+
+def rejection_text(text: str, max_chars: int = 2_000) -> str:
+    """A rejection reason that any database stores: no NUL (a driver's message may quote the
+    value at fault), and bounded."""
+    return text.replace("\x00", "\\x00")[:max_chars]
+
+
+def _is_data_error(exc: BaseException) -> bool:
+    """Errors about the values being written, which the same values will always hit again:
+    the drivers' DataError and IntegrityError (SQLSTATE classes 22 and 23 on PostgreSQL), and
+    the conversion errors the drivers raise before sending (an int beyond int64, an
+    unencodable string). Anything else is taken as the database being unavailable: a batch
+    must never be rejected, and lost, for a fault that is not its own."""
+    # By class, not message: a data error's message may quote the data ("disk", "full", ...).
+    if isinstance(exc, StoreUnavailable):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate[:2] in ("22", "23"):
+        return True
+    if any(cls.__name__ in ("DataError", "IntegrityError") for cls in type(exc).__mro__):
+        return True
+    return isinstance(exc, (OverflowError, ValueError, TypeError))
 
 
 def _is_unavailable(exc: BaseException) -> bool:

@@ -128,8 +128,10 @@ def test_one_bad_batch_in_a_group_does_not_sink_the_others(store, built_by: str)
             results.append(f.result(10))
         except Exception as exc:  # noqa: BLE001 - the test inspects which one failed
             results.append(exc)
-    assert [getattr(r, "duplicate", None) for r in results] == [False, None, False, False]
-    assert isinstance(results[1], StoreUnavailable)
+    assert [getattr(r, "duplicate", None) for r in results] == [False, False, False, False]
+    # Rejected, not failed as "storage unavailable": the agent would resend it forever.
+    assert [r.rejection is not None for r in results] == [False, True, False, False]
+    assert "batch 4" in results[1].rejection and "rows" in results[1].rejection
     with Session(engine) as s:
         assert count_samples(session=s) == {"host": 3, "gpu": 3}
         # The failed group's first attempt had already seen the GPU's state: it is stored all the same.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetscope.agent import __version__
-from fleetscope.agent.daemon.batcher import Pending, build_batches
+from fleetscope.agent.daemon.batcher import CLASS_INCIDENTS, BuiltBatch, Pending, build_batches
 from fleetscope.agent.daemon.clocks import boot_clock_ns
 from fleetscope.agent.daemon.footprint import release_free_memory
 from fleetscope.agent.daemon.identity import (
@@ -103,6 +103,7 @@ class Agent:
         self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
         self._pending = Pending()
         self._pending_lock = threading.Lock()
+        self._reported_drops: tuple[int, ...] | None = None  # the spool's drop counts in the newest batch
         self._sampler_errors = 0
         self._unspooled = 0
         self._warned: set[str] = set()
@@ -239,10 +240,18 @@ class Agent:
         with self._pending_lock:
             pending, self._pending = self._pending, Pending()
         if pending.empty():
-            return 0
-        built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns, now_mono_ns=now_mono_ns,
-                              clock_boot_id=self._clock_boot_id)
+            if self._drops_unreported():
+                # Drops caused by the last batches' own writes are in no batch yet; with nothing
+                # else to send (sampling stopped, a quiet device) they would never be reported.
+                built = [BuiltBatch(CLASS_INCIDENTS, pb.Batch(created_ns=now_ns, created_mono_ns=now_mono_ns,
+                                                               created_boot_id=self._clock_boot_id), 0, 0, 0)]
+            else:
+                return 0
+        else:
+            built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns,
+                                  now_mono_ns=now_mono_ns, clock_boot_id=self._clock_boot_id)
         counters = self._counters()
+        self._reported_drops = self._drop_counts()
         written = 0
         for bb in built:
             seq = self.spool.reserve_seq()
@@ -259,6 +268,15 @@ class Agent:
         if written:
             self.uplink.notify()
         return written
+
+    def _drop_counts(self) -> tuple[int, ...]:
+        c = self.spool.stats().counters
+        return tuple(c[k] for k in ("dropped_batches", "dropped_samples", "dropped_logs", "dropped_incidents"))
+
+    def _drops_unreported(self) -> bool:
+        if self._reported_drops is None:  # counts carried over from an earlier run went out with it
+            self._reported_drops = self._drop_counts()
+        return self._drop_counts() != self._reported_drops
 
     def _counters(self) -> pb.AgentCounters:
         st = self.spool.stats()

@@ -61,7 +61,7 @@ def batches(draw, agent_id: str) -> bytes:  # type: ignore[no-untyped-def]
         m.labels.update(draw(LABELS))
     for _ in range(draw(st.integers(0, 1))):
         count = draw(UINT64)
-        h = b.latency.add(name=draw(TEXT), start_ns=ts - 1, end_ns=ts, count=count, zero_count=count, sum_ns=draw(UINT64))
+        h = b.latency.add(name=draw(TEXT), start_ns=max(ts - 1, -(2**63)), end_ns=ts, count=count, zero_count=count, sum_ns=draw(UINT64))
         h.labels.update(draw(LABELS))
     for _ in range(draw(st.integers(0, 1))):
         r = b.inventory_records.add(kind=draw(TEXT), name=draw(TEXT), ts_ns=draw(st.one_of(st.just(now), INT64)))

@@ -37,7 +37,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 
 def _fill(disk: Path) -> None:
     """Take every free byte of the filesystem, as another program filling the disk would."""
-    with open(disk / "filler", "wb") as f:
+    with open(disk / "filler", "wb", buffering=0) as f:  # unbuffered: closing has nothing left to write
         try:
             while True:
                 f.write(b"\0" * (64 << 10))
@@ -90,5 +90,7 @@ def test_full_disk_agent_survives_evicts_by_priority_and_delivers_what_it_kept(
     counters = json.loads(out.stdout)["devices"][0]["counters"]
     gpu_dropped = 120_000 - len(stored)
     host_dropped = 120_000 // 400 - table_count(sqlite_url, "host_samples")  # one host row per tick with GPU rows
-    assert counters["dropped_samples"] == gpu_dropped + host_dropped, "the counters say exactly what was dropped"
+    # Every lost sample is counted. The count can be higher than the loss: a batch evicted while it
+    # was already on the wire may still reach the collector (docs/reliability.md says so).
+    assert counters["dropped_samples"] >= gpu_dropped + host_dropped, "every dropped sample is counted"
     assert counters["dropped_incidents"] == 0

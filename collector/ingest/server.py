@@ -58,7 +58,10 @@ class CollectorSettings:
     # resends what was not acknowledged, which the exactly-once claim makes harmless.
     max_connection_age_s: float = 3600.0
     max_connection_age_grace_s: float = 60.0
-    max_streams_per_connection: int = 8  # an agent uses one stream and a registration
+    # An agent uses one stream and a registration, but a gRPC-aware proxy (Envoy, an ingress)
+    # carries many agents' streams over one connection: a small cap refused their streams
+    # (REFUSED_STREAM) and made them look like an outage.
+    max_streams_per_connection: int = 256
     # Bytes of batches a stream has accepted but not yet acknowledged; reading from the stream
     # pauses above it, so a client that outruns the writer is held back by HTTP/2 flow control.
     max_unacked_bytes_per_stream: int = 64 << 20

@@ -174,3 +174,37 @@ def test_concurrent_replay_of_one_batch_is_stored_once(db_url: str, collector) -
     statuses = sorted(a.status for r in results for a in r)
     assert statuses.count(pb.Ack.STATUS_STORED) == 1 and statuses.count(pb.Ack.STATUS_DUPLICATE) == 3
     assert len(gpu_sequence_numbers(db_url, "racer")) == 100
+
+
+def test_many_agents_multiplexed_over_one_connection_are_all_served(db_url: str, collector) -> None:
+    """A gRPC-aware proxy carries many agents' streams over one connection: every stream is served
+    at once, none refused (a cap of 8 streams per connection once answered REFUSED_STREAM)."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{collector.port}")
+    register = channel.unary_unary("/fleetscope.v1.Ingest/Register", request_serializer=pb.RegisterRequest.SerializeToString,
+                                   response_deserializer=pb.RegisterResponse.FromString)
+    stream = channel.stream_stream("/fleetscope.v1.Ingest/Stream", request_serializer=lambda b: b, response_deserializer=pb.Ack.FromString)
+    agents = [str(uuid.uuid4()) for _ in range(40)]
+    for i, agent_id in enumerate(agents):
+        register(pb.RegisterRequest(agent_id=agent_id, boot_id="b", name=f"proxied-{i}", sent_ns=time.time_ns()),
+                 metadata=MD, timeout=10)
+    release = threading.Event()
+    results: dict[str, list[pb.Ack]] = {}
+
+    def agent(agent_id: str) -> None:
+        def requests():  # type: ignore[no-untyped-def]
+            release.wait(30)  # every stream is open before any sends: all 40 are concurrent
+            yield with_sent_ns(_batch(agent_id, 1, [60.0] * 10).SerializeToString(), time.time_ns())
+
+        results[agent_id] = list(stream(requests(), metadata=MD, timeout=60))
+
+    threads = [threading.Thread(target=agent, args=(a,)) for a in agents]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    release.set()
+    for t in threads:
+        t.join()
+    channel.close()
+    assert sorted(results) == sorted(agents)
+    assert all([a.status for a in acks] == [pb.Ack.STATUS_STORED] for acks in results.values())
+    assert table_count(db_url, "gpu_samples") == 400

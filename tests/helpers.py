@@ -15,6 +15,21 @@ from fleetscope.collector.storage.engine import normalise_url
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 
+class IdleSampler:
+    """A sampler that produces nothing: the test adds its records to the agent itself."""
+
+    name = "idle"
+
+    def inventory(self) -> list:
+        return []
+
+    def sample(self, now_ns: int) -> SampleSet:
+        return SampleSet()
+
+    def close(self) -> None:
+        pass
+
+
 class CountingSampler:
     """Emits ``per_tick`` GPU rows per sample, each with a unique sequence number in ``energy_j``,
     until ``total`` rows were produced. Lets a test check "every sample exactly once"."""

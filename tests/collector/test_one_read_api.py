@@ -31,25 +31,10 @@ from fleetscope.cli import main as fleetscope  # noqa: E402
 from fleetscope.collector import query  # noqa: E402
 from fleetscope.proto import buckets as bucket_math  # noqa: E402
 from fleetscope.proto.v1 import telemetry_pb2 as pb  # noqa: E402
-from tests.helpers import make_agent  # noqa: E402
+from tests.helpers import IdleSampler, make_agent  # noqa: E402
 
 S = 10**9
 DEVICE = "reader-node"
-
-
-class _Idle:
-    """A sampler that produces nothing: the test adds its records to the agent itself."""
-
-    name = "idle"
-
-    def inventory(self) -> list:
-        return []
-
-    def sample(self, now_ns: int) -> SampleSet:
-        return SampleSet()
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass
@@ -142,7 +127,7 @@ def stored(tmp_path: Path, db_url: str, collector) -> Iterator[int]:  # type: ig
             for k in range(3)
         ]
     )
-    agent = make_agent(tmp_path, [f"127.0.0.1:{collector.port}"], _Idle(), name=DEVICE)
+    agent = make_agent(tmp_path, [f"127.0.0.1:{collector.port}"], IdleSampler(), name=DEVICE)
     agent.add(records)
     agent.add_sdk_report(report)
     agent.flush()

@@ -22,27 +22,12 @@ from fleetscope.collector.query import (
     search_incidents,
 )
 from fleetscope.collector.storage.engine import make_engine
-from tests.helpers import make_agent
+from tests.helpers import IdleSampler, make_agent
 
 S = 10**9
 GIB = 1 << 30
 STEP_S = 10  # one sample every 10 s, from 3 minutes before to 3 minutes after
 TOTAL = [24 * GIB, 16 * GIB]  # per GPU
-
-
-class _Idle:
-    """A sampler that produces nothing: the test adds its records to the agent itself."""
-
-    name = "idle"
-
-    def inventory(self) -> list:
-        return []
-
-    def sample(self, now_ns: int) -> SampleSet:
-        return SampleSet()
-
-    def close(self) -> None:
-        pass
 
 
 def _gpu(ts: int, index: int, k: int) -> GpuSample:
@@ -128,7 +113,7 @@ def stored(tmp_path: Path, db_url: str, collector):  # type: ignore[no-untyped-d
 
 def _send(tmp_path: Path, port: int, name: str, batches: list[SampleSet]) -> None:
     """Through a real agent: pending records -> spool -> uplink -> collector, until all are acked."""
-    agent = make_agent(tmp_path, [f"127.0.0.1:{port}"], _Idle(), name=name)
+    agent = make_agent(tmp_path, [f"127.0.0.1:{port}"], IdleSampler(), name=name)
     for records in batches:
         agent.add(records)
         agent.flush()

@@ -18,24 +18,11 @@ from fleetscope.agent.records import IncidentRecord, LogEvent  # noqa: E402
 from fleetscope.agent.samplers._base import SampleSet  # noqa: E402
 from fleetscope.cli.terminal import visible  # noqa: E402
 from fleetscope.collector.ingest.server import Collector, CollectorSettings  # noqa: E402
-from tests.helpers import make_agent  # noqa: E402
+from tests.helpers import IdleSampler, make_agent  # noqa: E402
 
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\rfake line\x9b31m\u202eevil"
 DEVICE = "edge\x1b[31m-7"
 RAW = ("\x1b", "\x07", "\r", "\x9b", "\u202e")
-
-
-class _Idle:
-    name = "idle"
-
-    def inventory(self) -> list:
-        return []
-
-    def sample(self, now_ns: int) -> SampleSet:
-        return SampleSet()
-
-    def close(self) -> None:
-        pass
 
 
 def test_visible_escapes_controls_and_keeps_text() -> None:
@@ -53,7 +40,7 @@ def hostile_db(tmp_path: Path, sqlite_url: str) -> Iterator[str]:
     port = collector.start()
     try:
         now = time.time_ns()
-        agent = make_agent(tmp_path, [f"127.0.0.1:{port}"], _Idle(), name=DEVICE)
+        agent = make_agent(tmp_path, [f"127.0.0.1:{port}"], IdleSampler(), name=DEVICE)
         agent.add(SampleSet(
             logs=[LogEvent(ts_ns=now - 10**9, source="job\x1b[8m.log", message=f"before {HOSTILE}\nsecond line\x07", level="info")],
             incidents=[IncidentRecord(ts_ns=now - 10**9, kind="cuda_oom", severity="error", title=f"OOM {HOSTILE}")],

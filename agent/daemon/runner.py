@@ -251,7 +251,7 @@ class Agent:
             built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns,
                                   now_mono_ns=now_mono_ns, clock_boot_id=self._clock_boot_id)
         counters = self._counters()
-        self._reported_drops = self._drop_counts()
+        self._reported_drops = self.spool.drop_totals()
         written = 0
         for bb in built:
             seq = self.spool.reserve_seq()
@@ -269,14 +269,11 @@ class Agent:
             self.uplink.notify()
         return written
 
-    def _drop_counts(self) -> tuple[int, ...]:
-        c = self.spool.stats().counters
-        return tuple(c[k] for k in ("dropped_batches", "dropped_samples", "dropped_logs", "dropped_incidents"))
-
     def _drops_unreported(self) -> bool:
+        drops = self.spool.drop_totals()
         if self._reported_drops is None:  # counts carried over from an earlier run went out with it
-            self._reported_drops = self._drop_counts()
-        return self._drop_counts() != self._reported_drops
+            self._reported_drops = drops
+        return drops != self._reported_drops
 
     def _counters(self) -> pb.AgentCounters:
         st = self.spool.stats()

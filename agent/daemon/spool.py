@@ -420,6 +420,12 @@ class Spool:
                 except sqlite3.Error:
                     pass  # kept in memory and written with the next batch that reaches the disk
 
+    def drop_totals(self) -> tuple[int, int, int, int]:
+        """Batches, samples, logs and incidents dropped so far: the counters alone, no file sizes."""
+        with self._lock:
+            c = self._counters
+            return c["dropped_batches"], c["dropped_samples"], c["dropped_logs"], c["dropped_incidents"]
+
     def stats(self) -> SpoolStats:
         with self._lock:
             undeleted = len(self._undeleted)

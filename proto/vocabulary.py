@@ -24,6 +24,7 @@ __all__ = [
     "KIND_CUDA_OOM",
     "KIND_HOST_OOM",
     "KIND_JETSON_MEMORY",
+    "KIND_MEMORY_ALLOC_FAILURE",
     "KIND_GPU_XID",
     "KIND_GPU_LOST",
     "KIND_TENSORRT_ERROR",
@@ -41,8 +42,28 @@ __all__ = [
     "KIND_TF32_DISABLED",
     "KIND_CUDNN_BENCHMARK_OFF",
     "KIND_TORCH_WITHOUT_CUDA",
+    "KIND_AGENT_OFFLINE",
+    "KIND_LATENCY_SLO",
+    "KIND_LATENCY_REGRESSION",
+    "KIND_GPU_THROTTLING",
+    "KIND_GPU_STARVED",
+    "KIND_MEMORY_GROWTH",
+    "KIND_REPEATED_OOM",
     "INCIDENT_KINDS",
+    "DERIVED_KINDS",
     "RECORD_KINDS",
+    # incident lifecycle and alerts
+    "INCIDENT_OPEN",
+    "INCIDENT_RESOLVED",
+    "INCIDENT_STATES",
+    "ORIGIN_AGENT",
+    "ORIGIN_DETECTOR",
+    "ORIGIN_IMPORT",
+    "INCIDENT_ORIGINS",
+    "ALERT_PENDING",
+    "ALERT_FIRING",
+    "ALERT_RESOLVED",
+    "ALERT_STATES",
     # device kinds
     "DEVICE_KIND_SERVER",
     "DEVICE_KIND_JETSON",
@@ -98,6 +119,8 @@ __all__ = [
 KIND_CUDA_OOM = "cuda_oom"  # an accelerator allocation failed (PyTorch, TF, JAX, CUDA, cuBLAS, cuDNN)
 KIND_HOST_OOM = "host_oom"  # kernel OOM killer, cgroup/container OOM, Kubernetes OOMKilled
 KIND_JETSON_MEMORY = "jetson_memory"  # NvMap / nvgpu / CMA allocation failures on Jetson
+# A kernel allocation that failed or stalled without an OOM kill (CMA off a Jetson, warn_alloc).
+KIND_MEMORY_ALLOC_FAILURE = "memory_alloc_failure"
 KIND_GPU_XID = "gpu_xid"  # NVIDIA Xid (and SXid) driver errors, GPU fallen off the bus (also from NVML events)
 KIND_TENSORRT_ERROR = "tensorrt_error"  # builder OOM, workspace too small, unsupported precision, ...
 KIND_TRT_BENCHMARK = "trt_benchmark"  # a trtexec performance summary (stored as a benchmark record)
@@ -120,10 +143,20 @@ KIND_TF32_DISABLED = "tf32_disabled"  # an Ampere+ GPU doing fp32 matmuls withou
 KIND_CUDNN_BENCHMARK_OFF = "cudnn_benchmark_off"
 KIND_TORCH_WITHOUT_CUDA = "torch_without_cuda"  # a CPU-only torch build on a machine with an NVIDIA GPU
 
+# Derived by the collector's detectors (fleetscope.collector.jobs.detectors) from stored data.
+KIND_AGENT_OFFLINE = "agent_offline"  # no data from a device for longer than its interval allows
+KIND_LATENCY_SLO = "latency_slo"  # p99 of an operation above the objective a rules file sets
+KIND_LATENCY_REGRESSION = "latency_regression"  # p99 of an operation far above its own baseline
+KIND_GPU_THROTTLING = "gpu_throttling"  # thermal or power throttling sustained, with the clock it cost
+KIND_GPU_STARVED = "gpu_starved"  # a GPU idle while the job waits on data or the host CPU is saturated
+KIND_MEMORY_GROWTH = "memory_growth"  # GPU or host memory rising steadily: a leak, with time to exhaustion
+KIND_REPEATED_OOM = "repeated_oom"  # the same job or process out of memory again after a restart
+
 INCIDENT_KINDS: tuple[str, ...] = (
     KIND_CUDA_OOM,
     KIND_HOST_OOM,
     KIND_JETSON_MEMORY,
+    KIND_MEMORY_ALLOC_FAILURE,
     KIND_GPU_XID,
     KIND_TENSORRT_ERROR,
     KIND_TRT_BENCHMARK,
@@ -141,9 +174,51 @@ INCIDENT_KINDS: tuple[str, ...] = (
     KIND_TF32_DISABLED,
     KIND_CUDNN_BENCHMARK_OFF,
     KIND_TORCH_WITHOUT_CUDA,
+    KIND_AGENT_OFFLINE,
+    KIND_LATENCY_SLO,
+    KIND_LATENCY_REGRESSION,
+    KIND_GPU_THROTTLING,
+    KIND_GPU_STARVED,
+    KIND_MEMORY_GROWTH,
+    KIND_REPEATED_OOM,
+)
+# Kinds a detector derives from a condition over stored data: open while it holds, resolved when
+# it clears. Every other kind is an event (an OOM, an Xid): its incident groups the repeats that
+# follow within a window and is resolved after a quiet period.
+DERIVED_KINDS: frozenset[str] = frozenset(
+    {
+        KIND_AGENT_OFFLINE,
+        KIND_LATENCY_SLO,
+        KIND_LATENCY_REGRESSION,
+        KIND_GPU_THROTTLING,
+        KIND_GPU_STARVED,
+        KIND_MEMORY_GROWTH,
+    }
 )
 # Kinds stored as incidents that are records, not problems: never counted as open incidents.
 RECORD_KINDS: frozenset[str] = frozenset({KIND_TRT_BENCHMARK})
+
+# ================================================================================ lifecycle
+
+# ``incidents.state``: open until its condition clears (derived kinds) or a quiet period passes
+# (event kinds); resolved incidents are history.
+INCIDENT_OPEN = "open"
+INCIDENT_RESOLVED = "resolved"
+INCIDENT_STATES: tuple[str, ...] = (INCIDENT_OPEN, INCIDENT_RESOLVED)
+
+# ``incidents.origin``: who raised it. Imported incidents (``fleetscope scan --db``) are history
+# from old files: stored resolved, never open, never alerted on.
+ORIGIN_AGENT = "agent"  # an agent's classifier, sampler or the SDK, over the wire
+ORIGIN_DETECTOR = "detector"  # a collector detector over stored data
+ORIGIN_IMPORT = "import"  # a scan of recorded logs imported into the database
+INCIDENT_ORIGINS: tuple[str, ...] = (ORIGIN_AGENT, ORIGIN_DETECTOR, ORIGIN_IMPORT)
+
+# ``alerts.state``, as in Prometheus alerting: a rule's condition holds (pending) for its ``for``
+# duration before it fires; it resolves when the condition no longer holds.
+ALERT_PENDING = "pending"
+ALERT_FIRING = "firing"
+ALERT_RESOLVED = "resolved"
+ALERT_STATES: tuple[str, ...] = (ALERT_PENDING, ALERT_FIRING, ALERT_RESOLVED)
 
 # ``devices.kind``: the name the collector stores for RegisterRequest.kind (DeviceKind), and what
 # the dashboard and the CLI filter devices by.

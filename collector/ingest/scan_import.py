@@ -35,6 +35,7 @@ from fleetscope.collector.storage.incidents import write_incidents
 from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.schema import Device, Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from fleetscope.proto.vocabulary import INCIDENT_RESOLVED, ORIGIN_IMPORT
 
 IMPORTED_LABEL = "imported"
 _SOURCE_CHUNK = 500  # sources per IN (...) list: well under every driver's parameter limit
@@ -186,6 +187,10 @@ def import_incidents(
                     "source": inc.source,
                     "excerpt": inc.excerpt,
                     "context": {},
+                    # History from old files: never open, never alerted on.
+                    "origin": ORIGIN_IMPORT,
+                    "state": INCIDENT_RESOLVED,
+                    "ended_ns": inc.ts_ns,
                 }
             )
         if rows:

@@ -62,7 +62,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetscope.proto.vocabulary import KIND_GPU_XID, SOURCE_KERNEL_LOG, SOURCE_NVML
+from fleetscope.proto.vocabulary import (
+    INCIDENT_OPEN,
+    KIND_GPU_XID,
+    ORIGIN_AGENT,
+    SOURCE_KERNEL_LOG,
+    SOURCE_NVML,
+)
 
 __all__ = ["XID_MERGE_WINDOW_NS", "IncidentsWritten", "pci_bus_key", "write_incidents"]
 
@@ -117,12 +123,33 @@ def write_incidents(cur, incidents: Sequence[dict], sqlite: bool) -> IncidentsWr
 # ------------------------------------------------------------------------------ plain writes
 
 
+# The lifecycle columns (revision 0003) and what a row that does not name them gets.
+_LIFECYCLE_DEFAULTS: dict[str, Any] = {
+    "gpu_index": None,
+    "pid": None,
+    "process_name": "",
+    "group_key": "",
+    "state": INCIDENT_OPEN,
+    "origin": ORIGIN_AGENT,
+    "count": 1,
+    "ended_ns": None,
+    "hints": [],
+}
+_INSERT_COLUMNS = (*_COLUMNS, *_LIFECYCLE_DEFAULTS, "last_seen_ns", "updated_ns")
+_INSERT_JSON_COLUMNS = (*_JSON_COLUMNS, "hints")
+
+
+def _insert_values(r: dict) -> tuple:
+    full = {**_LIFECYCLE_DEFAULTS, "last_seen_ns": r["ts_ns"], "updated_ns": r["received_ns"], **r}
+    return tuple(json.dumps(full[c]) if c in _INSERT_JSON_COLUMNS else full[c] for c in _INSERT_COLUMNS)
+
+
 def _insert(cur, rows: list[dict], sqlite: bool) -> None:  # type: ignore[no-untyped-def]
     p = "?" if sqlite else "%s"
     json_p = p if sqlite else "CAST(%s AS JSON)"
-    placeholders = ", ".join(json_p if c in _JSON_COLUMNS else p for c in _COLUMNS)
-    params = [tuple(json.dumps(r[c]) if c in _JSON_COLUMNS else r[c] for c in _COLUMNS) for r in rows]
-    cur.executemany(f"INSERT INTO incidents ({', '.join(_COLUMNS)}) VALUES ({placeholders})", params)
+    placeholders = ", ".join(json_p if c in _INSERT_JSON_COLUMNS else p for c in _INSERT_COLUMNS)
+    params = [_insert_values(r) for r in rows]
+    cur.executemany(f"INSERT INTO incidents ({', '.join(_INSERT_COLUMNS)}) VALUES ({placeholders})", params)
 
 
 def _update(cur, incident_id: int, row: dict, sqlite: bool) -> None:  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -81,8 +82,26 @@ class Incident(Base):
     source: Mapped[str] = mapped_column(Text, default="")
     excerpt: Mapped[str] = mapped_column(Text, default="")
     context: Mapped[dict] = mapped_column(JSON, default=dict)
+    # The lifecycle (revision 0003). ``ts_ns`` is when it started; repeats of the same kind on the
+    # same device and GPU (and ``group_key``) within the grouping window raise ``count`` and
+    # ``last_seen_ns`` instead of adding rows. ``ended_ns`` is set when it is resolved.
+    gpu_index: Mapped[int | None] = mapped_column(SmallInteger, nullable=True, default=None)
+    pid: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    process_name: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    group_key: Mapped[str] = mapped_column(String(200), default="", server_default="")  # e.g. "xid:79", an operation's name
+    state: Mapped[str] = mapped_column(String(16), default="open", server_default="open")  # vocabulary.INCIDENT_STATES
+    origin: Mapped[str] = mapped_column(String(16), default="agent", server_default="agent")  # vocabulary.INCIDENT_ORIGINS
+    count: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    last_seen_ns: Mapped[int] = mapped_column(BigInteger)
+    ended_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    updated_ns: Mapped[int] = mapped_column(BigInteger)  # collector time of the last change
+    hints: Mapped[list] = mapped_column(JSON, default=list)  # [{"text": ..., "facts": {...}}], computed from data
 
-    __table_args__ = (Index("incidents_kind_ts", "kind", "ts_ns"), Index("incidents_ts", "ts_ns"))
+    __table_args__ = (
+        Index("incidents_kind_ts", "kind", "ts_ns"),
+        Index("incidents_ts", "ts_ns"),
+        Index("incidents_open", "state", "device_id", "kind"),
+    )
 
 
 ingested_batches = Table(
@@ -251,6 +270,97 @@ leases = Table(
     Column("name", String(64), primary_key=True),
     Column("owner", String(128), nullable=False),
     Column("expires_ns", BigInteger, nullable=False),
+)
+
+# ---------------------------------------------------------------------- detectors and alerts
+# (revision 0003; see fleetscope.collector.jobs.detectors and fleetscope.collector.alerting)
+
+# Where each detector has read up to, per device and key (an operation, a GPU), and the small
+# state it carries between passes (a baseline, since when a condition holds). Moved in the same
+# transaction as the incidents the pass wrote, so a crash never detects twice.
+detector_progress = Table(
+    "detector_progress",
+    metadata,
+    Column("detector", String(64), primary_key=True),
+    Column("device_id", Integer, primary_key=True, autoincrement=False),
+    Column("key", String(200), primary_key=True),
+    Column("until_ns", BigInteger, nullable=False),
+    Column("state", JSON, nullable=False),
+)
+
+# One row per alert instance: a rule matched for one subject (a device, an incident, a device's
+# GPU, an operation), identified by ``fingerprint``. Resolved rows stay as the history.
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("rule", String(200), nullable=False),
+    Column("fingerprint", String(64), nullable=False),  # stable hash of rule + subject
+    Column("state", String(16), nullable=False),  # vocabulary.ALERT_STATES
+    Column("device_id", Integer, nullable=True),
+    Column("incident_id", BigInteger, nullable=True),
+    Column("kind", String(64), nullable=False),  # the incident kind, or "metric", "absent", "slo"
+    Column("severity", String(16), nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("labels", JSON, nullable=False),  # the device's labels plus the rule's subject labels
+    Column("facts", JSON, nullable=False),
+    Column("pending_ns", BigInteger, nullable=False),  # the condition first held
+    Column("firing_ns", BigInteger, nullable=True),
+    Column("resolved_ns", BigInteger, nullable=True),
+    Column("last_eval_ns", BigInteger, nullable=False),
+    Column("silenced_by", BigInteger, nullable=True),  # the silence that held it at its last transition
+    Index("alerts_state", "state", "rule"),
+    Index("alerts_fingerprint", "fingerprint", "state"),
+    Index("alerts_device", "device_id", "pending_ns"),
+)
+
+# One row per notification owed: an alert's transition (firing, resolved) to one notifier. The
+# unique key is what makes "never two for one transition" hold with several collectors.
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("alert_id", BigInteger, nullable=False),
+    Column("transition", String(16), nullable=False),  # firing | resolved
+    Column("notifier", String(200), nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | delivered | failed (gave up)
+    Column("attempts", Integer, nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("next_attempt_ns", BigInteger, nullable=False),
+    Column("delivered_ns", BigInteger, nullable=True),
+    Column("last_error", Text, nullable=False),
+    UniqueConstraint("alert_id", "transition", "notifier", name="notifications_once"),
+    Index("notifications_due", "state", "next_attempt_ns"),
+)
+
+# Every delivery attempt, kept for the Alerts page and `fleetscope alerts --json`.
+notification_attempts = Table(
+    "notification_attempts",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("notification_id", BigInteger, nullable=False, index=True),
+    Column("ts_ns", BigInteger, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("status", Integer, nullable=True),  # the HTTP status, None when no answer came
+    Column("error", Text, nullable=False),
+    Column("duration_ms", Float, nullable=False),
+)
+
+# Silences: while one matches (rule and/or device and/or labels) and has not expired, its alerts
+# still change state and are recorded, but notify no one.
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("rule", String(200), nullable=True),  # None: any rule
+    Column("device", String(200), nullable=True),  # a device name; None: any device
+    Column("labels", JSON, nullable=False),  # {key: value} that must all match; {} matches all
+    Column("created_ns", BigInteger, nullable=False),
+    Column("expires_ns", BigInteger, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("comment", Text, nullable=False),
+    Index("silences_expires", "expires_ns"),
 )
 
 # The schema's revision is Alembic's ``alembic_version`` (see ``storage.migrations``). This

@@ -111,12 +111,19 @@ def differences_from_metadata(engine: Engine) -> list:
         return list(compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata))
 
 
-def dump(engine: Engine, tables: set[str]) -> dict[str, list]:
-    """Every row of every table, sorted, JSON values as text: equal dumps are equal contents."""
+def columns_of(engine: Engine, tables: set[str]) -> dict[str, list[str]]:
+    inspector = inspect(engine)
+    return {t: [c["name"] for c in inspector.get_columns(t)] for t in tables}
+
+
+def dump(engine: Engine, tables: set[str], columns: dict[str, list[str]] | None = None) -> dict[str, list]:
+    """Every row of every table (of ``columns`` where given: the columns a table had before a
+    revision added some), sorted, JSON values as text: equal dumps are equal contents."""
     out = {}
     with engine.connect() as conn:
         for t in sorted(tables):
-            rows = conn.execute(text(f"SELECT * FROM {t}")).all()
+            selected = ", ".join(columns[t]) if columns and t in columns else "*"
+            rows = conn.execute(text(f"SELECT {selected} FROM {t}")).all()
             out[t] = sorted((tuple(json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v for v in r)
                              for r in rows), key=repr)
     return out
@@ -432,6 +439,10 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
     #    collector of that time did: one in this process whose start-up upgrade is skipped (and
     #    no rollup job, whose lease table that schema does not have yet).
     monkeypatch.setattr(server, "ensure_schema", lambda engine, upgrade: None)
+    # ...and whose incident writer knew only the baseline's columns.
+    from fleetscope.collector.storage import incidents as incident_writer
+
+    monkeypatch.setattr(incident_writer, "_INSERT_COLUMNS", incident_writer._COLUMNS)
     old = Collector(CollectorSettings(listen=f"127.0.0.1:{port}", db_url=db_url, tokens=frozenset(["test-token"]),
                                       rollups=False, grace_s=2.0))
     old.start()
@@ -453,6 +464,7 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
                      {"t": time.time_ns() + 3600 * 10**9})
     assert migrations.read_state_of(engine).made_before_migrations
     kept = BASELINE_TABLES - {"rollup_leases", "schema_info"}
+    baseline_columns = columns_of(engine, kept)
     before = dump(engine, kept)
     lease_before = dump(engine, {"rollup_leases"})["rollup_leases"]
     incidents = len(before["incidents"])
@@ -463,7 +475,11 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
     try:
         assert migrations.read_state_of(engine).at_head
         assert "schema upgraded: made before migrations -> 0001" in collector.log_path.read_text()
-        assert dump(engine, kept) == before, "every row of every table is still there, unchanged"
+        assert dump(engine, kept, baseline_columns) == before, "every row of every table is still there, unchanged"
+        with engine.connect() as conn:
+            lifecycle = conn.execute(text("SELECT state, origin, count, last_seen_ns = ts_ns, updated_ns = received_ns"
+                                          " FROM incidents")).all()
+        assert set(lifecycle) == {("open", "agent", 1, True, True)}, "0003 filled the lifecycle of the old incidents"
         with engine.connect() as conn:
             facts = [json.loads(r[0]) if isinstance(r[0], str) else r[0]
                      for r in conn.execute(text("SELECT facts FROM incidents ORDER BY id"))]

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 CORPUS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS2_DIR = CORPUS_DIR.parent / "corpus-2"  # the second batch, same format (its README.md says why apart)
 
 _ENTRY = re.compile(r"^## `([^`]+)`\s*$")
 _FACT = re.compile(r"^\s{2,}- ([^:]+):\s?(.*)$")
 
 
-def require_corpus(folder: str) -> Path:
+def require_corpus(folder: str, root: Path = CORPUS_DIR) -> Path:
     """The corpus folder, or a skip that says why (a clone without ``../shared`` beside it)."""
-    path = CORPUS_DIR / folder
+    path = root / folder
     if not (path / "MANIFEST.md").is_file():
         pytest.skip(f"parser corpus not found at {path} (expected ../shared/corpus beside the clone)")
     return path
@@ -36,9 +37,9 @@ def sample_text(path: Path) -> str:
         return f.read()
 
 
-def manifest_facts(folder: str) -> dict[str, list[tuple[str, str]]]:
+def manifest_facts(folder: str, root: Path = CORPUS_DIR) -> dict[str, list[tuple[str, str]]]:
     """{file name: [(fact key, value as written), ...]} from the folder's MANIFEST.md."""
-    text = (require_corpus(folder) / "MANIFEST.md").read_text(encoding="utf-8")
+    text = (require_corpus(folder, root) / "MANIFEST.md").read_text(encoding="utf-8")
     entries: dict[str, list[tuple[str, str]]] = {}
     current: list[tuple[str, str]] | None = None
     in_facts = False

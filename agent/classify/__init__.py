@@ -7,12 +7,13 @@ registry refuses two with one name. ``classify_event`` runs them all over one lo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from fleetscope.agent.classify._base import Classifier, Finding
+from fleetscope.agent.classify._gate import compile_gate
 from fleetscope.agent.records import IncidentRecord, LogEvent
 
-__all__ = ["Classifier", "Finding", "Registry", "classify_text", "classify_event", "registry"]
+__all__ = ["Classifier", "Finding", "Registry", "classify_text", "classify_event", "gate_patterns", "registry"]
 
 
 class Registry:
@@ -31,8 +32,9 @@ class Registry:
         if classifier.name in self._items:
             raise ValueError(f"a classifier named {classifier.name!r} is already registered")
         self._items[classifier.name] = classifier
-        triggers = sorted({t for c in self._items.values() for t in getattr(c, "triggers", ("",))}, key=len, reverse=True)
-        self._gate = re.compile("|".join(map(re.escape, triggers)))
+        triggers = {t for c in self._items.values() for t in getattr(c, "triggers", ("",))}
+        # A trie of the words (agent/classify/_gate.py): one branch tested per character.
+        self._gate = compile_gate(triggers, gate_patterns(self._items.values())) if "" not in triggers else re.compile("")
 
     def classify(self, text: str) -> list[Finding]:
         if self._gate is None or not self._gate.search(text):
@@ -42,11 +44,22 @@ class Registry:
             out.extend(c.classify(text))
         return out
 
+    @property
+    def gate(self) -> re.Pattern[str] | None:
+        """The one regex every text a classifier could recognise matches (None: none registered)."""
+        return self._gate
+
     def __iter__(self) -> Iterator[Classifier]:
         return iter(self._items.values())
 
     def names(self) -> list[str]:
         return list(self._items)
+
+
+def gate_patterns(classifiers: Iterable[Classifier]) -> list[tuple[str, str]]:
+    """Shapes classifiers add to the gate for texts no fixed word marks (a kernel task-table row
+    alone, ``HostOomClassifier.gate_patterns``): (literal prefix, regex tail) pairs."""
+    return [p for c in classifiers for p in getattr(c, "gate_patterns", ())]
 
 
 def _default_registry() -> Registry:

@@ -5,6 +5,9 @@ given one *event* (a single log line, or a multi-line block such as a Python tra
 the log source grouped) and returns the findings in it. A finding becomes an incident on the
 collector; its ``facts`` are what a user queries ("requested bytes", "victim pid", "xid").
 
+Facts are checked against each other when a finding is made (requested <= total capacity, free
+<= total, figures in their units): what a finding breaks is in its ``consistency_flags`` fact.
+
 Units live in fact names (``requested_bytes``, ``total_capacity_bytes``, ``temp_c``) and sizes
 are converted to integer bytes; the text as printed stays available in ``excerpt``.
 """
@@ -15,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from fleetscope.agent.classify._consistency import consistency_flags
 from fleetscope.agent.records import FactValue
 
 # The kinds and severities are defined in the shared vocabulary (the collector reads the same
@@ -57,6 +61,11 @@ class Finding:
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+        # Facts are checked against each other before the finding is stored: a broken rule is
+        # kept as a flag on the finding, and no figure is dropped (see _consistency).
+        flags = consistency_flags(self.facts)
+        if flags:
+            object.__setattr__(self, "facts", {**self.facts, "consistency_flags": ",".join(flags)})
 
 
 class Classifier(Protocol):

@@ -16,11 +16,13 @@ import re
 from dataclasses import dataclass
 
 from ._base import KIND_CUDA_OOM, FactValue, Finding
+from ._context import jetson_context
 from ._units import parse_size
 from .host_oom import iso_ns
 
 # A size as frameworks print it: "12.50 MiB", "16.07MiB", "0 bytes", "48.5KiB".
-_SZ = r"\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b"
+# Never read from the middle of a number: a text cut at its start (".00 GiB total") has no size.
+_SZ = r"(?<![\d.])\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b"
 
 # Bytes per element for TensorFlow dtype names, to turn a tensor shape into a request size.
 _DTYPE_BYTES = {
@@ -66,6 +68,9 @@ def _maybe_oom(text: str) -> bool:
     # "OutOfMemoryError", "cudaErrorMemoryAllocation"; "EMORY" covers CUDA_ERROR_OUT_OF_MEMORY and
     # NV_ERR_NO_MEMORY; "OOM" the TensorFlow tensor message; "xhausted"/"EXHAUSTED" JAX/XLA and TF
     # status strings; "ALLOC_FAILED" cuBLAS and cuDNN.
+    # Fragments and reports that never say "out of memory": PyTorch's numbers pasted without
+    # their first words ("Tried to allocate", "... by PyTorch"), XLA's BufferAssignment listing,
+    # TensorFlow's BFC allocator dump, a cuBLAS/cuDNN status.
     return (
         "emory" in text
         or "EMORY" in text
@@ -73,12 +78,21 @@ def _maybe_oom(text: str) -> bool:
         or "ALLOC_FAILED" in text
         or "EXHAUSTED" in text
         or "xhausted" in text
+        or "Tried to allocate" in text
+        or "by PyTorch" in text
+        or "BufferAssignment" in text
+        or "BFCAllocator" in text
+        or "memory_limit_" in text
+        or "in-use chunks" in text
+        or "_STATUS_NOT_INITIALIZED" in text
     )
 
 
 # ------------------------------------------------------------------------------- event context
 
-_GLOG = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): ([IWEF]) \S+:\d+\]")
+# The year may have lost leading digits when the line was pasted ("020-11-08 ..."): the line is
+# still a glog line, its time is kept as printed and not turned into ns.
+_GLOG = re.compile(r"^(\d{1,4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): ([IWEF]) (\S+):\d+\]")
 _PY_FRAME = re.compile(r'^\s*File "(?P<path>.+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _DMESG_UPTIME = re.compile(r"^\s*\[\s*(\d+\.\d+)\]")
 
@@ -88,20 +102,26 @@ def _glog_ts_ns(ts: str) -> int | None:
     return iso_ns(ts)
 
 
+_TF_DEVICE_MEM = re.compile(rf"totalMemory: (?P<t>{_SZ}) freeMemory: (?P<f>{_SZ})")
+_TF_DEVICE_CC = re.compile(r"compute capability: (\d+\.\d+)|major: (\d+) minor: (\d+)")
+# VS Code's debugger prints "Exception has occurred: X", the message, then frames innermost first.
+_VSCODE_EXC = re.compile(r"^Exception has occurred: (?P<exc>[A-Za-z_][\w.]*)\s*$")
+
+
 @dataclass(frozen=True)
 class _Event:
     """What several framework parsers want from the whole event, computed once."""
 
     lines: list[str]
-    glog: list[tuple[str, str] | None]  # per line: (timestamp, severity letter) or None
+    glog: list[tuple[str, str, str] | None]  # per line: (timestamp, severity letter, source path) or None
 
     @classmethod
     def of(cls, text: str) -> _Event:
         lines = text.splitlines()  # also drops the "\r" of CRLF samples
-        glog: list[tuple[str, str] | None] = []
+        glog: list[tuple[str, str, str] | None] = []
         for line in lines:
             m = _GLOG.match(line) if line[:2].isdigit() else None
-            glog.append((m.group(1), m.group(2)) if m else None)
+            glog.append((m.group(1), m.group(2), m.group(3)) if m else None)
         return cls(lines, glog)
 
     def log_facts(self) -> dict[str, FactValue]:
@@ -109,10 +129,12 @@ class _Event:
         stamped = [g for g in self.glog if g]
         if not stamped:
             return {}
+        # The log block's lines: the stamped ones and those printed between them unstamped
+        # (TensorFlow's "Current allocation summary follows.", the BFC "Stats:" lines).
         return {
-            "log_lines": len(stamped),
+            "log_lines": sum(1 for line in self.lines if line.strip()),
             "log_first_ts": stamped[0][0],
-            "log_severities": "".join(sorted({s for _, s in stamped})),
+            "log_severities": "".join(sorted({g[1] for g in stamped})),
         }
 
     def ts_ns(self, index: int) -> int | None:
@@ -124,11 +146,17 @@ class _Event:
         facts: dict[str, FactValue] = {}
         if any(line.startswith("Traceback (most recent call last)") for line in self.lines):
             facts["python_traceback"] = True
+        vscode = next((m for m in map(_VSCODE_EXC.match, self.lines[:3]) if m), None)
         if frames:
-            last = frames[-1]
+            # Python prints the innermost frame last; VS Code's debugger prints it first.
+            inner = frames[0] if vscode and "python_traceback" not in facts else frames[-1]
             facts["traceback_frames"] = len(frames)
-            facts["innermost_frame"] = f"{last['path']}:{last['line']} in {last['func']}"
+            facts["innermost_frame"] = f"{inner['path']}:{inner['line']} in {inner['func']}"
         return facts
+
+    def vscode_exception(self) -> str | None:
+        m = next((m for m in map(_VSCODE_EXC.match, self.lines[:3]) if m), None)
+        return m["exc"] if m else None
 
 
 def _excerpt(lines: list[str], indices: list[int]) -> str:
@@ -198,17 +226,41 @@ def _pt_era(exc: str | None, sentence: bool, typo: bool, cached: bool) -> str:
     return "1.0-1.4" if cached else "1.5-2.0"
 
 
+# The parts of a PyTorch OOM message no other text has: found wherever they are, so a message
+# pasted from its middle ("Tried to allocate 2.00 GiB (GPU 0; ... reserved in total by PyTorch)")
+# is still one.
+_PT_DISTINCT = re.compile(
+    rf"Tried to allocate {_SZ}|reserved in total by PyTorch|is allocated by PyTorch"
+    r"|reserved by PyTorch but unallocated|GPU \d+ has a total capacit?y of"
+)
+
+
+def _pt_starts(line: str) -> list[tuple[int, str | None, str | None]]:
+    """Where each message on the line starts: (offset, exception class, backend)."""
+    starts = [(m.start(), m["exc"], m["backend"]) for m in _PT_START.finditer(line)]
+    if starts:
+        return starts
+    frag = _PT_DISTINCT.search(line)
+    return [(frag.start(), None, None)] if frag else []
+
+
 def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
-        if "out of memory." not in line:
+        if "out of memory." not in line and "Tried to allocate" not in line and "by PyTorch" not in line:
             continue
-        starts = list(_PT_START.finditer(line))
-        for n, m in enumerate(starts):
+        starts = _pt_starts(line)
+        for n, (at, exc, backend) in enumerate(starts):
             # A segment is one message: up to the next message on the same line, or its end.
-            seg = line[m.start() : starts[n + 1].start() if n + 1 < len(starts) else len(line)]
+            seg = line[at : starts[n + 1][0] if n + 1 < len(starts) else len(line)]
+            if backend is None and not _PT_DISTINCT.search(seg):
+                continue
             used.add(i)
-            facts: dict[str, FactValue] = {"framework": "pytorch", "backend": m["backend"].lower()}
-            exc = m["exc"]
+            facts: dict[str, FactValue] = {"framework": "pytorch"}
+            if backend is not None:
+                facts["backend"] = backend.lower()
+            else:
+                facts["fragment"] = True  # the message's first words are not in the text
+            exc = exc or ev.vscode_exception()
             _put(facts, "exception", exc)
             req = _PT_REQ.search(seg)
             sent = _PT_GPU_SENTENCE.search(seg)
@@ -267,8 +319,9 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 bool(facts.get("capacity_typo")),
                 "cached_bytes" in facts,
             )
-            dev_s = f"{m['backend'].lower()}:{facts['device_index']}" if "device_index" in facts else "GPU"
-            title = f"{m['backend']} OOM on {dev_s}"
+            back = backend or "CUDA"
+            dev_s = f"{back.lower()}:{facts['device_index']}" if "device_index" in facts else "GPU"
+            title = f"{back} OOM on {dev_s}"
             if req_s:
                 title += f": tried to allocate {req_s}"
             stats = [
@@ -290,9 +343,23 @@ _TF_OOM = re.compile(
     r"OOM when allocating tensor (?:with shape ?|of shape )\[(?P<shape>[^\]]*)\]"
     r"(?: and type (?P<dtype>\w+))?(?: on (?P<dev>\S+))?(?: by allocator (?P<alloc>\w+))?"
 )
+# A value is reported only when it is whole: a dtype TensorFlow has, a device path to its index,
+# an allocator name that ends as allocators do. A message cut by the end of the input ("and type
+# flo", "on /job:loc") keeps what came before the cut and drops the cut value.
+_TF_DTYPES = frozenset(_DTYPE_BYTES) | {"string", "resource", "variant", "bfloat", "quint16", "qint16"}
+_TF_DEVICE_WHOLE = re.compile(
+    r"(?:/job:[\w-]+/replica:\d+/task:\d+)?/device:[A-Za-z_]+:\d+|/(?:gpu|cpu|GPU|CPU):\d+"
+)
+_TF_ALLOC_WHOLE = re.compile(r"\w+_bfc|\w+_async|cpu|mklcpu")
 _TF_EXC = re.compile(r"(?<![\w.])((?:[\w]+\.)*ResourceExhaustedError)\b")
 _TF_ROOT = re.compile(r"(\d+) root error\(s\) found")
-_TF_NODE = re.compile(r"\[\[\{\{node (?P<a>[^}]+)\}\}|\[\[node (?P<b>[^\s\]]+)|\[\[Node: (?P<c>\S+) =")
+# "[[{{node a/b}}", "[[node a/b (defined at f.py:12) ", "[[node a/b}}", "[[Node: a/b = Op[...]": the
+# name must be followed by what follows it in the format, or it may be cut.
+_TF_NODE = re.compile(
+    r"\[\[\{\{node (?P<a>[^}\s]+)\}\}|\[\[node (?P<b>[^\s\]{}]+)(?=[\s\]}])|\[\[Node: (?P<c>\S+) ="
+)
+_TF_OP_REQUIRES = re.compile(r"OP_REQUIRES failed at (\S+?:\d+)\b")
+_TF_DEFINED_AT = re.compile(r"\(defined at (?P<at>[^)\s]+:\d+)\)")
 _TF_OP = re.compile(r"\[Op:(\w+)\]")
 _TF_GPU = re.compile(r"(?:GPU|gpu):(\d+)")
 _TF_BFC = re.compile(
@@ -304,8 +371,85 @@ _TF_SE = re.compile(
     r"failed to alloc(?:ate)? (?:(?P<sz>\d+(?:\.\d+)?[KMGT]?) \()?(?P<bytes>\d+) bytes\)? "
     r"(?P<where>from device|on host): (?P<err>CUDA_ERROR_OUT_OF_MEMORY)"
 )
-_TF_LIMIT = re.compile(r"^\s*(?:\S+\] )?Limit:\s+(\d+)\s*$")
-_TF_INUSE = re.compile(r"^\s*(?:\S+\] )?InUse:\s+(\d+)\s*$")
+# The BFC allocator's dump after a failed allocation: its "Stats:" key/value lines, the bins, the
+# chunk map, the region summary. Each only means something inside an event that is the dump.
+_TF_STAT = re.compile(
+    r"^\s*(?:\S+\] )?(?P<k>Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|Reserved|PeakReserved|LargestFreeBlock):"
+    r"\s+(?P<v>\d+)\s*$"
+)
+_TF_STAT_FACTS = {
+    "Limit": "bfc_limit_bytes",
+    "InUse": "bfc_in_use_bytes",
+    "MaxInUse": "bfc_max_in_use_bytes",
+    "NumAllocs": "bfc_num_allocs",
+    "MaxAllocSize": "bfc_max_alloc_size_bytes",
+    "Reserved": "bfc_reserved_bytes",
+    "PeakReserved": "bfc_peak_reserved_bytes",
+    "LargestFreeBlock": "bfc_largest_free_block_bytes",
+}
+_TF_BIN = re.compile(r"Bin \((?P<size>\d+)\):\s+Total Chunks: (?P<total>\d+), Chunks in use: (?P<used>\d+)")
+_TF_MEM_LIMIT = re.compile(r"memory_limit_: (\d+)")
+_TF_DUMP_FOR = re.compile(r"BFCAllocator dump for (\w+)")
+_TF_CHUNK_MAP = re.compile(r"\] [*_]{8,}\s*$")
+_TF_GPU_ALLOCATOR_HINT = re.compile(r"TF_GPU_ALLOCATOR=\w+")
+
+
+def _bfc_framework(ev: _Event, i: int, text: str) -> str | None:
+    """Which framework an allocator line came from, when the text shows it (else None).
+
+    The BFC allocator is TensorFlow's code, which XLA (and so JAX) vendors: the glog path says
+    whose build printed the line ("tensorflow/core/..." is TensorFlow's own; jaxlib builds it as
+    "external/org_tensorflow/..." or "external/xla/..."); without a path, the rest of the event.
+    """
+    g = ev.glog[i] if 0 <= i < len(ev.glog) else None
+    path = g[2] if g else ""
+    if path.startswith("tensorflow/"):
+        return "tensorflow"
+    if "org_tensorflow/" in path or "xla/" in path or "tsl/" in path:
+        return "jax" if ("jax" in text or "org_tensorflow/" in path) else ("tensorflow" if "tensorflow/" in text.replace("org_tensorflow/", "") else "xla")
+    if "jax" in text:
+        return "jax"
+    if "tensorflow" in text:
+        return "tensorflow"
+    return None
+
+
+def _tf_tensor_facts(m: re.Match[str], line: str, cut_at_end: bool) -> dict[str, FactValue]:
+    shape = "[" + m["shape"].replace(" ", "") + "]"
+    facts: dict[str, FactValue] = {"framework": "tensorflow", "tensor_shape": shape}
+    facts["message"] = "OOM when allocating tensor"
+    def at_end(group: str) -> bool:
+        # TensorFlow prints the device and the allocator after the dtype, the allocator after the
+        # device: either one ending the input may be cut ("float16" -> "float", "GPU:12" -> "GPU:1").
+        return cut_at_end and m.end(group) == len(line)
+
+    dtype = m["dtype"]
+    if dtype and dtype.lower() in _TF_DTYPES and not at_end("dtype"):
+        facts["dtype"] = dtype
+    dev = m["dev"].rstrip(".,") if m["dev"] else None
+    if dev and _TF_DEVICE_WHOLE.fullmatch(dev) and not at_end("dev"):
+        facts["tf_device"] = dev
+        g = _TF_GPU.search(dev)
+        _put(facts, "device_index", int(g.group(1)) if g else None)
+    alloc = m["alloc"]
+    if alloc and (_TF_ALLOC_WHOLE.fullmatch(alloc) or not at_end("alloc")):
+        facts["allocator"] = alloc
+    op = _TF_OP.search(line)
+    _put(facts, "op", op.group(1) if op else None)
+    if "dtype" in facts and all(p.strip().isdigit() for p in m["shape"].split(",")):
+        # The request the allocator saw (before its 256-byte rounding): elements x dtype size.
+        size = _DTYPE_BYTES.get(str(facts["dtype"]).lower())
+        if size:
+            count = 1
+            for p in m["shape"].split(","):
+                count *= int(p)
+            facts["requested_bytes"] = count * size
+            facts["requested_bytes_from"] = "shape"
+    return facts
+
+
+def _compatible(a: dict[str, FactValue], b: dict[str, FactValue]) -> bool:
+    return all(a[k] == b[k] for k in a.keys() & b.keys() if k not in ("exception", "op"))
 
 
 def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -> None:
@@ -313,98 +457,127 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
     exc_m = _TF_EXC.search(text)
     event_exc = exc_m.group(1) if exc_m else None
     root = _TF_ROOT.search(text)
+    last = len(ev.lines) - 1
     tensor_accs: list[_Acc] = []
     for n, i in enumerate(oom_lines):
-        m = _TF_OOM.search(ev.lines[i])
+        line = ev.lines[i]
+        m = _TF_OOM.search(line)
         if not m:
             continue
         used.add(i)
-        line = ev.lines[i]
-        shape = "[" + m["shape"].replace(" ", "") + "]"
-        facts: dict[str, FactValue] = {"framework": "tensorflow", "tensor_shape": shape}
+        facts = _tf_tensor_facts(m, line, cut_at_end=i == last)
         lexc = _TF_EXC.search(line)
         _put(facts, "exception", lexc.group(1) if lexc else event_exc)
-        facts["message"] = "OOM when allocating tensor"
-        dtype = m["dtype"]
-        _put(facts, "dtype", dtype)
-        dev = m["dev"].rstrip(".") if m["dev"] else None
-        _put(facts, "tf_device", dev)
-        if dev:
-            g = _TF_GPU.search(dev)
-            _put(facts, "device_index", int(g.group(1)) if g else None)
-        _put(facts, "allocator", m["alloc"])
-        op = _TF_OP.search(line)
-        _put(facts, "op", op.group(1) if op else None)
-        if (
-            dtype
-            and dtype.lower() in _DTYPE_BYTES
-            and all(p.strip().isdigit() for p in m["shape"].split(","))
-        ):
-            # The request the allocator saw (before its 256-byte rounding): elements x dtype size.
-            count = 1
-            for p in m["shape"].split(","):
-                count *= int(p)
-            facts["requested_bytes"] = count * _DTYPE_BYTES[dtype.lower()]
-            facts["requested_bytes_from"] = "shape"
+        req = _TF_OP_REQUIRES.search(line)
+        _put(facts, "op_requires_failed_at", req.group(1) if req else None)
+        if "Error reported to Coordinator" in line:
+            facts["coordinator_line"] = True
         if root:
             facts["root_errors"] = int(root.group(1))
         # Node names follow their OOM line, up to the next OOM line.
-        end = oom_lines[n + 1] if n + 1 < len(oom_lines) else min(len(ev.lines), i + 6)
+        end = oom_lines[n + 1] if n + 1 < len(oom_lines) else min(len(ev.lines), i + 8)
         nodes: list[str] = []
+        defined_at: str | None = None
         for j in range(i, end):
             for nm in _TF_NODE.finditer(ev.lines[j]):
                 name = (nm["a"] or nm["b"] or nm["c"]).strip()
                 if name not in nodes:
                     nodes.append(name)
+                if defined_at is None:
+                    d = _TF_DEFINED_AT.search(ev.lines[j], nm.end())
+                    defined_at = d["at"] if d else None
                 used.add(j)
-        if nodes:
-            facts["nodes"] = ",".join(nodes)
-        where = f" on GPU:{facts['device_index']}" if "device_index" in facts else ""
-        title = f"TensorFlow OOM{where}: tensor {shape}"
-        if dtype:
-            title += f" {dtype}"
-        if "requested_bytes" in facts:
-            title += f" ({format_bytes(int(facts['requested_bytes']))})"
-        if m["alloc"]:
-            title += f" by {m['alloc']}"
-        identity: tuple[object, ...] = ("tf", shape, dtype, dev, m["alloc"])
-        acc = _add(found, identity, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
-        if acc.occurrences > 1 and nodes:
-            merged = [x for x in str(acc.facts.get("nodes", "")).split(",") if x]
-            acc.facts["nodes"] = ",".join(merged + [x for x in nodes if x not in merged])
-        if acc not in tensor_accs:
+        # One failure however many times the event reports it (the error, its coordinator echo, a
+        # second root error): the same tensor with no fact disagreeing is the same finding.
+        acc = next((a for a in tensor_accs if _compatible(a.facts, facts)), None)
+        if acc is None:
+            if nodes:
+                facts["nodes"] = ",".join(nodes)
+            _put(facts, "node_defined_at", defined_at)
+            acc = _Acc(facts, "", "error", [i], ev.ts_ns(i))
             tensor_accs.append(acc)
+            found[("tf", len(tensor_accs))] = acc
+        else:
+            acc.occurrences += 1
+            acc.lines.append(i)
+            for k, v in facts.items():
+                acc.facts.setdefault(k, v)
+            merged = [x for x in str(acc.facts.get("nodes", "")).split(",") if x]
+            merged += [x for x in nodes if x not in merged]
+            if merged:
+                acc.facts["nodes"] = ",".join(merged)
+            if defined_at:
+                acc.facts.setdefault("node_defined_at", defined_at)
+    for acc in tensor_accs:
+        f = acc.facts
+        where = f" on GPU:{f['device_index']}" if "device_index" in f else ""
+        title = f"TensorFlow OOM{where}: tensor {f['tensor_shape']}"
+        if "dtype" in f:
+            title += f" {f['dtype']}"
+        if "requested_bytes" in f:
+            title += f" ({format_bytes(int(f['requested_bytes']))})"
+        if "allocator" in f:
+            title += f" by {f['allocator']}"
+        acc.title = title
 
+    # The BFC allocator's own lines. One event is one fault: the lines of every allocator that ran
+    # out (data-parallel replicas fail together) and a soft warning before the hard failure are
+    # one finding, merged into the tensor OOM when the event has one.
+    bfc: list[tuple[int, re.Match[str]]] = []
     for i, line in enumerate(ev.lines):
-        if "ran out of memory trying" not in line:
-            continue
-        m = _TF_BFC.search(line)
-        if not m:
-            continue
-        used.add(i)
-        req_b = parse_size(m["v"])
-        same = [a for a in tensor_accs if a.facts.get("allocator") == m["alloc"]]
+        if "ran out of memory trying" in line:
+            m = _TF_BFC.search(line)
+            if m:
+                bfc.append((i, m))
+                used.add(i)
+    if bfc:
+        hard = [(i, m) for i, m in bfc if "not a failure" not in ev.lines[i]]
+        soft = [(i, m) for i, m in bfc if "not a failure" in ev.lines[i]]
+        i0, m0 = (hard or soft)[0]
+        allocators = list(dict.fromkeys(m["alloc"] for _, m in bfc))
+        same = [a for a in tensor_accs if a.facts.get("allocator") in allocators]
         if same:
             # The BFC warning is the allocator's side of the tensor OOM reported below it.
-            same[0].facts["bfc_requested_bytes"] = req_b
-            same[0].lines.append(i)
-            continue
-        soft = "not a failure" in line
-        facts = {"framework": "tensorflow", "allocator": m["alloc"], "requested_bytes": req_b}
-        facts["message"] = "BFC allocator ran out of memory"
-        facts["fatal"] = not soft
-        _put(facts, "rounded_bytes", int(m["rounded"]) if m["rounded"] else None)
-        _put(facts, "op", m["op"])
-        _put(facts, "freed_by_count", int(m["freed"]) if m["freed"] else None)
-        g = _TF_GPU.search(m["alloc"]) or re.search(r"GPU_(\d+)_", m["alloc"])
-        _put(facts, "device_index", int(g.group(1)) if g else None)
-        glog = ev.glog[i]
-        _put(facts, "log_severity", glog[1] if glog else None)
-        title = f"TensorFlow allocator {m['alloc']} ran out of memory allocating {m['v']}"
-        if soft:
-            title += " (non-fatal)"
-        identity = ("tf-bfc", m["alloc"], req_b)
-        _add(found, identity, _Acc(facts, title, "warning" if soft else "error", [i], ev.ts_ns(i)))
+            same[0].facts["bfc_requested_bytes"] = parse_size(m0["v"])
+            same[0].lines.extend(i for i, _ in bfc)
+        else:
+            req_b = parse_size(m0["v"])
+            facts = {"allocator": m0["alloc"], "requested_bytes": req_b}
+            _put(facts, "framework", _bfc_framework(ev, i0, text))
+            facts["allocator_family"] = "bfc"
+            facts["message"] = "BFC allocator ran out of memory"
+            glog = ev.glog[i0]
+            letter = glog[1] if glog else None
+            is_soft = not hard
+            # As printed: a W line is a warning. Without a level, the "not a failure" wording says.
+            facts["fatal"] = letter in ("E", "F") or (letter is None and not is_soft)
+            facts["allocation_failed"] = not is_soft
+            _put(facts, "log_severity", letter)
+            _put(facts, "rounded_bytes", int(m0["rounded"]) if m0["rounded"] else None)
+            op = (m0["op"] or "").strip()
+            _put(facts, "op", op or None)
+            freed = next((m["freed"] for _, m in bfc if m["freed"]), None)
+            _put(facts, "freed_by_count", int(freed) if freed else None)
+            g = _TF_GPU.search(m0["alloc"]) or re.search(r"GPU_(\d+)_", m0["alloc"])
+            _put(facts, "device_index", int(g.group(1)) if g else None)
+            if len(allocators) > 1:
+                facts["allocators"] = ",".join(allocators)
+                idx = [re.search(r"GPU_(\d+)_", a) for a in allocators]
+                if all(idx):
+                    facts["device_indices"] = ",".join(x.group(1) for x in idx if x)
+            if hard and soft:
+                facts["soft_warning_bytes"] = parse_size(soft[0][1]["v"])
+            severity = {"W": "warning", "I": "info", "E": "error", "F": "critical"}.get(
+                letter or "", "warning" if is_soft else "error"
+            )
+            who = {"tensorflow": "TensorFlow", "jax": "JAX/XLA", "xla": "XLA"}.get(str(facts.get("framework")), "BFC")
+            where = m0["alloc"] if len(allocators) == 1 else f"{len(allocators)} allocators ({', '.join(allocators)})"
+            title = f"{who} allocator {where} ran out of memory allocating {m0['v']}"
+            if is_soft:
+                title += " (non-fatal)"
+            acc = _Acc(facts, title, severity, [i for i, _ in bfc], ev.ts_ns(i0))
+            acc.occurrences = len(bfc)
+            found[("tf-bfc",)] = acc
 
     for i, line in enumerate(ev.lines):
         if "CUDA_ERROR_OUT_OF_MEMORY" not in line or "failed to alloc" not in line:
@@ -428,16 +601,81 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
         where = "pinned host memory" if host else "device memory"
         title = f"TensorFlow: failed to allocate {format_bytes(nbytes)} of {where} (CUDA_ERROR_OUT_OF_MEMORY)"
         _add(found, ("tf-se", nbytes, host), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+    _bfc_dump(ev, found, used, text)
 
-    tf_accs = [a for a in found.values() if a.facts.get("framework") == "tensorflow"]
-    if not tf_accs:
+
+def _bfc_dump(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -> None:
+    """The allocator's dump (stats, bins, chunk map): facts of the OOM it belongs to, or a finding."""
+    dump: dict[str, FactValue] = {}
+    lines: list[int] = []
+    bins: list[str] = []
+    chunk_map = 0
+    for i, line in enumerate(ev.lines):
+        st = _TF_STAT.match(line) if ":" in line else None
+        if st:
+            dump[_TF_STAT_FACTS[st["k"]]] = int(st["v"])
+            lines.append(i)
+            continue
+        if "Bin (" in line:
+            b = _TF_BIN.search(line)
+            if b:
+                bins.append(f"{b['size']}:{b['total']}/{b['used']}")
+                lines.append(i)
+            continue
+        if "memory_limit_" in line:
+            ml = _TF_MEM_LIMIT.search(line)
+            if ml:
+                dump["bfc_memory_limit_bytes"] = int(ml.group(1))
+                lines.append(i)
+            continue
+        if "BFCAllocator dump" in line or "allocation summary follows" in line:
+            d = _TF_DUMP_FOR.search(line)
+            if d:
+                dump["bfc_dump_allocator"] = d.group(1)
+            dump["bfc_dump"] = True
+            lines.append(i)
+            continue
+        if ev.glog[i] and "bfc_allocator" in ev.glog[i][2] and _TF_CHUNK_MAP.search(line):  # type: ignore[index]
+            chunk_map += 1
+            lines.append(i)
+            continue
+        if "TF_GPU_ALLOCATOR=" in line:
+            h = _TF_GPU_ALLOCATOR_HINT.search(line)
+            if h:
+                dump["hint"] = h.group(0)
+                lines.append(i)
+    if bins:
+        dump["bfc_bins"] = ",".join(bins)
+    if chunk_map:
+        dump["chunk_map_lines"] = chunk_map
+    if "bfc_limit_bytes" in dump:
+        dump.setdefault("bfc_memory_limit_bytes", dump["bfc_limit_bytes"])
+        dump["total_capacity_bytes"] = dump["bfc_limit_bytes"]
+    if "bfc_in_use_bytes" in dump:
+        dump["allocated_bytes"] = dump["bfc_in_use_bytes"]
+    if not dump:
         return
-    # BFC "Stats:" block printed with the OOM: the allocator's limit and what was in use.
-    limit = next((int(m.group(1)) for m in map(_TF_LIMIT.match, ev.lines) if m), None)
-    inuse = next((int(m.group(1)) for m in map(_TF_INUSE.match, ev.lines) if m), None)
-    for a in tf_accs:
-        _put(a.facts, "total_capacity_bytes", limit)
-        _put(a.facts, "allocated_bytes", inuse)
+    used.update(lines)
+    owners = [a for a in found.values() if a.facts.get("allocator_family") == "bfc" or a.facts.get("framework") == "tensorflow"]
+    if owners:
+        for a in owners:
+            for k, v in dump.items():
+                a.facts.setdefault(k, v)
+        return
+    # Stats printed alone ("Limit:" lines) are no evidence; the dump's own markers are.
+    if not (dump.get("bfc_dump") or bins or chunk_map or "bfc_memory_limit_bytes" in dump and "bfc_in_use_bytes" in dump):
+        return
+    facts: dict[str, FactValue] = {"allocator_family": "bfc", "message": "BFC allocator dump"}
+    _put(facts, "framework", _bfc_framework(ev, lines[0], text))
+    facts.update(dump)
+    _put(facts, "allocator", dump.get("bfc_dump_allocator"))
+    title = "BFC allocator dump after a failed allocation"
+    if "bfc_limit_bytes" in dump:
+        title += f" (limit {format_bytes(int(dump['bfc_limit_bytes']))}"
+        if "bfc_in_use_bytes" in dump:
+            title += f", {format_bytes(int(dump['bfc_in_use_bytes']))} in use"
+        title += ")"
+    found[("tf-bfc-dump",)] = _Acc(facts, title, "warning", lines, ev.ts_ns(lines[0]))
 
 
 # ------------------------------------------------------------------------------------- JAX/XLA
@@ -450,7 +688,48 @@ _JAX_REQ = re.compile(
     r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?(?:RESOURCE_EXHAUSTED|Resource exhausted): "
     rf"Failed to allocate request for (?P<v>{_SZ})(?: \((?P<b>\d+)B\))? on device ordinal (?P<dev>\d+)"
 )
-_BUF = re.compile(rf"^\s*(?P<name>[a-z][a-z_ ]*?) (?P<what>allocation|fragmentation):\s+(?P<v>{_SZ})")
+# BufferAssignment lines, wherever a prefix (Ray's "(Worker pid=N)", a paste's line numbers) put them.
+_BUF = re.compile(rf"(?<![\w])(?P<name>[a-z][a-z_]*(?: [a-z_]+)*) (?P<what>allocation|fragmentation):\s+(?P<v>{_SZ})")
+_PEAK_BUFFER = re.compile(r"\bBuffer (\d+):\s*$")
+_PEAK_FIELD = re.compile(r"\b(?P<k>Size|XLA Label|Shape): (?P<v>.+?)\s*$")
+_RAY_WORKER = re.compile(r"\((?P<w>\w+) pid=\d+(?:, ip=[\d.]+)?\)")
+_PEAK_BUFFERS_KEPT = 5
+
+
+def _buffer_assignment(ev: _Event, start: int, used: set[int]) -> dict[str, FactValue]:
+    """XLA's BufferAssignment listing from line ``start``: its stats and its peak buffers."""
+    facts: dict[str, FactValue] = {}
+    buffer: int | None = None
+    for j in range(start, min(len(ev.lines), start + 400)):
+        line = ev.lines[j]
+        b = _BUF.search(line)
+        if b:
+            name = b["name"].strip().replace(" ", "_")
+            facts[f"buffer_{name}_{b['what']}_bytes"] = parse_size(b["v"])
+            used.add(j)
+            continue
+        if "BufferAssignment" in line:
+            facts["buffer_assignment"] = True
+            used.add(j)
+            continue
+        pb = _PEAK_BUFFER.search(line)
+        if pb:
+            buffer = int(pb.group(1))
+            used.add(j)
+            continue
+        if buffer is not None and buffer <= _PEAK_BUFFERS_KEPT:
+            pf = _PEAK_FIELD.search(line)
+            if pf:
+                key = {"Size": "bytes", "XLA Label": "label", "Shape": "shape"}[pf["k"]]
+                if key == "bytes":
+                    try:
+                        facts[f"peak_buffer_{buffer}_bytes"] = parse_size(pf["v"])
+                    except ValueError:
+                        pass
+                else:
+                    facts[f"peak_buffer_{buffer}_{key}"] = pf["v"]
+                used.add(j)
+    return facts
 
 
 def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
@@ -469,19 +748,30 @@ def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         if gd.get("dev"):
             facts["device_index"] = int(gd["dev"])
         # BufferAssignment OOM debugging block: XLA's own accounting of the failed program.
-        for j in range(i + 1, min(len(ev.lines), i + 40)):
-            b = _BUF.match(ev.lines[j])
-            if b:
-                name = b["name"].strip().replace(" ", "_")
-                facts[f"buffer_{name}_{b['what']}_bytes"] = parse_size(b["v"])
-                used.add(j)
-            elif "BufferAssignment" in ev.lines[j]:
-                facts["buffer_assignment"] = True
-                used.add(j)
+        if any("BufferAssignment" in x for x in ev.lines[i + 1 : i + 4]):
+            facts.update(_buffer_assignment(ev, i + 1, used))
         title = f"JAX/XLA OOM: tried to allocate {format_bytes(nbytes)}"
         if "device_index" in facts:
             title += f" on device {facts['device_index']}"
         _add(found, ("jax", nbytes), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+    if any(k[0] == "jax" for k in found) or not any("BufferAssignment" in x for x in ev.lines):
+        return
+    # The listing without its RESOURCE_EXHAUSTED line: XLA prints it only for a program that did
+    # not fit, so it is the OOM; what was requested is unknown.
+    first = next(i for i, x in enumerate(ev.lines) if "BufferAssignment" in x)
+    body = "\n".join(ev.lines)
+    # JAX names its programs "jit(...)" and ships as jaxlib: then the listing is JAX's.
+    facts = {"framework": "jax" if "jax" in body.lower() or "jit(" in body else "xla"}
+    facts["message"] = "XLA BufferAssignment listing"
+    facts.update(_buffer_assignment(ev, first, used))
+    w = _RAY_WORKER.search(ev.lines[first])
+    if w:
+        facts["worker_prefix"] = w.group(0)
+    total = facts.get("buffer_total_allocation_bytes")
+    title = "XLA program did not fit in device memory (BufferAssignment)"
+    if total is not None:
+        title += f": {format_bytes(int(total))} needed"
+    _add(found, ("xla-buffers",), _Acc(facts, title, "error", [first], ev.ts_ns(first)))
 
 
 # ------------------------------------------------------------------------------------ raw CUDA
@@ -584,15 +874,15 @@ def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:
                     a.facts[f"{lib}_status_count"] = len(idx)
                     a.lines.extend(idx)
                 continue
-            # With no OOM finding, only the status line itself naming the cause counts
-            # ("... NOT_INITIALIZED (possibly out of memory)"); an unrelated "out of memory"
-            # elsewhere in a block is not evidence.
-            if not any("out of memory" in ev.lines[i] or "OUT_OF_MEMORY" in ev.lines[i] for i in idx):
-                continue
         line = ev.lines[idx[0]]
         facts: dict[str, FactValue] = {"framework": lib, "status": status}
         if what == "NOT_INITIALIZED":
-            facts["oom_cause"] = True
+            # With no OOM finding, only the status line itself naming the cause makes it one
+            # ("... NOT_INITIALIZED (possibly out of memory)"); an unrelated "out of memory"
+            # elsewhere in a block is not evidence. Without it the failure is still reported as
+            # what it is (a handle that could not be created, most often for want of memory).
+            named = any("out of memory" in ev.lines[i] or "OUT_OF_MEMORY" in ev.lines[i] for i in idx)
+            facts["oom_cause"] = True if named else "possible"
         call = _CALL_BACKTICK.search(line) or _CALL_PAREN.search(line)
         _put(facts, "call", call.group(1) if call else None)
         cntk = _CNTK.search(line)
@@ -600,16 +890,18 @@ def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:
         gpu = _GPU_EQ.search(line)
         _put(facts, "device_index", int(gpu.group(1)) if gpu else None)
         exc = _LEAD_EXC.search(line)
-        _put(facts, "exception", exc.group(1) if exc else None)
+        _put(facts, "exception", exc.group(1) if exc else ev.vscode_exception())
         _put(facts, "caller_framework", _caller(text, lib))
         frames = sum(1 for x in ev.lines if _CPP_FRAME.match(x))
         if frames:
             facts["cpp_frames"] = frames
         name = "cuBLAS" if lib == "cublas" else "cuDNN"
-        title = f"{name} allocation failed ({status})"
+        what_failed = "allocation failed" if what == "ALLOC_FAILED" else "could not initialise"
+        title = f"{name} {what_failed} ({status})"
         if "call" in facts:
             title += f" in {facts['call']}"
-        acc = _Acc(facts, title, "error", list(idx), ev.ts_ns(idx[0]))
+        severity = "warning" if facts.get("oom_cause") == "possible" else "error"
+        acc = _Acc(facts, title, severity, list(idx), ev.ts_ns(idx[0]))
         acc.occurrences = len(idx)
         found[(lib, status)] = acc
 
@@ -664,7 +956,11 @@ class CudaOomClassifier:
     name = "cuda_oom"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED', 'xhausted')
+    triggers = (
+        'of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED',
+        'xhausted', 'Tried to allocate', 'by PyTorch', 'BufferAssignment', 'BFCAllocator', 'memory_limit_',
+        'in-use chunks', '_STATUS_NOT_INITIALIZED',
+    )
     kind = KIND_CUDA_OOM
 
     def classify(self, text: str) -> list[Finding]:
@@ -673,15 +969,19 @@ class CudaOomClassifier:
         ev = _Event.of(text)
         found: dict[tuple, _Acc] = {}
         used: set[int] = set()
-        if "out of memory." in text:
+        if "out of memory." in text or "Tried to allocate" in text or "by PyTorch" in text:
             _pytorch(ev, found, used)
         if (
             "OOM when allocating" in text
             or "ran out of memory trying" in text
             or "CUDA_ERROR_OUT_OF_MEMORY" in text
+            or "BFCAllocator" in text
+            or "memory_limit_" in text
+            or "in-use chunks" in text
+            or "allocation summary follows" in text
         ):
             _tensorflow(ev, found, used, text)
-        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: Failed" in text:
+        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: Failed" in text or "BufferAssignment" in text:
             _jax(ev, found, used)
         if (
             "out of memory" in text
@@ -697,10 +997,11 @@ class CudaOomClassifier:
             return []
         log = ev.log_facts()
         tb = ev.traceback_facts()
+        context = _device_context(text)
         out: list[Finding] = []
         for acc in found.values():
             facts = dict(acc.facts)
-            for k, v in {**log, **tb}.items():
+            for k, v in {**log, **tb, **context}.items():
                 facts.setdefault(k, v)
             # How many times the event printed this same failure (retries, chained re-raises).
             facts["occurrences"] = acc.occurrences
@@ -715,3 +1016,18 @@ class CudaOomClassifier:
                 )
             )
         return out
+
+
+def _device_context(text: str) -> dict[str, FactValue]:
+    """What the event says of the device besides the failure: a Jetson, TensorFlow's device line."""
+    facts = jetson_context(text)
+    if "totalMemory:" in text:
+        m = _TF_DEVICE_MEM.search(text)
+        if m:
+            facts["device_total_memory_bytes"] = parse_size(m["t"])
+            facts["device_free_memory_bytes"] = parse_size(m["f"])
+    if "compute capability" in text or "major:" in text:
+        cc = _TF_DEVICE_CC.search(text)
+        if cc:
+            facts["compute_capability"] = cc.group(1) or f"{cc.group(2)}.{cc.group(3)}"
+    return facts

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 
+from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
+
 from ._base import KIND_HOST_OOM, FactValue, Finding
+from ._context import jetson_context
 
 _EXCERPT_MAX = 2000
 
@@ -33,13 +36,29 @@ def _maybe_oom(text: str) -> bool:
     # ("oom-killer", "oom_reaper", "oom-kill:", "OOMKilled", "OOMKilling", "OOM Killed",
     # "Memory cgroup out of memory", "Out of memory: Kill", 3.x's bare "Killed process", and the
     # task-table header). A regex or lower() per line would cost more than all of them.
+    # A report pasted from its middle has none of those: its Mem-Info figures, its "Tasks state"
+    # line, or task-table rows alone (found by their shape, :data:`TASK_ROWS`).
     return (
         "oom" in text
         or "OOM" in text
         or "of memory" in text
         or "illed process" in text
         or "tgid total_vm" in text
+        or "Tasks state" in text
+        or "Mem-Info" in text
+        or "pages RAM" in text
+        or "pages reserved" in text
+        or "Free swap" in text
+        or "page allocation" in text
+        or "total pagecache" in text
+        or ("]" in text and TASK_ROWS.search(text) is not None)
     )
+
+
+# A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
+# oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.
+_TASK_ROW_TAIL = r"\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"
+TASK_ROWS = re.compile(r"\]" + _TASK_ROW_TAIL)
 
 
 # -------------------------------------------------------------------------- kernel log prefixes
@@ -48,7 +67,8 @@ _PREFIX = re.compile(
     r"^(?:<\d+>)?"
     r"(?:[a-z]+ *:[a-z]+ *: )?"  # dmesg --decode: "kern  :warn  : "
     r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) )?"
-    r"(?:(?P<sys>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) )?"
+    # syslog's "Jan  5 15:19:27", also with a localised month ("maj 06", "Mär 06", "janv. 06").
+    r"(?:(?P<sys>[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d) )?"
     r"(?:(?P<host>[\w.-]+) (?=kernel))?"
     r"(?:kernel(?:\[\d+\])?: )?"
     r"(?:\[(?P<br>[^\]]*)\] ?)?"
@@ -157,6 +177,42 @@ _CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<me
 _TASK_IN = re.compile(r"Task in (?P<task>\S+) killed as a result of limit of (?P<limit>\S+)")
 _MEMCG_USAGE = re.compile(r"^memory: usage (?P<u>\d+)kB, limit (?P<l>\d+)kB, failcnt (?P<f>\d+)")
 _FREE_SWAP = re.compile(r"^Free swap\s*=\s*(?P<v>\d+)kB")
+_TOTAL_SWAP = re.compile(r"^Total swap\s*=\s*(?P<v>\d+)kB")
+# Mem-Info's page counters: "16676584 pages RAM", "0 pages cma reserved", "7034948 total pagecache pages".
+_PAGES = re.compile(
+    r"^(?P<n>\d+) (?P<what>pages RAM|pages HighMem/MovableOnly|pages reserved|pages cma reserved"
+    r"|pages hwpoisoned|total pagecache pages|pages in swap cache)\s*$"
+)
+_PAGES_FACTS = {
+    "pages RAM": "pages_ram",
+    "pages HighMem/MovableOnly": "pages_highmem_movable",
+    "pages reserved": "pages_reserved",
+    "pages cma reserved": "pages_cma_reserved",
+    "pages hwpoisoned": "pages_hwpoisoned",
+    "total pagecache pages": "total_pagecache_pages",
+    "pages in swap cache": "swap_cache_pages",
+}
+# Per zone: the buddy lists' total ("Normal: 184*4kB (M) ... = 4776kB") and the watermarks
+# ("Node 0 Normal free:4776kB boost:0kB min:67584kB low:84480kB high:101376kB ...").
+_ZONE_BUDDY = re.compile(r"^(?:Node \d+ )?(?P<zone>DMA32|DMA|Normal|HighMem|Movable): .*= (?P<kb>\d+)kB\s*$")
+_ZONE_MARKS = re.compile(
+    r"^Node \d+ (?P<zone>DMA32|DMA|Normal|HighMem|Movable) free:(?P<free>\d+)kB(?: boost:\d+kB)?"
+    r" min:(?P<min>\d+)kB low:(?P<low>\d+)kB high:(?P<high>\d+)kB"
+)
+# Mem-Info's first lines: "active_anon:699676 inactive_anon:140671 isolated_anon:102" (pages).
+_MEMINFO_KEYS = (
+    "active_anon", "inactive_anon", "isolated_anon", "active_file", "inactive_file", "isolated_file",
+    "unevictable", "dirty", "writeback", "slab_reclaimable", "slab_unreclaimable", "mapped", "shmem",
+    "pagetables", "bounce", "free", "free_pcp", "free_cma", "unstable", "kernel_misc_reclaimable",
+)
+_MEMINFO_PAIR = re.compile(r"\b(?P<k>[a-z_]+):(?P<v>\d+)\b(?!kB)")
+# warn_alloc: an allocation that failed or stalled; the Mem-Info that follows is not an OOM kill's.
+_WARN_ALLOC = re.compile(
+    r"^(?P<comm>.+?): page allocation (?P<what>stalls for (?P<ms>\d+)ms|failure)"
+    r"(?:: order:(?P<order>\d+)|, order:(?P<order2>\d+)), mode:(?P<mode>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?"
+)
+_HARDWARE = re.compile(r"^Hardware name: (?P<hw>.+?)\s*$")
+_SUMMARY_FIELD = re.compile(r"(?P<k>constraint|nodemask|cpuset|mems_allowed|oom_memcg|task_memcg|task|pid|uid)=(?P<v>[^,]*)")
 _TASKS_HEADER = re.compile(r"^\[\s*pid\s*\]\s+uid\s+tgid\s+total_vm\s+rss(?P<cols>.*)$")
 _TASK_ROW = re.compile(r"^\[\s*(?P<pid>\d+)\]\s+(?P<nums>(?:-?\d+\s+)+)(?P<name>\S.*?)\s*$")
 _SUMMARY = re.compile(
@@ -173,7 +229,7 @@ _KILLED = re.compile(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
     r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*)\),? "
     r"(?:total-vm|vsz):(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB"
-    r"(?:, shmem-rss:(?P<shmem>\d+)kB)?(?:,? UID:(?P<uid>\d+))?(?: pgtables:(?P<pgt>\d+)kB)?"
+    r"(?:, shmem-rss:(?P<shmem>\d+)kB)?(?:,? UID:(?P<uid>\d+)(?= pgtables|,? oom_score_adj))?(?: pgtables:(?P<pgt>\d+)kB)?"
     r"(?: oom_score_adj:(?P<adj>-?\d+))?"
 )
 _REAPER = re.compile(
@@ -202,6 +258,8 @@ class _Episode:
     ts_ns: int | None = None
     has_victim: bool = False
     killed: bool = False  # a "Kill(ed) process" or summary line, not just the reaper's aftermath
+    alloc_warning: bool = False  # a warn_alloc report (allocation stall or failure), not an OOM kill
+    largest_rss: tuple[int, str] | None = None  # (pages, process) of the task table's largest row
 
 
 def _scope_of(printed: str | None) -> str | None:
@@ -274,12 +332,31 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     gfp_mask=m["gfp"],
                     order=int(m["order"]),
                     invoker_oom_score_adj=int(m["adj"]),
+                    oom_killer_invoked=True,
                 )
                 _put(ep.facts, "gfp_flags", m["flags"])
+            continue
+        if "page allocation" in line:
+            kl = split_kernel_prefix(line)
+            w = _WARN_ALLOC.search(kl.body)
+            if w:
+                ep = context(i, kl, start=True)
+                assert ep is not None
+                ep.alloc_warning = True
+                f = ep.facts
+                f["event"] = "page_allocation_stall" if w["ms"] else "page_allocation_failure"
+                f["invoker_process"] = w["comm"].strip()
+                _put(f, "stall_ms", int(w["ms"]) if w["ms"] else None)
+                f["order"] = int(w["order"] or w["order2"])
+                f["gfp_mask"] = w["mode"]
+                _put(f, "gfp_flags", w["flags"])  # a flag list cut before its ")" is left out
             continue
         if "oom-kill:" in line:
             kl = split_kernel_prefix(line)
             m = _SUMMARY.search(kl.body)
+            if m is None:
+                _partial_summary(kl, i, context(i, kl, start=pending is None))
+                continue
             if m:
                 ep = victim(int(m["pid"]), i, kl)
                 ep.killed = True
@@ -352,7 +429,15 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     ep.facts["dump_tasks_rss_detail"] = True  # 6.8+ columns
             continue
         if pending is None:
-            continue  # the lines below only mean something inside an OOM burst
+            # A report pasted from its middle: its Mem-Info or task-table lines open it.
+            if not _opens_partial(line):
+                continue
+            context(i, split_kernel_prefix(line), start=True)
+            assert pending is not None
+            pending.facts["oom_report"] = "partial"
+        if _meminfo(pending, line):
+            pending.lines.append(i)
+            continue
         if "Tasks state" in line:
             context(i, split_kernel_prefix(line))
         elif "CPU: " in line and "PID: " in line and "invoker_pid" not in pending.facts:
@@ -385,17 +470,135 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     memcg_limit_bytes=int(m["l"]) * 1024,
                     memcg_failcnt=int(m["f"]),
                 )
-        elif "Free swap" in line:
-            m = _FREE_SWAP.search(split_kernel_prefix(line).body)
+        elif "Hardware name" in line:
+            m = _HARDWARE.search(split_kernel_prefix(line).body)
             if m:
-                pending.facts["free_swap_bytes"] = int(m["v"]) * 1024
-        elif "dump_tasks_rows" in pending.facts and "]" in line:
+                pending.facts["hardware"] = m["hw"]
+        elif "]" in line:
             kl = split_kernel_prefix(line)
-            if _TASK_ROW.match(kl.body):
-                pending.facts["dump_tasks_rows"] = int(pending.facts["dump_tasks_rows"]) + 1
+            row = _TASK_ROW.match(kl.body)
+            if row and ("dump_tasks_rows" in pending.facts or _headerless_row(row)):
+                pending.facts["dump_tasks_rows"] = int(pending.facts.get("dump_tasks_rows", 0)) + 1
+                nums = row["nums"].split()
+                if len(nums) >= 4 and (pending.largest_rss is None or int(nums[3]) > pending.largest_rss[0]):
+                    pending.largest_rss = (int(nums[3]), row["name"])
+                pending.lines.append(i)
+                if pending.ts_ns is None and kl.ts_ns is not None:
+                    pending.ts_ns = kl.ts_ns
+                _stamp(pending, kl)
     if pending is not None and pending.facts:
         episodes.append(pending)
-    return episodes
+    for ep in episodes:
+        if ep.largest_rss is not None:
+            ep.facts["largest_rss_pages"], ep.facts["largest_rss_process"] = ep.largest_rss
+    # A report's middle is one only with something read from it: a "Mem-Info:" or "Tasks state"
+    # line alone (sysrq, a quoted heading) is no incident.
+    return [ep for ep in episodes if ep.facts.get("oom_report") != "partial" or ep.has_victim or _has_figures(ep.facts)]
+
+
+def _has_figures(f: dict[str, FactValue]) -> bool:
+    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or any(
+        k.startswith(("meminfo_", "pages_", "zone_", "free_swap", "total_swap", "total_pagecache", "swap_cache"))
+        for k in f
+    )
+
+
+def _headerless_row(row: re.Match[str]) -> bool:
+    # Without the column header a row is known by its shape: seven (before 6.8: uid tgid total_vm
+    # rss pgtables_bytes swapents oom_score_adj), eight (4.x's nr_ptes nr_pmds) or ten (6.8+'s
+    # rss_anon rss_file rss_shmem) numbers, the second of which repeats the pid (the tgid).
+    nums = row["nums"].split()
+    return len(nums) in (7, 8, 10) and nums[1] == row["pid"]
+
+
+def _opens_partial(line: str) -> bool:
+    if "Mem-Info" in line or "Tasks state" in line or "pages RAM" in line or "pages reserved" in line:
+        return True
+    if "Free swap" in line or "total pagecache" in line or "swap cache" in line or "active_anon:" in line:
+        return True
+    if "]" in line and TASK_ROWS.search(line):
+        row = _TASK_ROW.match(split_kernel_prefix(line).body)
+        return row is not None and _headerless_row(row)
+    return ": " in line and _ZONE_BUDDY.match(split_kernel_prefix(line).body) is not None
+
+
+def _meminfo(ep: _Episode, line: str) -> bool:
+    """Read one Mem-Info line into the episode; False when the line is none of them."""
+    if "Mem-Info" in line:
+        ep.facts["mem_info"] = True
+        return True
+    body = split_kernel_prefix(line).body.strip()
+    if not body:
+        return False
+    f = ep.facts
+    if body[0].isdigit():
+        m = _PAGES.match(body)
+        if m:
+            f[_PAGES_FACTS[m["what"]]] = int(m["n"])
+            return True
+        return False
+    if body.startswith("Free swap"):
+        m = _FREE_SWAP.match(body)
+        if m:
+            f["free_swap_bytes"] = int(m["v"]) * 1024
+            return True
+    if body.startswith("Total swap"):
+        m = _TOTAL_SWAP.match(body)
+        if m:
+            f["total_swap_bytes"] = int(m["v"]) * 1024
+            return True
+    if body.startswith("Node ") and " free:" in body:
+        m = _ZONE_MARKS.match(body)
+        if m:
+            z = m["zone"].lower()
+            for k in ("free", "min", "low", "high"):
+                f[f"zone_{z}_{k}_bytes"] = int(m[k]) * 1024
+            return True
+    if "kB = " in body or body.endswith("kB") and " = " in body:
+        m = _ZONE_BUDDY.match(body)
+        if m:
+            f.setdefault(f"zone_{m['zone'].lower()}_free_bytes", int(m["kb"]) * 1024)
+            return True
+    if body.split(":", 1)[0] in _MEMINFO_KEYS:
+        for p in _MEMINFO_PAIR.finditer(body):
+            if p["k"] in _MEMINFO_KEYS:
+                f[f"meminfo_{p['k']}_pages"] = int(p["v"])
+        return True
+    return False
+
+
+def _partial_summary(kl: KernelLine, i: int, ep: _Episode | None) -> None:
+    """An ``oom-kill:`` summary cut short (a pager's ">" or the end of a paste): its whole fields.
+
+    The field the cut went through is left out and ``summary_cut`` says so.
+    """
+    if ep is None or "constraint=" not in kl.body:
+        return
+    body = kl.body[kl.body.index("oom-kill:") + len("oom-kill:") :].rstrip()
+    parts = body.rstrip(">").split(",")[:-1]  # the last field is where the line was cut
+    f = ep.facts
+    for part in parts:
+        if part == "global_oom":
+            f["oom_scope"] = "system"
+            continue
+        m = _SUMMARY_FIELD.fullmatch(part)
+        if not m:
+            continue
+        k, v = m["k"], m["v"]
+        if k == "nodemask" and v == "(null)":
+            continue
+        if k == "constraint":
+            f["constraint"] = v
+            _put(f, "oom_scope", _SCOPES.get(v)) if "oom_scope" not in f else None
+        elif k in ("pid", "uid") and v.isdigit():
+            f["victim_pid" if k == "pid" else "uid"] = int(v)
+        elif k == "task":
+            f["victim_process"] = v
+        else:
+            f[k] = v
+    f["summary_cut"] = True
+    ep.killed = True
+    _memcg_ids(f)
 
 
 def _stamp(ep: _Episode, kl: KernelLine) -> None:
@@ -430,8 +633,18 @@ def _kernel_title(f: dict[str, FactValue]) -> str:
         if isinstance(f.get("task_memcg"), str):
             title += f" in {f['task_memcg']}"
         return title
+    if f.get("event") in ("page_allocation_stall", "page_allocation_failure"):
+        what = f"stalled {f['stall_ms']} ms" if "stall_ms" in f else "failed"
+        return (
+            f"Page allocation {what} in {f.get('invoker_process', '?')} (order {f.get('order', '?')}, "
+            f"mode {f.get('gfp_mask', '?')}): no OOM kill"
+        )
     if "invoker_process" in f:
         return f"Kernel OOM killer invoked by {f['invoker_process']} (order {f.get('order', '?')}, gfp_mask {f.get('gfp_mask', '?')})"
+    if f.get("oom_report") == "partial":
+        parts = [p for p in ("Mem-Info" if any(k.startswith(("meminfo_", "pages_", "zone_", "free_swap")) for k in f) else "",
+                             f"task table of {f['dump_tasks_rows']} rows" if f.get("dump_tasks_rows") else "") if p]
+        return "Kernel OOM report without its header or kill line" + (f" ({', '.join(parts)})" if parts else "")
     return "Kernel OOM killer task dump (victim not in this event)"
 
 
@@ -688,7 +901,14 @@ class HostOomClassifier:
     name = "host_oom"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('oom-', 'oom_', 'OOM', 'of memory', 'illed process', 'tgid total_vm')
+    # ("oom-kill" and "oom_reaper" rather than "oom-" and "oom_": a gate searches a word from its
+    # rarest character, and longer words have rarer ones.)
+    triggers = (
+        'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
+        'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache',
+    )
+    # A task-table row alone carries no word to look for: the registry gates on its shape too.
+    gate_patterns = (("]", _TASK_ROW_TAIL),)
     kind = KIND_HOST_OOM
 
     def classify(self, text: str) -> list[Finding]:
@@ -701,10 +921,12 @@ class HostOomClassifier:
             f = dict(ep.facts)
             f.setdefault("source", "kernel")
             taken.update(ep.lines)
+            if ep.alloc_warning and not ep.has_victim:
+                f.update(jetson_context(text))
             out.append(
                 Finding(
-                    kind=KIND_HOST_OOM,
-                    severity=_kernel_severity(ep),
+                    kind=KIND_MEMORY_ALLOC_FAILURE if ep.alloc_warning and not ep.has_victim else KIND_HOST_OOM,
+                    severity="warning" if ep.alloc_warning and not ep.has_victim else _kernel_severity(ep),
                     title=_kernel_title(f),
                     facts=f,
                     excerpt="\n".join(lines[j] for j in sorted(set(ep.lines)))[:_EXCERPT_MAX],

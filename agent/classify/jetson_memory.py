@@ -5,6 +5,12 @@ allocator) and, for physically contiguous buffers, from the kernel's CMA pool. A
 shows up as an NvMap error number in user space ("NvMapMemAllocInternalTagged: <tag> error 12")
 or as a failed nvgpu DMA / CMA allocation in the kernel log, not as a CUDA message alone.
 
+CMA and ``dma_alloc_attrs`` are not Jetson's own: every board with a contiguous-memory pool
+prints them (a Raspberry Pi's vc4, a Rockchip's video input). They are a Jetson memory incident
+only when the event shows a Jetson (a tegra kernel, NvMap/nvgpu, an L4T or JetPack marker, a board
+name) or the classifier is told the device is one (``device_is_jetson``); elsewhere the same line
+is a generic ``memory_alloc_failure`` at warning, with ``jetson: False``.
+
 NvMap's number is an errno. Only ENOMEM (12) means the memory ran out; other numbers (EINVAL 22
 from NvMapReserveOp, seen with mismatched user-space and kernel) are reported as warnings with
 ``out_of_memory`` False, so a query for OOMs does not count them.
@@ -16,7 +22,10 @@ import errno
 import re
 from dataclasses import dataclass, field
 
+from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
+
 from ._base import KIND_JETSON_MEMORY, FactValue, Finding
+from ._context import jetson_context
 from .cuda_oom import format_bytes
 from .host_oom import KernelLine, split_kernel_prefix
 
@@ -49,6 +58,7 @@ class _Acc:
     ts_ns: int | None = None
     items: list[str] = field(default_factory=list)  # ops / tags seen for a grouped NvMap failure
     count: int = 0  # lines that reported this same failure
+    generic: bool = False  # a kernel allocator's failure (CMA, DMA) that is Jetson's only in context
 
 
 def _stamp(facts: dict[str, FactValue], kl: KernelLine) -> None:
@@ -224,6 +234,7 @@ def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
             key = (m2["area"], m2["pages"], ret)
             if key in cma:
                 cma[key].lines.append(i)
+                cma[key].count += 1
                 continue
             f = {"source": "cma", "requested_pages": int(m2["pages"]), "cma_ret": ret, "errno": abs(ret)}
             _put(f, "cma_area", m2["area"])
@@ -232,7 +243,7 @@ def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
             _stamp(f, kl)
             area = f" ({m2['area']})" if m2["area"] else ""
             title = f"CMA{area} allocation of {m2['pages']} pages failed: ret {ret}"
-            acc = _Acc(f, title, "error", [i], kl.ts_ns)
+            acc = _Acc(f, title, "error", [i], kl.ts_ns, count=1, generic=True)
             cma[key] = acc
             out.append(acc)
             continue
@@ -244,7 +255,9 @@ def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
                 f["requested_bytes"] = int(sz.group(1) or sz.group(2), 0)
             f["out_of_memory"] = True
             _stamp(f, kl)
-            out.append(_Acc(f, "dma_alloc_attrs failed", "error", [i], kl.ts_ns))
+            out.append(_Acc(f, "dma_alloc_attrs failed", "error", [i], kl.ts_ns, generic=True))
+    for acc in cma.values():
+        acc.facts["occurrences"] = acc.count
     if not errors:
         return
     text = "; ".join(e for _, e in errors)
@@ -270,14 +283,24 @@ def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
 # ---------------------------------------------------------------------------------- classifier
 
 
+_RELATED_FAILURE = re.compile(r"(?i)\bfail(?:ed)? to allocate\b(?:.*?\bsize (?P<size>\d+))?")
+
+
 class JetsonMemoryClassifier:
-    """NvMap, jetson-utils, nvgpu DMA and CMA allocation failures on Jetson."""
+    """NvMap, jetson-utils, nvgpu DMA and CMA allocation failures on Jetson.
+
+    ``device_is_jetson``: the agent knows its device is a Jetson, so a CMA or DMA failure is a
+    Jetson memory incident even when the event itself shows no Jetson (module docstring).
+    """
 
     name = "jetson_memory"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
     triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu')
     kind = KIND_JETSON_MEMORY
+
+    def __init__(self, *, device_is_jetson: bool = False) -> None:
+        self.device_is_jetson = device_is_jetson
 
     def classify(self, text: str) -> list[Finding]:
         if not _maybe_jetson(text):
@@ -290,14 +313,50 @@ class JetsonMemoryClassifier:
             _alloc_mapped(lines, accs)
         if "nvgpu" in text or "ma_alloc" in text:
             _nvgpu_cma(lines, accs)
-        return [
-            Finding(
-                kind=KIND_JETSON_MEMORY,
-                severity=a.severity,
-                title=a.title,
-                facts=a.facts,
-                excerpt="\n".join(lines[i] for i in sorted(set(a.lines)))[:_EXCERPT_MAX],
-                ts_ns=a.ts_ns,
+        context = jetson_context(text) if any(a.generic for a in accs) else {}
+        out: list[Finding] = []
+        for a in accs:
+            kind, severity, title, facts = KIND_JETSON_MEMORY, a.severity, a.title, a.facts
+            if a.generic:
+                if context or self.device_is_jetson:
+                    facts = {**facts, **(context or {"jetson": True, "jetson_evidence": "device"})}
+                else:
+                    # Not a Jetson as far as anything shows: the kernel allocator's failure, at its
+                    # true severity (the kernel prints it as a warning and the caller falls back).
+                    kind, severity = KIND_MEMORY_ALLOC_FAILURE, "warning"
+                    facts = {**facts, "jetson": False}
+                    title = title.replace("CMA", "Kernel CMA", 1) if title.startswith("CMA") else title
+                    related = _related(lines, a.lines)
+                    facts.update(related[0])
+                    a.lines.extend(related[1])
+            out.append(
+                Finding(
+                    kind=kind,
+                    severity=severity,
+                    title=title,
+                    facts=facts,
+                    excerpt="\n".join(lines[i] for i in sorted(set(a.lines)))[:_EXCERPT_MAX],
+                    ts_ns=a.ts_ns,
+                )
             )
-            for a in accs
-        ]
+        return out
+
+
+def _related(lines: list[str], own: list[int]) -> tuple[dict[str, FactValue], list[int]]:
+    """The driver lines around a CMA failure saying what could not be allocated (one fault)."""
+    sizes: list[str] = []
+    idx: list[int] = []
+    for i, line in enumerate(lines):
+        if i in own or "alloc" not in line.lower():
+            continue
+        m = _RELATED_FAILURE.search(line)
+        if m:
+            idx.append(i)
+            if m["size"]:
+                sizes.append(m["size"])
+    facts: dict[str, FactValue] = {}
+    if idx:
+        facts["related_failures"] = len(idx)
+    if sizes:
+        facts["related_failed_sizes"] = ",".join(sizes)
+    return facts, idx

@@ -36,8 +36,12 @@ event prints them. A device block without a summary is reported on its own
 groups lines); fed line by line, each stat line gives a partial finding
 (``summary_complete: False``).
 
-Not supported: TensorRT 7's older summary layout ("Host Latency" then "min: x ms (end to end
-y ms)" lines), whose lines carry none of the words the prefilter looks for.
+TensorRT <= 7's vertical layout (a heading such as "Host Latency" or "GPU Compute", then one
+"min: x ms (end to end y ms)" line per statistic and "percentile: x ms at 99%") is read into the
+same facts (``layout: vertical``). Hand-copied summaries that lost an "=" ("max 6.19 ms") or glued
+"Total Host Walltime: ..." onto another line lose nothing; the coefficient of variance trtexec
+warns about is ``gpu_compute_cv_percent`` and a following "&&&& PASSED" line is ``result``.
+Blank lines between a summary's metrics do not split it (the grouper keeps them in one event).
 """
 
 from __future__ import annotations
@@ -129,8 +133,31 @@ _SUMMARY_LINE = re.compile(
     r"|Enqueue Time|H2D Latency|GPU Compute Time|GPU Compute|D2H Latency|Total Host Walltime"
     r"|Total GPU Compute Time)(?::\s*(?P<body>.*?))?\s*$"
 )
+# "min = 1.2 ms"; a hand-copied summary may have lost the "=" ("max 6.19 ms").
 _STAT = re.compile(
-    r"(?P<stat>min|max|mean|median|percentile\((?P<pct>\d+(?:\.\d+)?)%\)) = (?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?) ms"
+    r"(?P<stat>min|max|mean|median|percentile\((?P<pct>\d+(?:\.\d+)?)%\))(?: ?= ?| )"
+    r"(?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?) ms\b"
+)
+# Totals found anywhere on a line (a copied summary may glue them onto another metric's line).
+_GLUED = re.compile(
+    r"(?P<k>Total Host Walltime|Total GPU Compute Time|Throughput): (?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?) ?(?P<u>s|qps)\b"
+)
+_CV = re.compile(r"coefficient of variance = (?P<v>\d+(?:\.\d+)?)%")
+_RESULT = re.compile(r"^&&&& (?P<r>PASSED|FAILED|WAIVED) TensorRT\.trtexec")
+# trtexec <= 7's layout: a heading line per metric, then "min: 1.2 ms" lines (and "percentile:
+# 1.5 ms at 99%"), with the end-to-end figure in parentheses on the Host Latency lines.
+_V_HEADING = re.compile(
+    r"^" + r"(?P<prefix>\s*(?:\[[^\]\n]*\]\s*)*)"
+    + r"(?P<key>End-to-End Host Latency|Host Latency|Enqueue Time|GPU Compute(?: Time)?|H2D Latency|D2H Latency)\s*$"
+)
+_V_STAT = re.compile(
+    r"^\s*(?:\[[^\]\n]*\]\s*)*(?P<stat>min|max|mean|median|percentile): (?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?) ms"
+    r"(?: at (?P<pct>\d+(?:\.\d+)?)%)?(?: \(end to end (?P<e2e>[-+]?\d+(?:\.\d+)?) ms(?: at \d+(?:\.\d+)?%)?\))?"
+)
+_V_TOTAL = re.compile(
+    r"^\s*(?:\[[^\]\n]*\]\s*)*(?P<k>throughput|walltime|GPU Compute Time|Total Host Walltime): "
+    r"(?P<v>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?) ?(?P<u>qps|s|ms)?\s*$",
+    re.I,
 )
 _STAT_NAMES = {
     "Latency": "latency",
@@ -167,7 +194,10 @@ class TensorRtClassifier:
     name = "tensorrt"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max = ', 'tion ===')
+    triggers = (
+        'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
+        'Enqueue Time', 'GPU Compute',
+    )
 
     def classify(self, text: str) -> list[Finding]:
         # Prefilter on words every recognised line carries: the logger tags ("[TRT]",
@@ -181,8 +211,11 @@ class TensorRtClassifier:
             or "Error Code" in text
             or "FP16" in text
             or "Unsupported SM" in text
-            or "ms, max = " in text
+            or "ms, max" in text
             or "tion ===" in text
+            or "summary ===" in text
+            or "Enqueue Time" in text
+            or "GPU Compute" in text
         ):
             return []
         return _classify(text)
@@ -498,16 +531,75 @@ def _version_facts(message: str, facts: dict[str, FactValue]) -> bool:
 # ---------------------------------------------------------------------------------- benchmark
 
 
+def _vertical(lines: list[str], facts: dict[str, FactValue], excerpt: list[str]) -> str | None:
+    """trtexec <= 7's layout; returns the line prefix when the event has one."""
+    name: str | None = None
+    prefix: str | None = None
+    for line in lines:
+        h = _V_HEADING.match(line)
+        if h:
+            name = _STAT_NAMES[h["key"] if h["key"] != "GPU Compute Time" else "GPU Compute"]
+            prefix = h["prefix"] if prefix is None else prefix
+            excerpt.append(line.rstrip())
+            continue
+        t = _V_TOTAL.match(line)
+        if t and name is not None:
+            k, v = t["k"].lower(), float(t["v"])
+            if k == "throughput":
+                facts["throughput_qps"] = v
+            elif k in ("walltime", "total host walltime"):
+                facts["total_host_walltime_s"] = v
+            else:
+                facts["total_gpu_compute_time_s"] = v
+            excerpt.append(line.rstrip())
+            continue
+        st = _V_STAT.match(line)
+        if st and name is not None:
+            stat = st["stat"]
+            if stat == "percentile":
+                if not st["pct"]:
+                    continue
+                stat = "p" + st["pct"].replace(".", "_")
+            facts[f"{name}_{stat}_ms"] = float(st["v"])
+            if st["e2e"] and name == "latency":
+                facts[f"end_to_end_latency_{stat}_ms"] = float(st["e2e"])
+            excerpt.append(line.rstrip())
+    return prefix
+
+
 def _benchmark(lines: list[str], text: str) -> Finding | None:
-    if "ms, max = " not in text and "===" not in text and " qps" not in text:
-        return None
+    if "ms, max" not in text and "===" not in text and " qps" not in text and "ms at " not in text:
+        if not ("min: " in text and ("GPU Compute" in text or "Enqueue Time" in text or "Latency" in text)):
+            return None
     facts: dict[str, FactValue] = {}
     excerpt: list[str] = []
     prefix: str | None = None
     header = False
     stats_seen = False
     throughput = False
+    if "min: " in text:
+        prefix = _vertical(lines, facts, excerpt)
+        stats_seen = any(k.endswith("_ms") for k in facts)
+        throughput = "throughput_qps" in facts
+        if stats_seen:
+            facts["layout"] = "vertical"
     for line in lines:
+        if "Total " in line or "coefficient of variance" in line:
+            for g in _GLUED.finditer(line):
+                k, v = g["k"], float(g["v"])
+                if k == "Throughput" and g["u"] == "qps":
+                    facts["throughput_qps"] = v
+                elif k == "Total Host Walltime" and g["u"] == "s":
+                    facts["total_host_walltime_s"] = v
+                elif k == "Total GPU Compute Time" and g["u"] == "s":
+                    facts["total_gpu_compute_time_s"] = v
+            cv = _CV.search(line)
+            if cv:
+                facts["gpu_compute_cv_percent"] = float(cv["v"])
+        if line.startswith("&&&&"):
+            r = _RESULT.match(line)
+            if r:
+                facts["result"] = r["r"]
         m = _SUMMARY_LINE.match(line)
         if not m:
             continue
@@ -533,6 +625,9 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
             continue
         nm = _NUM_UNIT.match(body.strip())
         if not nm:
+            if key in ("Throughput", "Total Host Walltime", "Total GPU Compute Time") and _GLUED.search(line):
+                excerpt.append(line.rstrip())
+                throughput = throughput or "throughput_qps" in facts
             continue
         value, unit = float(nm.group("v")), nm.group("u")
         if key == "Throughput" and unit == "qps":
@@ -558,6 +653,8 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
     facts["record"] = "performance_summary"
     facts["has_header"] = header
     facts["line_prefix"] = prefix or ""
+    if "throughput_qps" in facts:
+        throughput = True
     facts["summary_complete"] = throughput and "latency_mean_ms" in facts
     facts.update(device)
     lt = _LOG_TIME.search(prefix or "")

@@ -24,15 +24,30 @@ A line that is not inside a block opens one when it is, tried in this order:
    Python prints the chain as one report. A blank line among the frames ends the block; after
    the exception, up to two blank lines in a row are kept if the block goes on.
 2. A pasted traceback tail: a line that is a ``File "...", line N`` frame, read as in 1.
-3. A glog or TensorFlow/absl header (``E0421 10:03:12.123456  1234 file.cc:123] `` or
-   ``2022-04-17 14:04:31.889463: W tensorflow/...cc:275] ``) and the indented lines after it.
+   A VS Code debugger report (``Exception has occurred: X``, the message, then frames innermost
+   first) is a traceback too.
+3. A TensorFlow / XLA allocator report: a line with the OOM ("OOM when allocating", "ran out of
+   memory trying", "Error reported to Coordinator", a BFC dump or a ``BufferAssignment`` listing,
+   or any glog line of ``bfc_allocator``), and the lines of the same report after it: node names
+   (``[[node ...]]``), hints, the coordinator's echo, the BFC stats, bins and chunk map, XLA's
+   buffer listing, indented lines; up to two blank lines in a row are kept if it goes on. One
+   fault, one event. Otherwise a glog or TensorFlow/absl header (``E0421 10:03:12.123456  1234
+   file.cc:123] `` or ``2022-04-17 14:04:31.889463: W tensorflow/...cc:275] ``) and the indented
+   lines after it.
 4. A kernel OOM burst: from ``invoked oom-killer`` through ``Killed process``, plus the
    ``oom_reaper: reaped process`` line when it comes next; blank lines inside are dropped. A
    ``Kill process N ... or sacrifice child`` line without the header starts a burst of at most
-   8 lines; a lone ``Killed process`` line is a burst of its own (with its oom_reaper line).
+   8 lines; a lone ``Killed process`` line is a burst of its own (with its oom_reaper line). A
+   report pasted without its header (its Mem-Info figures, its "Tasks state" line, task-table
+   rows alone) or a page-allocation warning (warn_alloc) opens a burst that goes on only while
+   the lines have the shapes of such a report (Mem-Info, zones, the task table, the kill).
 5. A trtexec performance summary: from ``=== Performance summary ===`` while the lines, without
-   trtexec's ``[date] [I]`` prefix, are not empty and open no other ``=== ... ===`` section;
-   without that header, from ``Throughput: N qps`` while the lines are summary statistics. The
+   trtexec's ``[date] [I]`` prefix, open no other ``=== ... ===`` section; without that header,
+   from ``Throughput: N qps`` while the lines are summary statistics; from a TensorRT <= 7
+   metric heading ("GPU Compute", "Host Latency", ...) while the lines are its "min: x ms"
+   statistics. Blank lines between metrics (up to two in a row) stay in the summary when a
+   metric, a trailer or the "&&&& PASSED/FAILED" line follows; the "&&&&" line ends it. A
+   summary whose last line is blank is released at the end of the poll. The
    ``=== Device Information ===`` block (same end rule) seen last before a summary is put in
    front of it, so the benchmark names its GPU (the event's lines are then not contiguous); a
    device block that no summary follows is an event of its own.
@@ -77,14 +92,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from fleetscope.agent.classify._gate import compile_gate
 from fleetscope.agent.records import LogEvent
 from fleetscope.proto.vocabulary import LOG_LEVEL_RANK
 
 __all__ = [
     "MAX_BLOCK_CHARS",
     "MAX_BLOCK_LINES",
+    "GLOG_HEADER",
+    "GLOG_SHAPE",
     "MAY_OPEN_BLOCK",
+    "OPEN_SHAPES",
+    "OPEN_WORDS",
     "EventGrouper",
+    "ends_at_once",
     "GroupedLine",
     "LineGrouper",
 ]
@@ -123,6 +144,7 @@ _GLOG = re.compile(
     r"(?:(?P<a>[IWEF])\d{4} \d\d:\d\d:\d+(?:\.\d+)?\s+\d+ "
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?: (?P<b>[IWEF]) )\S+:\d+\] "
 )
+GLOG_HEADER = _GLOG  # what opens rule 3's block, for ``scan``'s gate
 _GLOG_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "critical"}
 _SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
 _K8S_STATE = re.compile(r"(\s*)(?:Last )?State:\s+\S")
@@ -135,24 +157,87 @@ _SUMMARY_STAT = re.compile(
     r"(?:Throughput|Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency|Total Host Walltime"
     r"|Total GPU Compute Time|Host Latency|End-to-End Host Latency|Host Compute Time):"
 )
+# A TensorFlow / XLA allocator report: the error, its allocator summary and dump, the coordinator's
+# echo, the node names, XLA's BufferAssignment listing (rule 4 of the module docstring).
+_ALLOC_OPEN = re.compile(
+    r"OOM when allocating|ran out of memory trying|BFCAllocator dump|allocation summary follows"
+    r"|BufferAssignment|Error reported to Coordinator|memory_limit_"
+)
+_ALLOC_MORE = re.compile(
+    r"\[\[|Hint:|OOM when allocating|ran out of memory trying|Error reported to Coordinator|allocation summary"
+    r"|BFCAllocator|bfc_allocator|Bin \(|Chunk|(?:^|\] |\s)(?:Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|Reserved"
+    r"|PeakReserved|LargestFreeBlock|Stats):|in-use chunks|memory_limit_|TF_GPU_ALLOCATOR|memory fragmentation"
+    r"|Resource exhausted|ResourceExhausted|RESOURCE_EXHAUSTED|BufferAssignment|(?:allocation|fragmentation):\s"
+    r"|Peak buffers:|Buffer \d+:|Size: |Operator: |XLA Label: |Shape: |={10}|Caused by op|Free at |InUse at "
+    r"|Next region|Summary of in-use"
+)
+# A kernel memory report without its "invoked oom-killer" header (pasted from its middle) and the
+# page-allocation warnings (warn_alloc) that print the same Mem-Info: opened by their own lines,
+# continued only by lines of the report's shapes.
+_MEMINFO_OPEN = re.compile(
+    r"Mem-Info:|Tasks state \(memory|\d pages RAM|\d pages reserved|Free swap\s+=|\d total pagecache pages"
+    r"|\d pages in swap cache|tgid total_vm|page allocation (?:stalls|failure)"
+    r"|(?:DMA32|DMA|Normal|HighMem|Movable): \d+\*\d+kB"
+    r"|\]\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"
+)
+_MEMINFO_MORE = re.compile(
+    r"Mem-Info|active_anon:|active_file:|free:\d|slab_reclaimable:|mapped:\d|Node \d|DMA|Normal|HighMem"
+    r"|Movable|lowmem_reserve|hugepages_|pages RAM|pages reserved|pages cma reserved|pages hwpoisoned"
+    r"|HighMem/MovableOnly|total pagecache|swap cache|Free swap|Total swap|Memory cgroup|Tasks state"
+    r"|\[\s*pid\s*\]|\]\s+-?\d+\s+\d+\s+\d+\s+\d+|oom-kill:|[Oo]ut of memory|[Kk]ill(?:ed)? process"
+    r"|invoked oom-killer|CPU: \d+|Hardware name|[Cc]all [Tt]race|\[<[0-9a-f]+>\]|cpuset=|mems_allowed="
+    r"|warn_alloc|Show Mem|<TASK>|</TASK>|\+0x[0-9a-f]+/0x"
+)
+_VSCODE_EXC = re.compile(r"Exception has occurred: [A-Za-z_][\w.]*\s*$")
+# trtexec <= 7 prints each metric as a heading, then one "min: x ms" line per statistic.
+_TRT_HEADING = re.compile(r"(?:End-to-End Host Latency|Host Latency|Enqueue Time|GPU Compute(?: Time)?|H2D Latency|D2H Latency)\s*")
+_TRT_VERTICAL_STAT = re.compile(r"(?:min|max|mean|median|percentile|throughput|walltime|end to end)\b[^:]*:", re.I)
+_TRT_TRAILERS = (
+    "GPU compute time is unstable",
+    "If not already in use",
+    "Explanations of the performance metrics",
+    "Average on",
+    "Timing trace",
+    "Total Host Walltime",
+    "Total GPU Compute Time",
+)
+
 # Every line that can open a block matches this somewhere (not every line that matches opens
 # one; a glog header is known by its "file.cc:123] "). One C-level search per line: most lines
 # cannot open a block, and ``fleetscope scan`` searches whole runs of lines with it to skip the
 # quiet ones. Each alternative starts with a literal, which keeps the search fast.
-MAY_OPEN_BLOCK = re.compile(
-    r"Traceback \(most|File \"|:\d+\] |oom-killer|ill(?:ed)? process"
-    r"|=== Performance summary|=== Device Information|Throughput:|State:"
+# The words (and the few shapes) every opening line contains, kept apart so ``scan`` can build
+# one gate of them and the classifiers' triggers (agent/classify/_gate.py).
+OPEN_WORDS: tuple[str, ...] = (
+    "Traceback (most", 'File "', "oom-killer", "illed process", "ill process", "=== Performance summary",
+    "=== Device Information", "Throughput:", "State:", "OOM when", "ran out of memory", "BFCAllocator",
+    "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
+    "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
+    "page allocation", "Exception has occurred", "Enqueue Time", "GPU Compute", "Host Latency",
+    "H2D Latency", "D2H Latency", "bfc_allocator",
 )
+# A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
+# lets ``scan`` skip a lone header by looking at the next line instead.
+GLOG_SHAPE: tuple[str, str] = (":", r"\d+\] ")
+OPEN_SHAPES: tuple[tuple[str, str], ...] = (
+    ("]", r"\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"),  # a kernel task-table row
+    ("Normal: ", r"\d"),  # Mem-Info's buddy lists
+    ("DMA", r"(?:32)?: \d"),
+    ("HighMem: ", r"\d"),
+    ("Movable: ", r"\d"),
+)
+MAY_OPEN_BLOCK = compile_gate(OPEN_WORDS, (*OPEN_SHAPES, GLOG_SHAPE))
 
 _RANK = LOG_LEVEL_RANK
 
 # Block kinds and their states.
-_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S = (
-    "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state",
+_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC = (
+    "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state", "alloc_report",
 )
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
-_BURST, _KILLED = "burst", "killed"
-_HEADER, _STATS = "header", "stats"
+_VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
+_BURST, _KILLED, _MEMINFO = "burst", "killed", "meminfo"
+_HEADER, _STATS, _VERTICAL = "header", "stats", "vertical"
 _BODY = "body"
 
 # What a block does with a line: take it, take it as its last, end before it (the line is then
@@ -218,7 +303,9 @@ class _Group(Generic[L]):
         self.lines.append(line)
         self.chars += len(line.message) + 1
         self.state = state
-        self.blank_tail = self.blank_tail + 1 if _blank(rest) else 0
+        # A trtexec line is blank when nothing follows its "[date] [I] " prefix.
+        blank = _blank(rest) or (self.kind == _TRT_SUMMARY and not _trt_message(rest))
+        self.blank_tail = self.blank_tail + 1 if blank else 0
 
     def kept(self) -> list[L]:
         return self.lines[: len(self.lines) - self.blank_tail]
@@ -231,6 +318,8 @@ class _Group(Generic[L]):
 
 def _traceback_step(g: _Group[L], rest: str) -> tuple[int, str]:
     state = g.state
+    if state in (_VS_MESSAGE, _VS_FRAMES):
+        return _vscode_step(g, rest)
     if _blank(rest):
         if state == _FRAMES or g.blank_tail >= _BLANKS_IN_A_ROW:
             return _END, state
@@ -246,11 +335,46 @@ def _traceback_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if state == _EXC_GROUP:
         return (_TAKE, state) if _indented(rest) else (_END, state)
     if state == _ENDED:
-        return (_TAKE, state) if _indented(rest) or rest.startswith(_MESSAGE_TRAILERS) else (_END, state)
+        if _indented(rest) or rest.startswith(_MESSAGE_TRAILERS) or "Error reported to Coordinator" in rest:
+            return _TAKE, state
+        return _END, state
     m = _TB_MARK.match(rest)  # _CHAINED: the next traceback must follow
     if m is None:
         return _END, state
     return _TAKE, (_EXC_GROUP if m["eg"] else _FRAMES)
+
+
+def _vscode_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    # VS Code's debugger: "Exception has occurred: X", the message, then frames innermost first.
+    if _blank(rest):
+        return (_END, g.state) if g.blank_tail >= 1 or g.state == _VS_FRAMES else (_TAKE, g.state)
+    if _FRAME.match(rest):
+        return _TAKE, _VS_FRAMES
+    if g.state == _VS_FRAMES:
+        return (_TAKE, _VS_FRAMES) if _indented(rest) else (_END, g.state)
+    return (_TAKE, _VS_MESSAGE) if len(g.lines) < 8 else (_END, g.state)
+
+
+def _alloc_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if _blank(rest):
+        return (_END, g.state) if g.blank_tail >= _BLANKS_IN_A_ROW else (_TAKE, g.state)
+    if _indented(rest) or _ALLOC_MORE.search(rest):
+        return _TAKE, g.state
+    return _END, g.state
+
+
+def _meminfo_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if g.state == _KILLED:
+        return _kernel_oom_step(g, rest)
+    if _blank(rest):
+        return _DROP, g.state
+    if "Killed process" in rest:
+        return _TAKE, _KILLED
+    if "invoked oom-killer" in rest:
+        return _END, g.state  # a report with its header: a burst of its own
+    if _indented(rest) or _MEMINFO_MORE.search(rest):
+        return _TAKE, g.state
+    return _END, g.state
 
 
 def _glog_step(g: _Group[L], rest: str) -> tuple[int, str]:
@@ -258,6 +382,8 @@ def _glog_step(g: _Group[L], rest: str) -> tuple[int, str]:
 
 
 def _kernel_oom_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if g.state == _MEMINFO:
+        return _meminfo_step(g, rest)
     if g.state == _KILLED:
         return (_TAKE_LAST, _KILLED) if "oom_reaper: reaped process" in rest else (_END, _KILLED)
     if "Killed process" in rest:
@@ -269,9 +395,22 @@ def _kernel_oom_step(g: _Group[L], rest: str) -> tuple[int, str]:
 
 def _trt_step(g: _Group[L], rest: str) -> tuple[int, str]:
     msg = _trt_message(rest)
-    if g.state == _STATS:
-        return (_TAKE, _STATS) if _SUMMARY_STAT.match(msg) else (_END, _STATS)
-    return (_TAKE, g.state) if msg and not msg.startswith(("===", "&&&&")) else (_END, g.state)
+    if g.kind == _TRT_DEVICE:
+        return (_TAKE, g.state) if msg and not msg.startswith(("===", "&&&&")) else (_END, g.state)
+    # A summary is one record however it is spaced: blank lines between its metrics stay in it
+    # (up to two in a row) when a metric, a trailer or the "&&&& PASSED/FAILED" line follows.
+    if not msg:
+        return (_END, g.state) if g.blank_tail >= _BLANKS_IN_A_ROW else (_TAKE, g.state)
+    if msg.startswith("&&&&"):
+        return _TAKE_LAST, g.state
+    if g.state == _VERTICAL:
+        ok = _TRT_VERTICAL_STAT.match(msg) or _TRT_HEADING.fullmatch(msg)
+        return (_TAKE, g.state) if ok else (_END, g.state)
+    if _SUMMARY_STAT.match(msg) or msg.startswith(_TRT_TRAILERS):
+        return _TAKE, g.state
+    if g.state == _STATS or g.blank_tail:
+        return _END, g.state
+    return (_TAKE, g.state) if not msg.startswith("===") else (_END, g.state)
 
 
 def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
@@ -286,6 +425,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _TRT_SUMMARY: _trt_step,
     _TRT_DEVICE: _trt_step,
     _K8S: _k8s_step,
+    _ALLOC: _alloc_step,
 }
 
 
@@ -300,11 +440,17 @@ def _opening(text: str, now_ns: int) -> _Group | None:
             return _Group(_TRACEBACK, state, now_ns, "error", prefix=text[: m.start()])
     if _FRAME.match(text):
         return _Group(_TRACEBACK, _FRAMES, now_ns, "error")
+    if _VSCODE_EXC.match(text):
+        return _Group(_TRACEBACK, _VS_MESSAGE, now_ns, "error")
     m = _GLOG.match(text)
+    if _ALLOC_OPEN.search(text) or (m is not None and "bfc_allocator" in text[: m.end()]):
+        return _Group(_ALLOC, _BODY, now_ns, _GLOG_LEVELS[m["a"] or m["b"]] if m is not None else "info")
     if m is not None:
         return _Group(_GLOG_BLOCK, _BODY, now_ns, _GLOG_LEVELS[m["a"] or m["b"]])
     if "invoked oom-killer" in text:
         return _Group(_KERNEL_OOM, _BURST, now_ns, "info")
+    if _MEMINFO_OPEN.search(text):
+        return _Group(_KERNEL_OOM, _MEMINFO, now_ns, "info")
     if _SACRIFICE.search(text):
         return _Group(_KERNEL_OOM, _BURST, now_ns, "info", cap=SHORT_BURST_LINES)
     if "Killed process" in text:
@@ -313,12 +459,47 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_TRT_SUMMARY, _HEADER, now_ns, "info", cap=SECTION_LINES)
     if "=== Device Information ===" in text:
         return _Group(_TRT_DEVICE, _BODY, now_ns, "info", cap=SECTION_LINES)
-    if _THROUGHPUT.match(_trt_message(text)):
+    msg = _trt_message(text)
+    if _THROUGHPUT.match(msg):
         return _Group(_TRT_SUMMARY, _STATS, now_ns, "info", cap=SECTION_LINES)
+    if _TRT_HEADING.fullmatch(msg):
+        return _Group(_TRT_SUMMARY, _VERTICAL, now_ns, "info", cap=SECTION_LINES)
     m = _K8S_STATE.match(text)
     if m is not None:
         return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)))
     return None
+
+
+class _Text:
+    """A bare line for :func:`ends_at_once` (what the rules read of a line is its text)."""
+
+    __slots__ = ("message",)
+    source = ""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def ends_at_once(text: str, next_text: str | None) -> bool:
+    """True when ``text``, read with no block open, is an event of its own: it opens no block, or
+    opens one that ``next_text`` (None: the end of the input) does not continue.
+
+    ``scan`` asks this of a line its gate pointed to before building anything for it: a traceback
+    frame or a glog header in the middle of ordinary lines is most often alone.
+    """
+    g = _opening(text, 0)
+    if g is None:
+        return True
+    if g.kind == _TRT_DEVICE:
+        return False  # held for a summary that may come later
+    if next_text is None:
+        return True
+    g.add(_Text(text), g.state, text)
+    if g.cap is not None and len(g.lines) >= g.cap:
+        return True
+    rest = g.rest(next_text)
+    verdict, _ = _STEP[g.kind](g, next_text if rest is None else rest)
+    return verdict == _END
 
 
 # ---------------------------------------------------------------------------------- grouper
@@ -392,7 +573,7 @@ class LineGrouper(Generic[L, E]):
 
     def idle(self) -> bool:
         """No block is open: the next line is looked at on its own."""
-        return not any(src.groups for src in self._sources.values())
+        return not self._sources or not any(src.groups for src in self._sources.values())
 
     def held_lines(self) -> int:
         return sum(
@@ -517,7 +698,9 @@ class LineGrouper(Generic[L, E]):
         for src in list(self._sources.values()):
             for g in list(src.groups):
                 lone_glog = g.kind == _GLOG_BLOCK and len(g.lines) == 1
-                if lone_glog or (wait is not None and now - g.opened_ns >= wait):
+                # trtexec prints a summary at once: one whose last line is blank is complete.
+                spent_summary = g.kind == _TRT_SUMMARY and g.blank_tail > 0
+                if lone_glog or spent_summary or (wait is not None and now - g.opened_ns >= wait):
                     self._close(src, g, out)
             if src.device is not None and wait is not None and now - src.device.opened_ns >= wait:
                 self._release_device(src, out)

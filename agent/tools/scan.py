@@ -18,6 +18,13 @@ it, or at the end of the file. An event is cut at ``MAX_EVENT_LINES`` lines or
 whole file in memory; a line is cut at ``MAX_LINE_BYTES``, as the agent's file follower cuts it.
 Lines are numbered from 1 as editors number them.
 
+Speed: the file is read a piece (``BLOCK_BYTES``) at a time, and the lines no block could start
+at and no classifier could fire on are only counted, never split out or grouped: a gate
+(:class:`_Gate`: one regex for the words with a rare character, ``str.find`` for the others)
+points at the next line worth looking at, and a line that would only open a block the next line
+does not continue (a lone traceback frame, a glog header) is skipped when it holds no trigger.
+The findings are the same as feeding every line to the grouper.
+
 Files that start with the gzip magic bytes are decompressed while read (``syslog.2.gz``).
 A file that cannot be read gets ``ScanResult.error`` and the scan goes on with the next one.
 """
@@ -26,15 +33,22 @@ from __future__ import annotations
 
 import gzip
 import os
-import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import BinaryIO, NamedTuple
 
-from fleetscope.agent.classify import Finding, classify_text, registry
-from fleetscope.agent.logs.grouping import MAX_BLOCK_CHARS, MAX_BLOCK_LINES, MAY_OPEN_BLOCK, LineGrouper
+from fleetscope.agent.classify import Finding, classify_text, gate_patterns, registry
+from fleetscope.agent.classify._gate import anchor, compile_gate, share
+from fleetscope.agent.logs.grouping import (
+    GLOG_HEADER,
+    MAX_BLOCK_CHARS,
+    MAX_BLOCK_LINES,
+    OPEN_SHAPES,
+    OPEN_WORDS,
+    LineGrouper,
+    ends_at_once,
+)
 from fleetscope.agent.records import FactValue
 
 __all__ = [
@@ -52,7 +66,10 @@ MAX_LINE_BYTES = 16384  # the agent's FileFollower default: the same line gives 
 MAX_EVENT_LINES = MAX_BLOCK_LINES  # the agent's bounds: the same text gives the same events
 MAX_EVENT_CHARS = MAX_BLOCK_CHARS
 PROGRESS_EVERY_BYTES = 50_000_000
-SKIP_RUN_LINES = 256  # lines tested at once for "nothing here" (see _classify_lines)
+# A word whose rarest character is commoner than this (in percent of log text) is searched with
+# str.find rather than in the gate's regex (_Gate).
+FIND_SHARE = 1.0
+BLOCK_BYTES = 1 << 20  # read at once; the gate is searched through a whole piece (_classify_blocks)
 
 Progress = Callable[[str, int, int], None]  # (path, bytes read so far, file size)
 Classify = Callable[[str], list[Finding]]
@@ -177,6 +194,42 @@ class _Reader:
                 self._maybe_report()
             yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
+    def blocks(self) -> Iterator[str]:
+        """The file as text in pieces of whole lines (each piece ends at a newline, but the last).
+
+        Read ``BLOCK_BYTES`` at a time: a line longer than ``MAX_LINE_BYTES`` that spans pieces is
+        cut there and its rest dropped, as :meth:`__iter__` does; one inside a piece is cut by the
+        caller (:func:`_cut`) when it is looked at. Lines are counted as they are read.
+        """
+        # read1: a truncated gzip raises only after the pieces before the damage were handed over.
+        read = getattr(self._stream, "read1", self._stream.read)
+        step = min(BLOCK_BYTES, max(1 << 12, PROGRESS_EVERY_BYTES // 2))  # progress is per piece
+        carry = b""
+        skipping = False  # dropping the rest of a cut line, up to its newline
+        while True:
+            data = read(step)
+            if not data:
+                if carry:
+                    self.lines += 1
+                    yield carry.decode("utf-8", errors="replace").rstrip("\r")
+                return
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data, skipping = data[nl:], False  # the newline ends the cut line held in carry
+            data = carry + data
+            end = data.rfind(b"\n") + 1
+            carry = data[end:]
+            if len(carry) > MAX_LINE_BYTES:
+                carry, skipping = carry[:MAX_LINE_BYTES], True
+            if end:
+                block = data[:end]
+                self.lines += block.count(b"\n")
+                if self._progress is not None:
+                    self._maybe_report()
+                yield block.decode("utf-8", errors="replace")
+
     def _maybe_report(self) -> None:
         pos = self.position()
         if pos >= self._next_report:
@@ -222,8 +275,50 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _skip_gate(classify: Classify) -> re.Pattern[str] | None:
-    """One regex that matches wherever a block could start or a classifier could fire.
+class _Gate:
+    """Where, from a position of a piece of text, the next line worth looking at may be.
+
+    Worth looking at: a line where a block could start or a classifier could fire (the grouper's
+    opening words and shapes, the classifiers' ``triggers`` and ``gate_patterns``), and a line an
+    indented line follows (a glog header with continuation lines is a block; a lone one is not).
+    Words that hold a rare character are found by one regex from that character on
+    (agent/classify/_gate.py); the others, with ``str.find``, whose skipping search is far faster
+    than a regex entering at every common letter; each word's next place is remembered until
+    passed. The gate is necessary, not exact: the grouper and the classifiers look closer.
+    """
+
+    _INDENT = ("\n ", "\n\t")
+
+    def __init__(self, words: set[str], shapes: list[tuple[str, str]]) -> None:
+        rare = {w for w in words if share(anchor(w)[0]) <= FIND_SHARE}
+        self._regex = compile_gate(rare, shapes)
+        self._words = sorted(words - rare, key=len, reverse=True) + list(self._INDENT)
+        self._next: dict[str, int] = {}  # each word's next place in the piece (-1: none)
+        self._regex_at = -2  # the regex's next match in the piece (-1: none, -2: not searched)
+        self._block = ""
+
+    def search(self, block: str, pos: int) -> tuple[int, bool] | None:
+        """(start of the next match at or after ``pos``, whether it is an indented line's newline)."""
+        if block is not self._block:
+            self._block, self._next, self._regex_at = block, {}, -2
+        best, indent = -1, False
+        if self._regex_at != -1 and self._regex_at < pos:
+            m = self._regex.search(block, pos)
+            self._regex_at = m.start() if m is not None else -1
+        if self._regex_at >= 0:
+            best = self._regex_at
+        nxt = self._next
+        for w in self._words:
+            at = nxt.get(w, -2)
+            if at != -1 and at < pos:
+                at = nxt[w] = block.find(w, pos)
+            if at >= 0 and (best < 0 or at < best):
+                best, indent = at, w in self._INDENT
+        return None if best < 0 else (best, indent)
+
+
+def _skip_gate(classify: Classify) -> _Gate | None:
+    """The gate over what can start a block or fire a classifier (see :class:`_Gate`).
 
     Built from the classifiers' declared ``triggers`` (the registry's own prefilter), so only for
     the registry's ``classify_text``; a classifier without triggers turns the shortcut off.
@@ -236,38 +331,72 @@ def _skip_gate(classify: Classify) -> re.Pattern[str] | None:
         if not t or "" in t:
             return None
         triggers.update(t)
-    words = "|".join(map(re.escape, sorted(triggers, key=len, reverse=True)))
-    return re.compile(f"{MAY_OPEN_BLOCK.pattern}|{words}")
+    return _Gate({*OPEN_WORDS, *triggers}, [*OPEN_SHAPES, *gate_patterns(registry())])
 
 
-def _classify_lines(lines: Iterable[str], classify: Classify, out: list[ScanFinding]) -> None:
-    """Group and classify, skipping runs of lines that can neither start a block nor be classified.
+def _cut(line: str) -> str:
+    """A line as the agent's follower reads it: at most ``MAX_LINE_BYTES``, without its "\\r"."""
+    if len(line) * 4 > MAX_LINE_BYTES:
+        raw = line.encode("utf-8", errors="replace")
+        if len(raw) > MAX_LINE_BYTES:
+            line = raw[:MAX_LINE_BYTES].decode("utf-8", errors="replace")
+    return line.rstrip("\r")
 
-    Most of a big log is such lines. While no block is open, a run of ``SKIP_RUN_LINES`` lines in
-    which the gate matches nowhere would each be a one-line event with no finding, so the whole
-    run is tested with one regex search instead of a Python call per line. The result is the same
-    as feeding every line.
+
+def _classify_blocks(blocks: Iterable[str], classify: Classify, out: list[ScanFinding]) -> None:
+    """Group and classify pieces of whole lines, looking only at lines the gate points to.
+
+    While no block is open, a line in which the gate matches nowhere would be a one-line event with
+    no finding: the gate is searched through the whole piece at once (in C) and the lines before
+    its next match are only counted. While a block is open every line is given to the grouper, as
+    it may continue the block. The result is the same as feeding every line.
     """
     g = _grouper()
     gate = _skip_gate(classify)
+    trigger = registry().gate if gate is not None else None  # the classifiers' own gate
     number = 0
-    it = iter(lines)
 
     def run(events: list[Event]) -> None:
         for ev in events:
             for f in classify(ev.text):
                 out.append(_place(f, ev))
 
-    while True:
-        chunk = list(islice(it, SKIP_RUN_LINES))
-        if not chunk:
-            break
-        if gate is not None and g.idle() and not gate.search("\n".join(chunk)):
-            number += len(chunk)
-            continue
-        for text in chunk:
+    for block in blocks:
+        pos, size = 0, len(block)
+        while pos < size:
+            if gate is not None and g.idle():
+                hit = gate.search(block, pos)
+                if hit is None:
+                    number += block.count("\n", pos)
+                    if not block.endswith("\n"):
+                        number += 1  # the file's last line, without its newline
+                    break
+                at, indent = hit
+                start = block.rfind("\n", pos, at) + 1 or pos
+                if indent:
+                    # The line before an indented one matters only as a glog header (rule 3).
+                    if not GLOG_HEADER.match(block, start, at):
+                        number += block.count("\n", pos, at + 1)
+                        pos = at + 1
+                        continue
+                number += block.count("\n", pos, start)
+                pos = start
+            end = block.find("\n", pos)
+            if end < 0:
+                end = size
             number += 1
-            run(g.push(_Line(number, text)))
+            line = _cut(block[pos:end])
+            if trigger is not None and g.idle() and not trigger.search(line):
+                # Pointed to only as a possible block opener (a frame, a glog header): when the
+                # next line does not continue the block, the line is an event of its own in which
+                # no classifier's trigger is: nothing to build for it.
+                nl = block.find("\n", end + 1)
+                following = block[end + 1 : nl if nl >= 0 else size] if end + 1 < size else None
+                if following is not None and ends_at_once(line, _cut(following)):
+                    pos = end + 1
+                    continue
+            run(g.push(_Line(number, line)))
+            pos = end + 1
     run(g.flush_all())
 
 
@@ -286,7 +415,7 @@ def scan_file(
             mtime_ns = st.st_mtime_ns
             reader = _Reader(raw, size=st.st_size, path=name, progress=progress)
             try:
-                _classify_lines(reader, classify, findings)
+                _classify_blocks(reader.blocks(), classify, findings)
             finally:
                 reader.close()
             if progress is not None and reader.reported:

@@ -213,7 +213,9 @@ def test_trtexec_device_block_joins_its_summary() -> None:
     ]
     assert len(benches) == 1
     event, bench = benches[0]
-    assert event.line_numbers == (2, 3, 4, 5, 6, 10, 11, 12, 13, 14)
+    # The "&&&& PASSED" line after the summary (past its blank line) is the run's result: kept.
+    assert event.line_numbers == (2, 3, 4, 5, 6, 10, 11, 12, 13, 14, 15, 16)
+    assert bench.facts["result"] == "PASSED"
     assert bench.facts["device_name"] == "NVIDIA L4"
     assert bench.facts["throughput_qps"] == 512.5
 

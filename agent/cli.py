@@ -126,10 +126,12 @@ def run_agent(args: argparse.Namespace) -> int:
     from fleetscope.cli.extras import require
 
     require("agent", "psutil")
-    from fleetscope.agent.classify import classify_event
+    from fleetscope.agent.classify import event_classifier
     from fleetscope.agent.daemon.footprint import limit_malloc_arenas
+    from fleetscope.agent.daemon.identity import detect_kind
     from fleetscope.agent.daemon.runner import Agent, AgentSettings
     from fleetscope.agent.samplers.registry import default_samplers
+    from fleetscope.proto.v1.telemetry_pb2 import DEVICE_KIND_JETSON
 
     limit_malloc_arenas()  # before any thread starts: see agent/daemon/footprint.py
     collectors = args.collector or _env_list("FLEETSCOPE_COLLECTOR")
@@ -153,7 +155,8 @@ def run_agent(args: argparse.Namespace) -> int:
     # The sources this device has; a missing one is said once and skipped.
     samplers = default_samplers().build(sampler_settings(args))
     stop = threading.Event()
-    agent = Agent(settings, samplers=samplers, classify=classify_event, on_fatal=lambda _exc: stop.set())
+    classify = event_classifier(device_is_jetson=detect_kind() == DEVICE_KIND_JETSON)
+    agent = Agent(settings, samplers=samplers, classify=classify, on_fatal=lambda _exc: stop.set())
     _stop_on_signals(stop)
     print(f"fleetscope agent {agent.agent_id} ({settings.name or 'hostname'}) -> {', '.join(collectors)}; spool {agent.spool.path}",
           file=sys.stderr)

@@ -7,13 +7,15 @@ registry refuses two with one name. ``classify_event`` runs them all over one lo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from fleetscope.agent.classify._base import Classifier, Finding
 from fleetscope.agent.classify._gate import compile_gate
 from fleetscope.agent.records import IncidentRecord, LogEvent
 
-__all__ = ["Classifier", "Finding", "Registry", "classify_text", "classify_event", "gate_patterns", "registry"]
+__all__ = [
+    "Classifier", "Finding", "Registry", "classify_text", "classify_event", "event_classifier", "gate_patterns", "registry",
+]
 
 
 class Registry:
@@ -62,7 +64,7 @@ def gate_patterns(classifiers: Iterable[Classifier]) -> list[tuple[str, str]]:
     return [p for c in classifiers for p in getattr(c, "gate_patterns", ())]
 
 
-def _default_registry() -> Registry:
+def _default_registry(*, device_is_jetson: bool = False) -> Registry:
     from fleetscope.agent.classify.cuda_oom import CudaOomClassifier
     from fleetscope.agent.classify.host_oom import HostOomClassifier
     from fleetscope.agent.classify.jetson_memory import JetsonMemoryClassifier
@@ -70,7 +72,8 @@ def _default_registry() -> Registry:
     from fleetscope.agent.classify.xid import XidClassifier
 
     reg = Registry()
-    for c in (CudaOomClassifier(), HostOomClassifier(), JetsonMemoryClassifier(), XidClassifier(), TensorRtClassifier()):
+    for c in (CudaOomClassifier(), HostOomClassifier(), JetsonMemoryClassifier(device_is_jetson=device_is_jetson),
+              XidClassifier(), TensorRtClassifier()):
         reg.add(c)
     return reg
 
@@ -89,11 +92,29 @@ def classify_text(text: str) -> list[Finding]:
     return registry().classify(text)
 
 
-def classify_event(event: LogEvent) -> list[IncidentRecord]:
+def _records(event: LogEvent, findings: list[Finding]) -> list[IncidentRecord]:
     return [
         IncidentRecord(
             ts_ns=event.ts_ns, kind=f.kind, severity=f.severity, title=f.title, facts=dict(f.facts),
             source=event.source, excerpt=f.excerpt or event.message[:2000],
         )
-        for f in classify_text(event.message)
+        for f in findings
     ]
+
+
+def classify_event(event: LogEvent) -> list[IncidentRecord]:
+    return _records(event, classify_text(event.message))
+
+
+def event_classifier(*, device_is_jetson: bool = False) -> Callable[[LogEvent], list[IncidentRecord]]:
+    """``classify_event`` for the agent's own device. On a Jetson a CMA or DMA allocation failure
+    is a Jetson memory incident even when the line itself names no Jetson part (the agent knows
+    the board); elsewhere it needs Jetson context in the text."""
+    if not device_is_jetson:
+        return classify_event
+    jetson = _default_registry(device_is_jetson=True)
+
+    def classify_on_jetson(event: LogEvent) -> list[IncidentRecord]:
+        return _records(event, jetson.classify(event.message))
+
+    return classify_on_jetson

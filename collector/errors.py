@@ -4,12 +4,14 @@
     ├── StoreUnavailable      the database cannot be reached or written (disk full, server down)
     ├── BatchInvalid          a batch broke the wire contract; ``field`` names where
     ├── UnknownDevice         a query named a device that is not registered
-    └── UnknownIncident       a query named an incident id that does not exist
+    ├── UnknownIncident       a query named an incident id that does not exist
+    └── UnknownIncidentKind   a query named an incident kind that is not in the vocabulary
 """
 
 from __future__ import annotations
 
-__all__ = ["FleetscopeCollectorError", "StoreUnavailable", "BatchInvalid", "UnknownDevice", "UnknownIncident"]
+__all__ = ["FleetscopeCollectorError", "StoreUnavailable", "BatchInvalid", "UnknownDevice", "UnknownIncident",
+           "UnknownIncidentKind"]
 
 
 class FleetscopeCollectorError(Exception):
@@ -33,3 +35,13 @@ class UnknownDevice(FleetscopeCollectorError):
 
 class UnknownIncident(FleetscopeCollectorError, LookupError):
     pass
+
+
+class UnknownIncidentKind(FleetscopeCollectorError, ValueError):
+    """``kinds`` names the unknown ones, ``known`` every kind there is (``vocabulary.INCIDENT_KINDS``)."""
+
+    def __init__(self, kinds: list[str], known: tuple[str, ...]) -> None:
+        word = "kind" if len(kinds) == 1 else "kinds"
+        super().__init__(f"unknown incident {word} {', '.join(map(repr, kinds))}; known kinds: {', '.join(known)}")
+        self.kinds = kinds
+        self.known = known

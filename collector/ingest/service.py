@@ -147,6 +147,8 @@ class IngestService(pb_grpc.IngestServicer):
             received_ns=received,
             correction_ns=placement.correction_ns,
             clock_skew_ns=placement.clock_skew_ns,
+            # Stored on the device row (batches_reanchored, last_clock_step_ns) with the batch.
+            clock_step_ns=(placement.step_ns or 1) if placement.reanchored else 0,
         )
         try:
             # Checked on the rows' own clock: a step of the device's clock is never a reason to reject.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer_group
 
 from fleetscope.collector.errors import UnknownDevice
 from fleetscope.collector.storage.schema import Device
@@ -15,7 +15,9 @@ NS = 10**9
 
 def device_row(session: Session, name: str) -> Device:
     """The device named ``name`` (or with that agent id); ``UnknownDevice`` lists some known names."""
-    device = session.scalars(select(Device).where((Device.name == name) | (Device.agent_id == name))).first()
+    device = session.scalars(
+        select(Device).where((Device.name == name) | (Device.agent_id == name)).options(undefer_group("clock_steps"))
+    ).first()
     if device is None:
         known = session.scalars(select(Device.name).order_by(Device.name).limit(20)).all()
         hint = f" (known: {', '.join(known)})" if known else " (no devices have registered yet)"

@@ -12,13 +12,19 @@ time in the window, or the first one after it when there is none before. A GPU's
 comes from ``gpu_state`` (stored only when it changes): the row in force then, or the first row
 after it when none was stored before (a row is stamped with the last sample of its batch).
 
-``fleetscope incidents --json`` prints these contexts, the dashboard's incident page draws one:
-both read it here.
+An incident that groups repeats spans from its start to its last occurrence: the window and the
+log lines then run from ``before_s`` / ``log_window_s`` before the start to as long after the
+last occurrence, the span itself capped at ``max_span_s`` (an hour) after the start so that a
+long flapping incident does not read a day of samples. Nothing else changes for an incident of
+one occurrence.
+
+``fleetscope incidents --json`` prints these contexts, ``fleetscope incident ID`` and the
+dashboard's incident page draw one: all read it here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -96,8 +102,11 @@ def incident_with_context(
     nearby_s: float = 600,
     with_series: bool = False,
     limit: int = 20_000,
+    max_span_s: float = 3600,
 ) -> IncidentContext:
-    """One incident and the device around it; ``UnknownIncident`` when there is no such id."""
+    """One incident whole (its facts, hints and lifecycle in ``incident``) and the device around
+    it: samples, a summary at its start, log lines, its neighbours; ``UnknownIncident`` when
+    there is no such id."""
     row = session.execute(
         select(Incident, Device.name)
         .join(Device, Device.id == Incident.device_id)
@@ -117,6 +126,7 @@ def incident_with_context(
         nearby_s=nearby_s,
         with_series=with_series,
         limit=limit,
+        max_span_s=max_span_s,
     )
 
 
@@ -131,13 +141,22 @@ def incidents_with_context(
     before_s: float = 60,
     after_s: float = 60,
     log_window_s: float = 10,
+    open_only: bool = False,
+    labels: Mapping[str, str] | None = None,
 ) -> list[IncidentContext]:
     """``search_incidents`` (same filters, newest first), each with its context.
 
     Each context costs a few indexed range queries, hence the smaller default ``limit``.
     """
     views = search_incidents(
-        session=session, since_ns=since_ns, until_ns=until_ns, kinds=kinds, devices=devices, limit=limit
+        session=session,
+        since_ns=since_ns,
+        until_ns=until_ns,
+        kinds=kinds,
+        devices=devices,
+        limit=limit,
+        open_only=open_only,
+        labels=labels,
     )
     if not views:
         return []
@@ -158,6 +177,7 @@ def incidents_with_context(
             nearby_s=600,
             with_series=False,
             limit=20_000,
+            max_span_s=3600,
         )
         for v in views
     ]
@@ -175,13 +195,16 @@ def _context(
     nearby_s: float,
     with_series: bool,
     limit: int,
+    max_span_s: float,
 ) -> IncidentContext:
     ts_ns, device = incident.ts_ns, incident.device
-    since, until = ts_ns - int(before_s * _S), ts_ns + int(after_s * _S)
+    # The last occurrence of a grouped incident, the span capped.
+    last_ns = min(max(incident.last_seen_ns, ts_ns), ts_ns + int(max_span_s * _S))
+    since, until = ts_ns - int(before_s * _S), last_ns + int(after_s * _S)
     host = host_points(session, device_id, since, until + 1, limit)
     gpu = gpu_points(session, device_id, since, until + 1, limit)
     state = gpu_state_points(session, device_id, since, until + 1, limit)
-    log_from, log_to = ts_ns - int(log_window_s * _S), ts_ns + int(log_window_s * _S)
+    log_from, log_to = ts_ns - int(log_window_s * _S), last_ns + int(log_window_s * _S)
     logs = log_lines(session, device_id, device, log_from, log_to + 1, limit=log_limit)
     nearby = search_incidents(
         session=session,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer_group
 
 from fleetscope.collector.query._common import device_row
 from fleetscope.collector.query.types import DeviceSummary
@@ -36,6 +36,8 @@ def summary_of(d: Device, now_ns: int) -> DeviceSummary:
         last_rejection=d.last_rejection,
         counters=dict(d.counters or {}),
         simulated=d.simulated,
+        batches_reanchored=d.batches_reanchored or 0,
+        last_clock_step_ns=d.last_clock_step_ns or 0,
     )
 
 
@@ -44,7 +46,7 @@ def list_devices(
 ) -> list[DeviceSummary]:
     """Every registered device by name; ``label`` keeps those with all of these labels."""
     out = []
-    for d in session.scalars(select(Device).order_by(Device.name)):
+    for d in session.scalars(select(Device).order_by(Device.name).options(undefer_group("clock_steps"))):
         labels = d.labels or {}
         if label and any(labels.get(k) != v for k, v in label.items()):
             continue

@@ -6,7 +6,7 @@ results can be cached, pickled and turned into JSON (``to_jsonable``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -30,6 +30,8 @@ class DeviceSummary:
     last_rejection: str
     counters: dict[str, Any]
     simulated: bool
+    batches_reanchored: int = 0  # placed by the device's monotonic clock after its wall clock stepped
+    last_clock_step_ns: int = 0  # the last such step (rows' clock minus send-time clock); 0: none
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,20 @@ class IncidentView:
     facts: dict[str, Any]
     source: str
     excerpt: str
+    # The lifecycle (see storage.incidents): ``ts_ns`` is when it started, ``last_seen_ns`` its
+    # latest occurrence, ``count`` how many occurrences it groups, ``ended_ns`` when it resolved
+    # (None while open). ``state`` is vocabulary.INCIDENT_STATES, ``origin`` INCIDENT_ORIGINS.
+    state: str = "open"
+    origin: str = "agent"
+    count: int = 1
+    last_seen_ns: int = 0
+    ended_ns: int | None = None
+    gpu_index: int | None = None
+    pid: int | None = None
+    process_name: str = ""
+    group_key: str = ""
+    hints: list[dict[str, Any]] = field(default_factory=list)  # [{"text": str, "facts": {...}}]
+    updated_ns: int = 0  # collector time of the last change
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ metadata = Base.metadata
 
 class Device(Base):
     __tablename__ = "devices"
+    # Server-side defaults are not read back after an INSERT (no RETURNING of them): the
+    # registry never needs them, and the deferred columns below stay out of its statements.
+    __mapper_args__ = {"eager_defaults": False}
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     agent_id: Mapped[str] = mapped_column(String(64), unique=True)
@@ -66,6 +69,13 @@ class Device(Base):
     batches_rejected: Mapped[int] = mapped_column(BigInteger, default=0)
     last_rejection: Mapped[str] = mapped_column(Text, default="")
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Batches whose rows were placed by the device's monotonic clock because its wall clock had
+    # stepped since they were spooled (revision 0003), and the last such step (rows clock minus
+    # send-time clock): a drone whose clock jumps at boot shows here, not only in a log line.
+    # Deferred, with no Python default: the registry's ORM reads and inserts leave them out (the
+    # writer's statements update them); readers undefer them.
+    batches_reanchored: Mapped[int] = mapped_column(BigInteger, server_default="0", deferred=True, deferred_group="clock_steps")
+    last_clock_step_ns: Mapped[int] = mapped_column(BigInteger, server_default="0", deferred=True, deferred_group="clock_steps")  # 0: none
 
 
 class Incident(Base):

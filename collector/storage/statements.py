@@ -152,7 +152,8 @@ def pg_copy(cur, table: str, rows: Iterable[tuple]) -> None:  # type: ignore[no-
 
 def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type: ignore[no-untyped-def]
     """Each device's registry row after a group: last seen, batch counts, skew, the agent's
-    counters and its last rejection (the last three only when the group brought them).
+    counters and its last rejection (the last three only when the group brought them), and the
+    batches re-anchored after a step of the device's clock with the last step.
 
     SQLite updates every device of the group in one ``UPDATE ... FROM (VALUES ...)``, for the
     same reason ``claim_batches`` claims in one statement."""
@@ -161,8 +162,12 @@ def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type
             _pg_update_device(cur, device_id, upd)
         return
     items = list(updates.items())
-    for part in _chunks(items, _SQLITE_MAX_PARAMS // 7):
-        rows = ", ".join(["(?,?,?,?,?,?,?)"] * len(part))
+    # The re-anchoring columns only when a batch of the group was re-anchored (rare: a clock
+    # step), so the common statement stays as short as it was.
+    reanchored = any("reanchored" in upd for _, upd in items)
+    width = 9 if reanchored else 7
+    for part in _chunks(items, _SQLITE_MAX_PARAMS // width):
+        rows = ", ".join(["(" + ",".join("?" * width) + ")"] * len(part))
         params: list[object] = []
         for device_id, upd in part:
             counters = upd.get("counters")
@@ -175,11 +180,15 @@ def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type
                 None if counters is None else json.dumps(counters),
                 upd.get("last_rejection"),
             ]
+            if reanchored:
+                params += [upd.get("reanchored", 0), upd.get("clock_step_ns")]
         cur.execute(
             "UPDATE devices SET last_seen_ns = u.column2, batches_stored = batches_stored + u.column3,"
             " batches_rejected = batches_rejected + u.column4, clock_skew_ns = COALESCE(u.column5, clock_skew_ns),"
             " counters = COALESCE(u.column6, counters), last_rejection = COALESCE(u.column7, last_rejection)"
-            f" FROM (VALUES {rows}) AS u WHERE devices.id = u.column1",
+            + (", batches_reanchored = batches_reanchored + u.column8,"
+               " last_clock_step_ns = COALESCE(u.column9, last_clock_step_ns)" if reanchored else "")
+            + f" FROM (VALUES {rows}) AS u WHERE devices.id = u.column1",
             params,
         )
 
@@ -196,5 +205,10 @@ def _pg_update_device(cur, device_id: int, upd: dict) -> None:  # type: ignore[n
     if "last_rejection" in upd:
         sets.append("last_rejection = %s")
         params.append(upd["last_rejection"])
+    if "reanchored" in upd:
+        sets.append("batches_reanchored = batches_reanchored + %s")
+        params.append(upd["reanchored"])
+        sets.append("last_clock_step_ns = %s")
+        params.append(upd["clock_step_ns"])
     params.append(device_id)
     cur.execute(f"UPDATE devices SET {', '.join(sets)} WHERE id = %s", params)

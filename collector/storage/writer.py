@@ -81,6 +81,7 @@ class WriteItem:
     received_ns: int
     correction_ns: int
     clock_skew_ns: int
+    clock_step_ns: int = 0  # nonzero: re-anchored, the rows' clock this far from the send-time clock
     rejection: str | None = None
     decoded: Decoded | None = None
     prepared: _Prepared | None = None  # rows built by the submitting thread, if it did
@@ -305,6 +306,9 @@ class BatchWriter:
                 upd["stored"] += 1
                 upd["last_seen_ns"] = item.received_ns
                 upd["clock_skew_ns"] = item.clock_skew_ns
+                if item.clock_step_ns:
+                    upd["reanchored"] = upd.get("reanchored", 0) + 1
+                    upd["clock_step_ns"] = item.clock_step_ns
                 assert item.batch is not None
                 if item.batch.HasField("counters"):
                     upd["counters"] = counters_dict(item.batch.counters)

@@ -236,19 +236,24 @@ def test_replayed_batch_does_not_merge_again(engine, writer, nvml) -> None:  # t
 
 
 def test_a_burst_pairs_one_event_with_one_line(engine, writer, nvml) -> None:  # type: ignore[no-untyped-def]
-    # Four Xid 13 lines and four NVML events of the same fault burst: four incidents, each named by both.
+    # Four Xid 13 lines and four NVML events of the same fault burst: four occurrences, each named
+    # by both, grouped into one open incident with a count of four (not eight).
     device_id = register(engine, nvml.gpus)
     t = time.time_ns()
     lines = [kernel_report(line_xid13_bus01(n), t + n * 10**6) for n in range(4)]
     events = [nvml.report(13, t + n * 10**6 + S) for n in range(4)]
     write(writer, device_id, 1, *lines[:2], *events)
     write(writer, device_id, 2, *lines[2:])
-    rows = sorted(stored(engine), key=lambda r: r.ts_ns)
-    assert len(rows) == 4 and all(r.facts["sources"] == "kernel_log,nvml" for r in rows)
-    # Paired in order: the n-th line of the burst with the n-th event.
-    assert [(r.facts["message"], r.facts["nvml_ts_ns"]) for r in rows] == [
-        (k.facts["message"], e.ts_ns) for k, e in zip(lines, events)
-    ]
+    (inc,) = stored(engine)
+    assert (inc.count, inc.state, inc.group_key, inc.gpu_index) == (4, "open", "xid:13", 0)
+    assert inc.last_seen_ns == lines[3].ts_ns and inc.ts_ns == lines[0].ts_ns
+    # Paired in order: the first line of the burst with the first event, the last with the last.
+    f, last = inc.facts, inc.facts["last"]
+    assert (f["sources"], f["message"], f["nvml_ts_ns"]) == ("kernel_log,nvml", lines[0].facts["message"], events[0].ts_ns)
+    assert (last["sources"], last["message"], last["nvml_ts_ns"]) == (
+        "kernel_log,nvml", lines[3].facts["message"], events[3].ts_ns
+    )
+    assert inc.context["xid_pending"] == [], "every report found its pair"
 
 
 def test_a_line_whose_bus_cannot_be_read_falls_back_to_device_code_and_window(engine, writer, nvml) -> None:  # type: ignore[no-untyped-def]
@@ -296,7 +301,13 @@ def test_reports_of_different_faults_stay_two_incidents(engine, writer, nvml, ap
     write(writer, device_id, 1, event)
     write(writer, device_id, 2, kernel)
     rows = stored(engine)
-    assert len(rows) == 2 and not any("sources" in r.facts for r in rows)
+    assert not any("sources" in r.facts for r in rows)
+    if apart == "window":
+        # Two faults of one code on one GPU, minutes apart at most: one incident, two occurrences.
+        (inc,) = rows
+        assert (inc.count, inc.ts_ns, inc.last_seen_ns) == (2, kernel.ts_ns, event.ts_ns)
+        return
+    assert len(rows) == 2 and all(r.count == 1 for r in rows)
     assert sorted(r.source for r in rows) == ["kmsg", "nvml"]
 
 

@@ -66,9 +66,11 @@ def _stored(db_url: str, device: str) -> tuple[dict[int, int], dict[str, object]
                 {"n": device},
             ).all()
             dev = conn.execute(
-                text("SELECT batches_stored, batches_rejected FROM devices WHERE name = :n"), {"n": device}
+                text("SELECT batches_stored, batches_rejected, batches_reanchored, last_clock_step_ns FROM devices"
+                     " WHERE name = :n"), {"n": device}
             ).one()
-        return {int(k): int(ts) for k, ts in rows}, {"batches_stored": dev[0], "batches_rejected": dev[1]}
+        return {int(k): int(ts) for k, ts in rows}, {"batches_stored": dev[0], "batches_rejected": dev[1],
+                                                       "batches_reanchored": dev[2], "last_clock_step_ns": dev[3]}
     finally:
         engine.dispose()
 
@@ -106,3 +108,7 @@ def test_batches_spooled_before_a_clock_step_are_stored_at_their_true_time(
     notes = [line for line in collector.log_path.read_text().splitlines() if "placed by its monotonic clock" in line]
     assert len(notes) == 1, notes
     assert ("stepped +7200" if step == "forward" else "stepped -7200") in notes[0]
+    # ...and the database keeps it: the batches spooled before the step, and the step itself.
+    assert 1 <= device["batches_reanchored"] < device["batches_stored"]
+    expected_step = (2 if step == "forward" else -2) * HOUR_NS
+    assert abs(device["last_clock_step_ns"] - expected_step) <= TOLERANCE_NS

@@ -3,6 +3,9 @@
 Revision ID: 0003
 Revises: 0002
 
+Devices gain ``batches_reanchored`` and ``last_clock_step_ns``: the batches the collector placed
+by the device's monotonic clock after its wall clock stepped, and the last step.
+
 Incidents gain a lifecycle: the GPU and process they concern, a grouping key, a state (open or
 resolved), who raised them (agent, detector, import), a count of occurrences, when they were
 last seen and ended, when they last changed, and hints computed from the data. Existing rows
@@ -69,6 +72,9 @@ def _pk() -> Column:
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("devices") as batch:
+        batch.add_column(Column("batches_reanchored", BigInteger, nullable=False, server_default="0"))
+        batch.add_column(Column("last_clock_step_ns", BigInteger, nullable=False, server_default="0"))
     with op.batch_alter_table("incidents") as batch:
         batch.add_column(Column("gpu_index", SmallInteger, nullable=True))
         batch.add_column(Column("pid", BigInteger, nullable=True))
@@ -190,3 +196,6 @@ def downgrade() -> None:
         for name in ("hints", "updated_ns", "ended_ns", "last_seen_ns", "count", "origin", "state", "group_key",
                      "process_name", "pid", "gpu_index"):
             batch.drop_column(name)
+    with op.batch_alter_table("devices") as batch:
+        batch.drop_column("last_clock_step_ns")
+        batch.drop_column("batches_reanchored")

@@ -1,0 +1,309 @@
+"""The detector job: every detector, one pass at a time, exactly once across collectors.
+
+Like the rollup job (``collector/jobs/rollup.py``):
+
+* **Under its own lease** (``detectors``, ``storage/lease.py``): any number of collectors run the
+  job; only the holder passes. Each detector's writes are one transaction that also moves its
+  progress marks and renews the lease (``renew_in``), so a holder that stalled past its lease
+  has that transaction rolled back instead of writing beside the new holder.
+* **Incremental**: a pass reads the devices, the progress marks and the open incidents once;
+  each detector reads only what arrived since its marks (see each module), and its marks move in
+  the same transaction as the incidents it wrote, so a crash never detects twice or skips.
+* **Reads outside, writes inside the write lock**: a detector evaluates on a read connection,
+  then its changes are applied in a short transaction under the SQLite write lock
+  (``storage/write_lock.py``), so ingest is never held for a whole pass.
+
+``settings`` may be a callable returning the current ``DetectorSettings``: a reloaded rules file
+applies from the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, Engine, insert, select, update
+
+from fleetscope.collector.jobs.detectors import latency, memory, offline, oom, starved, throttling
+from fleetscope.collector.jobs.detectors._common import (
+    NS,
+    Changes,
+    DeviceInfo,
+    Hints,
+    NameCache,
+    Open,
+    PassContext,
+    Refresh,
+    Resolve,
+    loads,
+)
+from fleetscope.collector.jobs.detectors.settings import DetectorSettings
+from fleetscope.collector.storage import incident_lifecycle as lifecycle
+from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
+from fleetscope.collector.storage.rollups import read_progress
+from fleetscope.collector.storage.schema import Device, detector_progress
+from fleetscope.collector.storage.write_lock import WriteLock
+from fleetscope.proto.vocabulary import DERIVED_KINDS, KIND_REPEATED_OOM, ORIGIN_DETECTOR
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "detectors"
+
+DETECTORS: tuple[tuple[str, Callable[[PassContext], Changes]], ...] = (
+    ("agent_offline", offline.detect),
+    ("latency_slo", latency.detect_slo),
+    ("latency_regression", latency.detect_regression),
+    ("gpu_throttling", throttling.detect),
+    ("gpu_starved", starved.detect),
+    ("memory_growth", memory.detect),
+    ("repeated_oom", oom.detect),
+    ("lifecycle", oom.lifecycle),
+)
+
+
+@dataclass
+class DetectorReport:
+    """What one pass did."""
+
+    ran: bool
+    holder: str
+    opened: int = 0
+    refreshed: int = 0
+    resolved: int = 0
+    hinted: int = 0
+    per_detector_s: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class DetectorJob:
+    """Runs the detectors on a thread (``start``/``stop``) or on demand (``run_once``)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        settings: DetectorSettings | Callable[[], DetectorSettings] | None = None,
+        owner: str | None = None,
+        interval_s: float = 10.0,
+        lease_s: float = 120.0,
+        discover_s: float = 60.0,
+        persist_s: float = 60.0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.engine = engine
+        self._settings = settings if settings is not None else DetectorSettings()
+        self.owner = owner or default_owner()
+        self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
+        self.interval_s = interval_s
+        self._clock = clock
+        self._names = NameCache(discover_s)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._write_lock = WriteLock(engine)
+        self.last_report: DetectorReport | None = None
+        # Progress marks as this holder last left them (None: read them from the database).
+        self._progress: dict[tuple[str, int, str], tuple[int, dict]] | None = None
+        self._in_db: set[tuple[str, int, str]] = set()
+        self._dirty: dict[str, dict[tuple[int, str], tuple[int, dict]]] = {}
+        self._persisted_ns: dict[str, int] = {}
+        self._held_until_ns = 0
+        self.persist_ns = int(persist_s * NS)
+
+    @property
+    def settings(self) -> DetectorSettings:
+        s = self._settings
+        return s() if callable(s) else s
+
+    def release(self) -> None:
+        """Give the lease up now, so another collector need not wait for it to expire. The
+        progress kept in memory is forgotten: the next holder (maybe this job) reads the marks."""
+        self.lease.release()
+        self._progress = None
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def run_once(self, now_ns: int | None = None) -> DetectorReport:
+        started = time.monotonic()
+        now_ns = self._clock() if now_ns is None else now_ns
+        if not self.lease.acquire(now_ns):
+            return DetectorReport(ran=False, holder=self.lease.holder(now_ns) or "?")
+        if self._progress is not None and now_ns > self._held_until_ns:
+            self._progress = None  # our lease lapsed since the last pass: another holder may have moved the marks
+        self._held_until_ns = now_ns + self.lease.ttl_ns
+        settings = self.settings
+        report = DetectorReport(ran=True, holder=self.owner)
+        with self.engine.connect() as conn:
+            ctx = self._context(conn, now_ns, settings)
+            for name, detect in DETECTORS:
+                if self._stop.is_set() or not settings.enabled(name):
+                    continue
+                t0 = time.monotonic()
+                changes = detect(ctx)
+                conn.rollback()  # end the read transaction: the next detector sees what was written
+                try:
+                    self._apply(changes, ctx, now_ns, report)
+                except LeaseLost:
+                    log.info("detectors lease lost; stopping this pass")
+                    self._progress = None
+                    break
+                except BaseException:
+                    self._progress = None  # what was applied is unknown: read the marks again
+                    raise
+                report.per_detector_s[name] = time.monotonic() - t0
+        report.seconds = time.monotonic() - started
+        self.last_report = report
+        return report
+
+    def _context(self, conn: Connection, now_ns: int, settings: DetectorSettings) -> PassContext:
+        devices = {
+            r.id: DeviceInfo(r.id, r.name, r.kind, dict(loads(r.labels) or {}), r.last_seen_ns, r.agent_id,
+                             dict(loads(r.counters) or {}))
+            for r in conn.execute(
+                select(Device.id, Device.name, Device.kind, Device.labels, Device.last_seen_ns, Device.agent_id,
+                       Device.counters)
+            )
+        }
+        if self._progress is None:
+            p = detector_progress.c
+            self._progress = {
+                (r.detector, r.device_id, r.key): (r.until_ns, loads(r.state) or {})
+                for r in conn.execute(select(p.detector, p.device_id, p.key, p.until_ns, p.state))
+            }
+            self._in_db = set(self._progress)
+            self._dirty = {}
+        progress = self._progress
+        open_ = {
+            k: v
+            for k, v in lifecycle.list_open(conn, kinds=sorted(DERIVED_KINDS | {KIND_REPEATED_OOM})).items()
+            if v.origin == ORIGIN_DETECTOR
+        }
+        rolled = {d: until for (d, step), until in read_progress(conn).items() if step == 60}
+        return PassContext(conn, now_ns, settings, devices, progress, open_, rolled, self._names)
+
+    def _apply(self, ch: Changes, ctx: PassContext, now_ns: int, report: DetectorReport) -> None:
+        """Write a detector's changes. Its progress marks are written with any incident change,
+        and at least every ``persist_s`` otherwise (kept in memory between): a pass redone from
+        older marks after a crash or a takeover recomputes the same state, and opening,
+        refreshing and resolving are idempotent (one open incident per key), so it detects
+        nothing twice; it only saves writing every device's mark on every pass."""
+        dirty = self._dirty.setdefault(ch.detector, {})
+        dirty.update(ch.progress)
+        for (d, key), value in ch.progress.items():
+            ctx.progress[(ch.detector, d, key)] = value
+        due = now_ns - self._persisted_ns.get(ch.detector, 0) >= self.persist_ns
+        if not (ch.ops or ch.resolve_quiet_s is not None or (due and dirty)):
+            return
+        with self._write_lock, self.engine.begin() as conn:
+            opened: dict[lifecycle.DerivedKey, int] = {}
+            for op in ch.ops:
+                if isinstance(op, Open):
+                    incident_id, new = lifecycle.open_incident(
+                        conn, op.key, now_ns=now_ns, started_ns=op.started_ns, severity=op.severity, title=op.title,
+                        facts=op.facts, hints=op.hints, last_seen_ns=op.last_seen_ns, pid=op.pid,
+                        process_name=op.process_name, source=f"detector:{ch.detector}",
+                    )
+                    opened[op.key] = incident_id
+                    report.opened += int(new)
+                    report.refreshed += int(not new)
+                elif isinstance(op, Refresh):
+                    target = op.incident_id if op.incident_id is not None else opened.get(op.key)  # type: ignore[arg-type]
+                    if target is not None:
+                        lifecycle.refresh_incident(conn, target, now_ns=now_ns, last_seen_ns=op.last_seen_ns,
+                                                   facts=op.facts, hints=op.hints, title=op.title, severity=op.severity)
+                        report.refreshed += 1
+                elif isinstance(op, Resolve):
+                    target = op.incident_id if op.incident_id is not None else opened.pop(op.key, None)  # type: ignore[arg-type]
+                    if target is not None and lifecycle.resolve_incident(
+                        conn, target, now_ns=now_ns, ended_ns=op.ended_ns, facts=op.facts, title=op.title
+                    ):
+                        report.resolved += 1
+                elif isinstance(op, Hints):
+                    lifecycle.set_hints(conn, op.incident_id, op.hints, now_ns=now_ns)
+                    report.hinted += 1
+            if ch.resolve_quiet_s is not None:
+                report.resolved += len(lifecycle.resolve_quiet_incidents(conn, now_ns, ch.resolve_quiet_s))
+            self._write_progress(conn, ch.detector, dirty)
+            self.lease.renew_in(conn, now_ns)
+        self._in_db.update((ch.detector, d, k) for d, k in dirty)
+        dirty.clear()
+        self._persisted_ns[ch.detector] = now_ns
+
+    def _write_progress(self, conn: Connection, detector: str, rows: dict[tuple[int, str], tuple[int, dict]]) -> None:
+        p = detector_progress.c
+        known = [
+            {"b_detector": detector, "b_device": d, "b_key": k, "until_ns": u, "state": st}
+            for (d, k), (u, st) in rows.items()
+            if (detector, d, k) in self._in_db
+        ]
+        new = [
+            {"detector": detector, "device_id": d, "key": k, "until_ns": u, "state": st}
+            for (d, k), (u, st) in rows.items()
+            if (detector, d, k) not in self._in_db
+        ]
+        if known:
+            from sqlalchemy import bindparam
+
+            conn.execute(
+                update(detector_progress).where(
+                    p.detector == bindparam("b_detector"), p.device_id == bindparam("b_device"), p.key == bindparam("b_key")
+                ).values(until_ns=bindparam("until_ns"), state=bindparam("state")),
+                known,
+            )
+        if new:
+            conn.execute(insert(detector_progress), new)
+
+    # -- on a thread --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # a failed pass (database busy, restarting) is retried next time
+                log.warning("detector pass failed: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            self._stop.wait(self._interval())
+
+    def _interval(self) -> float:
+        """The pass interval; with an offline threshold set, at most half of it (so a device is
+        reported within 1.5x the threshold)."""
+        s = self.settings
+        if s.offline_after_s is not None:
+            return max(0.2, min(self.interval_s, s.offline_after_s / 2))
+        return self.interval_s
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fleetscope-detectors", daemon=True)
+        self._thread.start()
+
+    def flush(self, now_ns: int | None = None) -> None:
+        """Write the progress marks kept in memory (on stop, and before giving the lease up)."""
+        if self._progress is None or not any(self._dirty.values()):
+            return
+        now_ns = self._clock() if now_ns is None else now_ns
+        try:
+            with self._write_lock, self.engine.begin() as conn:
+                for detector, rows in self._dirty.items():
+                    if rows:
+                        self._write_progress(conn, detector, rows)
+                self.lease.renew_in(conn, now_ns)
+        except LeaseLost:
+            self._progress = None
+            return
+        for detector, rows in self._dirty.items():
+            self._in_db.update((detector, d, k) for d, k in rows)
+            rows.clear()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        try:
+            self.flush()
+        except Exception as exc:  # the database is gone: the marks are redone from the last written
+            log.debug("could not write the detectors' progress on stop: %s", exc)
+        self.release()
+
+
+__all__ = ["DETECTORS", "LEASE_NAME", "DetectorJob", "DetectorReport"]

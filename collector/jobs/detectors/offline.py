@@ -1,0 +1,110 @@
+"""Agent offline: no data from a device for longer than its sampling allows.
+
+The threshold is ``offline_after_s`` when set, otherwise ``offline_intervals`` times the device's
+sampling interval (the median spacing of its last samples, at least the agent's 1 s batching),
+and never under ``offline_min_s``. ``devices.last_seen_ns`` (collector time of the last batch)
+says when data last arrived: the check costs one read of the devices table per pass, and the
+interval is estimated only for devices already silent past ``offline_min_s``.
+
+The incident starts when data stopped (the last arrival) and resolves when data arrives again,
+with the gap's length (last arrival before it to first batch after it, from ``ingested_batches``)
+and what the agent's spool replayed: sample and log rows stored with timestamps inside
+the gap (sampled while it could not send) and the batches received since it came back.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from sqlalchemy import func, select
+
+from fleetscope.collector.jobs.detectors import hints as hint_math
+from fleetscope.collector.jobs.detectors._common import (
+    NS,
+    Changes,
+    DeviceInfo,
+    Open,
+    PassContext,
+    Refresh,
+    Resolve,
+    fmt_duration,
+)
+from fleetscope.collector.storage.incident_lifecycle import DerivedKey
+from fleetscope.collector.storage.schema import gpu_samples, host_samples, ingested_batches, log_events
+from fleetscope.proto.vocabulary import KIND_AGENT_OFFLINE, SEVERITY_ERROR
+
+
+def detect(ctx: PassContext) -> Changes:
+    ch = Changes("agent_offline")
+    s = ctx.settings
+    floor_ns = int((s.offline_after_s if s.offline_after_s is not None else s.offline_min_s) * NS)
+    for d, dev in ctx.devices.items():
+        key = DerivedKey(d, KIND_AGENT_OFFLINE)
+        cur = ctx.open.get(key)
+        silent_ns = ctx.now_ns - dev.last_seen_ns
+        if cur is not None:
+            gap_start = int(cur.facts.get("last_seen_ns", cur.ts_ns))
+            if dev.last_seen_ns > gap_start:
+                facts = _resolution(ctx, dev, gap_start, dict(cur.facts))
+                title = (f"{dev.name} was silent for {fmt_duration(facts['gap_s'])}; back, "
+                         f"{facts['replayed_rows']} rows replayed from its spool")
+                ch.ops.append(Resolve(cur.id, facts["gap_end_ns"], facts=facts, title=title))
+            else:
+                facts = dict(cur.facts, silent_s=round(silent_ns / NS, 1))
+                ch.ops.append(Refresh(cur.id, ctx.now_ns, facts=facts,
+                                      title=_title(dev, silent_ns, facts.get("threshold_s", 0))))
+            continue
+        if silent_ns <= floor_ns:
+            continue
+        interval_s = _interval_s(ctx, d)
+        threshold_s = (s.offline_after_s if s.offline_after_s is not None
+                       else max(s.offline_min_s, s.offline_intervals * interval_s))
+        if silent_ns <= threshold_s * NS:
+            continue
+        facts = {"last_seen_ns": dev.last_seen_ns, "threshold_s": threshold_s, "interval_s": round(interval_s, 3),
+                 "silent_s": round(silent_ns / NS, 1), "spool_batches": dev.counters.get("spool_batches")}
+        hints = hint_math.hints_for(ctx.conn, d, dev.last_seen_ns, s, exclude=KIND_AGENT_OFFLINE)
+        ch.ops.append(Open(key, dev.last_seen_ns, SEVERITY_ERROR, _title(dev, silent_ns, threshold_s), facts,
+                           last_seen_ns=ctx.now_ns, hints=hints))
+    return ch
+
+
+def _title(dev: DeviceInfo, silent_ns: int, threshold_s: float) -> str:
+    return f"{dev.name} silent for {fmt_duration(silent_ns / NS)} (offline after {threshold_s:g} s)"
+
+
+def _interval_s(ctx: PassContext, device_id: int) -> float:
+    """The device's sampling interval: the median spacing of its last samples; at least 1 s (an
+    agent batches at most once a second, so data arrives no more often)."""
+    for t in (host_samples, gpu_samples):
+        ts = list(ctx.conn.execute(
+            select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(t.c.ts_ns.desc()).limit(9)
+        ).scalars())
+        steps = [a - b for a, b in zip(ts, ts[1:]) if a > b]
+        if steps:
+            return max(1.0, statistics.median(steps) / NS)
+    return 1.0
+
+
+def _resolution(ctx: PassContext, dev: DeviceInfo, gap_start: int, facts: dict) -> dict:
+    b = ingested_batches.c
+    first_back = ctx.conn.execute(
+        select(func.min(b.received_ns)).where(b.agent_id == dev.agent_id, b.received_ns > gap_start)
+    ).scalar()
+    gap_end = int(first_back) if first_back is not None else dev.last_seen_ns
+    batches = ctx.conn.execute(
+        select(func.count()).select_from(ingested_batches).where(b.agent_id == dev.agent_id, b.received_ns >= gap_end)
+    ).scalar() or 0
+    rows = 0
+    # (metric points are left out: their index leads with the name, so a range per device would
+    # walk all of its metrics)
+    for t in (host_samples, gpu_samples, log_events):
+        rows += ctx.conn.execute(
+            select(func.count()).select_from(t).where(t.c.device_id == dev.id, t.c.ts_ns > gap_start, t.c.ts_ns < gap_end)
+        ).scalar() or 0
+    facts.update({
+        "gap_start_ns": gap_start, "gap_end_ns": gap_end, "gap_s": round((gap_end - gap_start) / NS, 3),
+        "replayed_rows": int(rows), "batches_since_back": int(batches),
+    })
+    facts.pop("silent_s", None)
+    return facts

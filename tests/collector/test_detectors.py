@@ -1,0 +1,368 @@
+"""Detectors on stored data (rows written by hand, on SQLite and PostgreSQL): each detector opens,
+refreshes and resolves its incident; passes are incremental; two jobs on one database detect
+exactly once; event incidents resolve after the quiet period and get hints."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, insert, select, update
+
+from fleetscope.collector.jobs.detectors import DetectorJob, DetectorSettings, SloObjective
+from fleetscope.collector.storage import incident_lifecycle as lifecycle
+from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.schema import (
+    Device,
+    Incident,
+    detector_progress,
+    gpu_samples,
+    gpu_state,
+    host_samples,
+    ingested_batches,
+    latency_histograms,
+    metric_points,
+)
+from fleetscope.proto import buckets as bucket_math
+from fleetscope.proto.vocabulary import THROTTLE_REASON_BITS
+
+NS = 10**9
+MIB = 1 << 20
+T0 = 1_800_000_000 * NS  # aligned to every window used here
+IC = Incident.__table__.c
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    e = make_engine(db_url)
+    yield e
+    e.dispose()
+
+
+LIVE = T0 + 10**6 * NS  # a device that keeps sending (no agent_offline in tests about something else)
+
+
+def _device(engine: Engine, name: str = "dev-1", *, kind: str = "server", last_seen: int = LIVE,
+            labels: dict | None = None) -> int:
+    with engine.begin() as conn:
+        res = conn.execute(insert(Device.__table__).values(
+            agent_id=f"agent-{name}", name=name, kind=kind, first_seen_ns=T0 - 3600 * NS, last_seen_ns=last_seen,
+            labels=labels or {}, inventory={}, capabilities=[], counters={}))
+        return int(res.inserted_primary_key[0])
+
+
+def _rows(engine: Engine, table, rows: list[dict]) -> None:  # type: ignore[no-untyped-def]
+    with engine.begin() as conn:
+        conn.execute(insert(table), rows)
+
+
+def _seen(engine: Engine, device_id: int, ts: int) -> None:
+    with engine.begin() as conn:
+        conn.execute(update(Device.__table__).where(Device.__table__.c.id == device_id).values(last_seen_ns=ts))
+
+
+def _incidents(engine: Engine, kind: str | None = None) -> list:
+    with engine.connect() as conn:
+        q = select(Incident.__table__).order_by(IC.id)
+        if kind:
+            q = q.where(IC.kind == kind)
+        return list(conn.execute(q))
+
+
+def _job(engine: Engine, owner: str = "a", **settings) -> DetectorJob:  # type: ignore[no-untyped-def]
+    base = {"settle_s": 0.0, "lookback_s": 3600.0}
+    base.update(settings)
+    return DetectorJob(engine, settings=DetectorSettings(**base), owner=owner, discover_s=0.0)
+
+
+def _hist(device_id: int, ts: int, name: str, values_ms: list[float], step_ns: int = NS) -> dict:
+    buckets: dict[int, int] = {}
+    for v in values_ms:
+        i = bucket_math.bucket_index(v * 1e6)
+        buckets[i] = buckets.get(i, 0) + 1
+    return {"device_id": device_id, "start_ns": ts, "end_ns": ts + step_ns, "name": name, "labels": "{}",
+            "count": len(values_ms), "sum_ns": int(sum(values_ms) * 1e6), "errors": 0, "zero_count": 0,
+            "buckets": json.dumps({str(k): v for k, v in buckets.items()})}
+
+
+# ------------------------------------------------------------------------------ agent offline
+
+
+def test_agent_offline_opens_after_the_threshold_and_resolves_with_the_gap_and_replay(engine: Engine) -> None:
+    d = _device(engine, last_seen=T0)
+    _rows(engine, host_samples, [{"device_id": d, "ts_ns": T0 - k * NS, "cpu_percent": 5.0} for k in range(10)])
+    job = _job(engine)
+    job.run_once(T0 + 9 * NS)
+    assert _incidents(engine) == [], "under the 10 s minimum (3 x a 1 s interval is less)"
+    job.run_once(T0 + 11 * NS)
+    (inc,) = _incidents(engine, "agent_offline")
+    assert inc.state == "open" and inc.origin == "detector" and inc.ts_ns == T0 and inc.facts["threshold_s"] == 10
+    job.run_once(T0 + 20 * NS)
+    (inc,) = _incidents(engine, "agent_offline")
+    assert inc.state == "open" and inc.last_seen_ns == T0 + 20 * NS and inc.count == 1, "refreshed, not repeated"
+    # It comes back at +30 s and its spool replays what it sampled during the gap.
+    _rows(engine, host_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "cpu_percent": 5.0} for k in range(1, 31)])
+    _rows(engine, ingested_batches, [{"agent_id": "agent-dev-1", "boot_id": "b", "seq": k, "received_ns": T0 + (30 + k) * NS,
+                                      "rows": 10} for k in range(3)])
+    _seen(engine, d, T0 + 32 * NS)
+    job.run_once(T0 + 33 * NS)
+    (inc,) = _incidents(engine, "agent_offline")
+    assert inc.state == "resolved" and inc.ended_ns == T0 + 30 * NS
+    assert inc.facts["gap_s"] == 30.0 and inc.facts["replayed_rows"] == 29 and inc.facts["batches_since_back"] == 3
+    assert inc.updated_ns == T0 + 33 * NS
+
+
+def test_offline_after_overrides_the_threshold_and_the_interval_is_the_devices_own(engine: Engine) -> None:
+    slow = _device(engine, "slow", last_seen=T0)
+    _rows(engine, host_samples, [{"device_id": slow, "ts_ns": T0 - k * 5 * NS, "cpu_percent": 1.0} for k in range(10)])
+    fast = _device(engine, "fast", last_seen=T0)
+    job = _job(engine)
+    job.run_once(T0 + 12 * NS)
+    assert [i.device_id for i in _incidents(engine)] == [fast], "5 s sampling: 3 intervals = 15 s allowed"
+    job.run_once(T0 + 16 * NS)
+    assert sorted(i.device_id for i in _incidents(engine)) == [slow, fast]
+    other = _device(engine, "other", last_seen=T0 + 10 * NS)
+    assert not _job(engine, "b", offline_after_s=3.0).run_once(T0 + 17 * NS).ran, "b waits for a's lease"
+    job.release()
+    _job(engine, "b", offline_after_s=3.0).run_once(T0 + 17 * NS)
+    assert other in [i.device_id for i in _incidents(engine)], "silent 7 s, allowed 3 s"
+
+
+# -------------------------------------------------------------------------------- latency
+
+
+def test_latency_slo_breach_opens_and_recovery_resolves(engine: Engine) -> None:
+    d = _device(engine, labels={"site": "field"})
+    other = _device(engine, "lab-1", labels={"site": "lab"})
+    slo = SloObjective(operation="infer", p99_ms=50.0, window_s=10.0, labels={"site": "field"})
+    job = _job(engine, slos=(slo,), slo_min_count=20)
+    rows = [_hist(dev, T0 + k * NS, "infer", [20.0] * 10) for k in range(10) for dev in (d, other)]
+    rows += [_hist(dev, T0 + (10 + k) * NS, "infer", [20.0] * 8 + [90.0] * 2) for k in range(10) for dev in (d, other)]
+    _rows(engine, latency_histograms, rows)
+    job.run_once(T0 + 10 * NS)
+    assert _incidents(engine) == []
+    job.run_once(T0 + 20 * NS)
+    (inc,) = _incidents(engine, "latency_slo")
+    assert inc.device_id == d and inc.state == "open" and inc.group_key == "infer", "only the field device"
+    assert inc.facts["p99_ms"] > 80 and inc.facts["objective_p99_ms"] == 50.0 and inc.facts["count"] == 100
+    assert inc.ts_ns == T0 + 10 * NS
+    _rows(engine, latency_histograms, [_hist(d, T0 + (20 + k) * NS, "infer", [20.0] * 10) for k in range(10)])
+    job.run_once(T0 + 30 * NS)
+    (inc,) = _incidents(engine, "latency_slo")
+    assert inc.state == "resolved" and inc.ended_ns == T0 + 20 * NS and inc.facts["resolved_p99_ms"] < 50
+
+
+def test_latency_regression_without_configuration(engine: Engine) -> None:
+    d = _device(engine)
+    job = _job(engine, regression_window_s=10.0, regression_baseline_s=60.0, regression_min_count=50)
+    # 60 s of baseline at 10 ms, then a window at 25 ms: 2.5x.
+    rows = [_hist(d, T0 + k * NS, "infer", [10.0] * 5) for k in range(60)]
+    rows += [_hist(d, T0 + (60 + k) * NS, "infer", [25.0] * 5) for k in range(10)]
+    rows += [_hist(d, T0 + k * NS, "noise", [10.0]) for k in range(70)]  # too few calls to judge
+    _rows(engine, latency_histograms, rows)
+    for t in range(10, 71, 10):
+        job.run_once(T0 + t * NS)
+    (inc,) = _incidents(engine)
+    assert inc.kind == "latency_regression" and inc.group_key == "infer" and inc.state == "open"
+    assert 2.2 < inc.facts["ratio"] < 2.8 and inc.facts["baseline_count"] == 300
+    assert any("2." in h["text"] and "baseline" in h["text"] for h in [{"text": inc.title}])
+    # Back to normal: the regressed window stayed out of the baseline, so it resolves.
+    _rows(engine, latency_histograms, [_hist(d, T0 + (70 + k) * NS, "infer", [10.0] * 5) for k in range(10)])
+    job.run_once(T0 + 80 * NS)
+    (inc,) = _incidents(engine)
+    assert inc.state == "resolved" and inc.ended_ns == T0 + 70 * NS
+
+
+# ----------------------------------------------------------------------------- throttling
+
+
+def test_server_throttling_sustained_with_clock_loss_and_hint(engine: Engine) -> None:
+    d = _device(engine)
+    thermal = THROTTLE_REASON_BITS["sw_thermal_slowdown"]
+    _rows(engine, gpu_state, [{"device_id": d, "ts_ns": T0, "gpu_index": 0, "sm_clock_max_mhz": 1500.0,
+                               "memory_total_bytes": 16e9}])
+    rows = [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0, "util_gpu_percent": 99.0, "temp_c": 80.0 + k / 10,
+             "sm_clock_mhz": 1000.0, "throttle_reasons": float(thermal)} for k in range(70)]
+    rows += [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 1, "util_gpu_percent": 99.0, "temp_c": 60.0,
+              "sm_clock_mhz": 1500.0, "throttle_reasons": 0.0} for k in range(70)]
+    _rows(engine, gpu_samples, rows)
+    job = _job(engine, throttle_min_s=60.0, throttle_clear_s=10.0)
+    job.run_once(T0 + 30 * NS)
+    assert _incidents(engine) == [], "30 s is not sustained yet"
+    job.run_once(T0 + 70 * NS)
+    (inc,) = _incidents(engine, "gpu_throttling")
+    assert inc.gpu_index == 0 and inc.state == "open" and inc.ts_ns == T0
+    assert inc.facts["clock_loss_percent"] == pytest.approx(33.3, abs=0.1) and inc.facts["cause"] == "thermal"
+    assert inc.facts["reasons"] == "sw_thermal_slowdown" and inc.facts["peak_temp_c"] == pytest.approx(86.9)
+    assert "throttled at 86 °C with SM clock 33 % below max (1000 of 1500 MHz)" == inc.hints[0]["text"], "as it opened"
+    _rows(engine, gpu_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0, "util_gpu_percent": 99.0,
+                                 "temp_c": 70.0, "sm_clock_mhz": 1500.0, "throttle_reasons": 0.0} for k in range(70, 85)])
+    job.run_once(T0 + 85 * NS)
+    (inc,) = _incidents(engine, "gpu_throttling")
+    assert inc.state == "resolved" and inc.ended_ns == T0 + 69 * NS and inc.facts["duration_s"] == 69.0
+
+
+def test_jetson_throttling_from_capped_clock_while_hot(engine: Engine) -> None:
+    d = _device(engine, kind="jetson")
+    rows = []
+    for k in range(40):
+        hot = k >= 10
+        rows.append({"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0, "util_gpu_percent": 99.0,
+                     "temp_c": 60.0 + (k - 10) if hot else 55.0, "sm_clock_mhz": 624.0 if hot else 1300.0})
+    _rows(engine, gpu_samples, rows)
+    _job(engine, throttle_min_s=5.0).run_once(T0 + 40 * NS)
+    (inc,) = _incidents(engine, "gpu_throttling")
+    assert inc.facts["sm_clock_max_mhz"] == 1300.0 and inc.facts["clock_loss_percent"] == 52.0
+    assert inc.ts_ns == T0 + 30 * NS, "hot (80 °C) from the 30th second: the run starts there"
+
+
+# -------------------------------------------------------------------------- starved, growth
+
+
+def test_gpu_starved_by_data_wait(engine: Engine) -> None:
+    d = _device(engine)
+    _rows(engine, gpu_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0, "util_gpu_percent": 12.0}
+                                for k in range(60)])
+    _rows(engine, metric_points, [{"device_id": d, "ts_ns": T0 + k * NS, "name": "train.data_wait_ratio", "value": 0.8,
+                                   "labels": "{}"} for k in range(60)])
+    _rows(engine, host_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "cpu_percent": 30.0} for k in range(60)])
+    _job(engine, starved_window_s=40.0).run_once(T0 + 60 * NS)
+    (inc,) = _incidents(engine, "gpu_starved")
+    assert inc.gpu_index == 0 and inc.facts["cause"] == "data_wait" and inc.facts["data_wait_ratio"] == 0.8
+    assert inc.facts["util_percent"] == 12.0
+
+
+def test_memory_growth_of_a_gpu_and_a_process_with_slope_and_time_to_exhaustion(engine: Engine) -> None:
+    d = _device(engine)
+    _rows(engine, gpu_state, [{"device_id": d, "ts_ns": T0, "gpu_index": 0, "memory_total_bytes": float(16 << 30)}])
+    _rows(engine, gpu_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0,
+                                 "memory_used_bytes": float((1 << 30) + k * 2 * MIB)} for k in range(120)])
+    host = []
+    for k in range(120):
+        procs = [{"pid": 4242, "name": "leaky", "rss_bytes": 100 * MIB + k * MIB},
+                 {"pid": 7, "name": "steady", "rss_bytes": 500 * MIB}]
+        host.append({"device_id": d, "ts_ns": T0 + k * NS, "mem_used_bytes": float(8 << 30),
+                     "mem_total_bytes": float(32 << 30), "mem_available_bytes": float(24 << 30),
+                     "top_processes": json.dumps(procs) if k % 5 == 0 else None})
+    _rows(engine, host_samples, host)
+    _job(engine, growth_window_s=100.0).run_once(T0 + 120 * NS)
+    by_group = {i.group_key: i for i in _incidents(engine, "memory_growth")}
+    assert set(by_group) == {"gpu", "proc:4242"}, "the steady process and host memory are not growing"
+    gpu = by_group["gpu"]
+    assert gpu.facts["slope_mib_per_min"] == pytest.approx(120, rel=0.01) and gpu.facts["r2"] > 0.99
+    left_min = (16 * 1024 - 1024 - 119 * 2) / 120
+    assert gpu.facts["time_to_exhaustion_s"] == pytest.approx(left_min * 60, rel=0.02)
+    proc = by_group["proc:4242"]
+    assert proc.process_name == "leaky" and proc.pid == 4242 and proc.facts["slope_mib_per_min"] == pytest.approx(60, rel=0.02)
+
+
+# ------------------------------------------------------------------------ OOMs, lifecycle
+
+
+def _oom(engine: Engine, d: int, ts: int, pid: int, name: str = "python", kind: str = "cuda_oom") -> None:
+    _rows(engine, Incident.__table__, [{
+        "device_id": d, "ts_ns": ts, "received_ns": ts, "kind": kind, "severity": "error", "title": "OOM",
+        "facts": {"pid": pid, "process_name": name}, "source": "sdk", "excerpt": "", "context": {},
+        "pid": pid, "process_name": name, "last_seen_ns": ts, "updated_ns": ts, "hints": []}])
+
+
+def test_repeated_oom_after_a_restart_names_both(engine: Engine) -> None:
+    d = _device(engine)
+    job = _job(engine, quiet_period_s=3600.0)
+    _oom(engine, d, T0, 100)
+    _oom(engine, d, T0 + NS, 100)  # the same process again: not a restart
+    job.run_once(T0 + 2 * NS)
+    assert _incidents(engine, "repeated_oom") == []
+    _oom(engine, d, T0 + 120 * NS, 200)
+    _oom(engine, d, T0 + 130 * NS, 300, name="other")
+    job.run_once(T0 + 131 * NS)
+    (inc,) = _incidents(engine, "repeated_oom")
+    assert inc.facts["first_pid"] == 100 and inc.facts["pid"] == 200 and inc.process_name == "python"
+    assert inc.state == "open" and inc.group_key == "proc:python" and inc.ts_ns == T0
+    job.run_once(T0 + 132 * NS)
+    assert len(_incidents(engine, "repeated_oom")) == 1, "read once"
+
+
+def test_quiet_event_incidents_resolve_and_get_hints(engine: Engine) -> None:
+    d = _device(engine)
+    # Host CPU saturated and GPU memory climbing before the OOM.
+    _rows(engine, host_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "cpu_percent": 97.0} for k in range(600)])
+    _rows(engine, gpu_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0,
+                                 "memory_used_bytes": float((1 << 30) + k * 2 * MIB)} for k in range(600)])
+    _oom(engine, d, T0 + 600 * NS, 100)
+    # (the growth detector is off: the hint comes from the samples, not from its incident)
+    job = _job(engine, quiet_period_s=60.0, growth_window_s=600.0, disabled=frozenset({"memory_growth"}))
+    job.run_once(T0 + 601 * NS)
+    (oom,) = _incidents(engine, "cuda_oom")
+    assert oom.state == "open"
+    texts = [h["text"] for h in oom.hints]
+    assert any("host CPU saturated (97 %" in t for t in texts), texts
+    assert any("10 min after GPU 0 memory began growing at 120 MiB/min" in t for t in texts), texts
+    job.run_once(T0 + 661 * NS)
+    (oom,) = _incidents(engine, "cuda_oom")
+    assert oom.state == "resolved" and oom.ended_ns == T0 + 600 * NS and oom.updated_ns == T0 + 661 * NS
+
+
+def test_lifecycle_open_refresh_resolve_keeps_one_open_per_key(engine: Engine) -> None:
+    d = _device(engine)
+    key = lifecycle.DerivedKey(d, "gpu_starved", 0, "")
+    with engine.begin() as conn:
+        a, new_a = lifecycle.open_incident(conn, key, now_ns=T0, started_ns=T0, severity="warning", title="t", facts={"x": 1})
+        b, new_b = lifecycle.open_incident(conn, key, now_ns=T0 + NS, started_ns=T0, severity="warning", title="t2",
+                                           facts={"x": 2}, last_seen_ns=T0 + NS)
+    assert a == b and new_a and not new_b
+    (inc,) = _incidents(engine)
+    assert inc.facts == {"x": 2} and inc.count == 1 and inc.last_seen_ns == T0 + NS and inc.updated_ns == T0 + NS
+    with engine.begin() as conn:
+        assert lifecycle.resolve_incident(conn, a, now_ns=T0 + 5 * NS, ended_ns=T0 + 4 * NS, facts={"x": 3})
+        assert not lifecycle.resolve_incident(conn, a, now_ns=T0 + 6 * NS, ended_ns=T0 + 6 * NS)
+        c, new_c = lifecycle.open_incident(conn, key, now_ns=T0 + 7 * NS, started_ns=T0 + 7 * NS, severity="warning",
+                                           title="again", facts={})
+    assert new_c and c != a
+
+
+# ------------------------------------------------------------------- lease, exactly once
+
+
+def test_two_jobs_on_one_database_detect_exactly_once_and_passes_are_incremental(engine: Engine) -> None:
+    d = _device(engine, last_seen=T0)
+    a, b = _job(engine, "a"), _job(engine, "b")
+    ra, rb = a.run_once(T0 + 20 * NS), b.run_once(T0 + 20 * NS)
+    assert ra.ran and not rb.ran and rb.holder == "a"
+    assert len(_incidents(engine, "agent_offline")) == 1 and ra.opened == 1
+    a.release()
+    rb = b.run_once(T0 + 21 * NS)
+    assert rb.ran and rb.opened == 0 and len(_incidents(engine)) == 1, "b takes over and sees the open incident"
+    with engine.connect() as conn:
+        marks = {(r.detector, r.device_id, r.key) for r in conn.execute(select(detector_progress))}
+    assert ("lifecycle", 0, "") in marks and ("repeated_oom", 0, "") in marks
+    # A throttling sample read once is never read again: the mark is its timestamp.
+    _rows(engine, gpu_samples, [{"device_id": d, "ts_ns": T0 + 22 * NS, "gpu_index": 0, "util_gpu_percent": 50.0}])
+    _seen(engine, d, T0 + 22 * NS)
+    b.run_once(T0 + 23 * NS)
+    b.flush()  # marks are written with incident changes, every persist_s, and on stop
+    with engine.connect() as conn:
+        until = conn.execute(select(detector_progress.c.until_ns).where(
+            detector_progress.c.detector == "gpu_throttling", detector_progress.c.device_id == d)).scalar()
+    assert until == T0 + 22 * NS
+
+
+def test_settings_may_be_a_callable_read_each_pass(engine: Engine) -> None:
+    _device(engine, last_seen=T0)
+    current = {"s": DetectorSettings(offline_after_s=100.0)}
+    job = DetectorJob(engine, settings=lambda: current["s"], owner="a")
+    job.run_once(T0 + 20 * NS)
+    assert _incidents(engine) == []
+    current["s"] = DetectorSettings(offline_after_s=5.0)
+    job.run_once(T0 + 21 * NS)
+    assert len(_incidents(engine, "agent_offline")) == 1
+
+
+def test_settings_refuse_what_cannot_work() -> None:
+    with pytest.raises(ValueError, match="regression_factor"):
+        DetectorSettings(regression_factor=0.5)
+    with pytest.raises(ValueError, match="disabled"):
+        DetectorSettings(disabled=frozenset({"nope"}))
+    with pytest.raises(ValueError, match="p99_ms"):
+        SloObjective(operation="infer", p99_ms=0)

@@ -1,5 +1,5 @@
 """The collector's subcommands: ``collector`` (serve) and the queries ``devices``, ``metrics``,
-``logs``, ``latency``, ``incidents``, which read through the read API (``fleetscope.collector.query``,
+``logs``, ``latency``, ``incidents``, ``incident``, which read through the read API (``fleetscope.collector.query``,
 the dashboard's too). Parsers are built without importing SQLAlchemy, so ``fleetscope --help``
 works on a drone; a handler checks for the extra first.
 """
@@ -48,6 +48,16 @@ def register(sub: Any) -> None:
                    help="do not maintain the minute/hour rollups the dashboard reads (another collector does)")
     p.add_argument("--no-db-upgrade", action="store_true",
                    help="refuse to start on a database at an older schema instead of upgrading it ('fleetscope db upgrade' does)")
+    p.add_argument("--no-detectors", action="store_true",
+                   help="do not run the detectors (agent offline, latency SLO and regression, throttling, starved GPU, "
+                        "memory growth, repeated OOM) here; another collector does")
+    p.add_argument("--offline-after", type=duration_ns, metavar="DURATION",
+                   help="a device silent this long is offline (default: 3 of its sampling intervals, at least 10s)")
+    p.add_argument("--quiet-period", type=duration_ns, metavar="DURATION",
+                   help="resolve an OOM, Xid or other event incident not seen again for this long (default 30m)")
+    p.add_argument("--alerts", type=Path, metavar="FILE",
+                   help="alert rules, notifiers and objectives (TOML; see docs/alerting.md), reloaded when the file changes")
+    p.add_argument("--dashboard-url", metavar="URL", help="the dashboard's address, for the links in notifications")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
     limits = p.add_argument_group("connection limits", "what one collector process gives its clients (per worker)")
@@ -96,14 +106,35 @@ def register(sub: Any) -> None:
     p.add_argument("--until", default="now", help="end (default now)")
     p.set_defaults(func=_needs_collector(run_latency))
 
-    p = sub.add_parser("incidents", help="OOM, Xid, TensorRT, latency and other incidents")
+    p = sub.add_parser("incidents", help="OOM, Xid, TensorRT, latency and other incidents",
+                       description="Incidents whose span (start to last occurrence) overlaps the range, newest first. "
+                                   "Repeats of one failure are one incident with a count.")
     _db_arg(p)
     p.add_argument("--device", help="only this device")
-    p.add_argument("--kind", help="only this kind (cuda_oom, host_oom, gpu_xid, tensorrt_error, ...)")
+    p.add_argument("--kind", action="append", default=[], metavar="KIND",
+                   help="only this kind (cuda_oom, host_oom, gpu_xid, tensorrt_error, ...); repeat for several")
+    p.add_argument("--open", action="store_true", help="only open incidents (not yet resolved)")
+    p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE",
+                   help="only devices with this label (repeat: all must match)")
     p.add_argument("--since", default="7d", help="start (default 7d ago)")
     p.add_argument("--until", default="now", help="end (default now)")
     p.add_argument("--limit", type=int, default=1000, help="most incidents, newest first (default %(default)s)")
     p.set_defaults(func=_needs_collector(run_incidents))
+
+    p = sub.add_parser("incident", help="one incident whole: facts, context chart, hints, log lines",
+                       description="One incident: its lifecycle and facts, a text chart of the device around it "
+                                   "(GPU memory, temperature, clocks, host memory), its hints and the log lines near it.")
+    p.add_argument("id", metavar="ID", help="the incident's id (the ID column of 'fleetscope incidents')")
+    _db_arg(p)
+    p.add_argument("--before", type=duration_ns, default=300 * 10**9, metavar="DURATION",
+                   help="how much of the device before it to show (default 5m)")
+    p.add_argument("--after", type=duration_ns, default=300 * 10**9, metavar="DURATION",
+                   help="and after its last occurrence (default 5m)")
+    p.set_defaults(func=_needs_collector(run_incident))
+
+    from fleetscope.collector import alerts_cli  # `alerts` and `silence`: in their own module
+
+    alerts_cli.register(sub)
 
 
 # ---------------------------------------------------------------- handlers
@@ -175,7 +206,17 @@ def run_collector(args: argparse.Namespace) -> int:
                                  grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade,
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
                                  handshake_timeout_s=args.handshake_timeout / 1e9, keepalive_time_s=args.keepalive_time / 1e9,
-                                 keepalive_timeout_s=args.keepalive_timeout / 1e9)
+                                 keepalive_timeout_s=args.keepalive_timeout / 1e9,
+                                 alerts_file=args.alerts, dashboard_url=args.dashboard_url,
+                                 **_detector_args(args))
+    if args.alerts is not None:
+        from fleetscope.collector.alerting.rules import RulesError, load_rules
+
+        try:
+            load_rules(args.alerts)
+        except RulesError as exc:
+            print(f"fleetscope collector: {visible(str(exc))}", file=sys.stderr)
+            return 2
     if tokens is None:
         print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
     if args.workers > 1:
@@ -186,6 +227,18 @@ def run_collector(args: argparse.Namespace) -> int:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _detector_args(args: argparse.Namespace) -> dict[str, Any]:
+    """CollectorSettings' detector fields from the flags (which win over a rules file)."""
+    if args.no_detectors:
+        return {"detectors": None}
+    overrides: dict[str, Any] = {}
+    if args.offline_after is not None:
+        overrides["offline_after_s"] = args.offline_after / 1e9
+    if args.quiet_period is not None:
+        overrides["quiet_period_s"] = args.quiet_period / 1e9
+    return {"detector_overrides": overrides}
 
 
 def _run_workers(args: argparse.Namespace) -> int:
@@ -343,32 +396,193 @@ def _latency_json(device: str, v: LatencyStats) -> dict[str, Any]:
 
 def run_incidents(args: argparse.Namespace) -> int:
     from fleetscope.collector import query
-    from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.errors import UnknownDevice, UnknownIncidentKind
 
+    now = time.time_ns()
     with _session(args.db) as session:
         try:
             devices = None
             if args.device:  # a name or an agent id, as typed: unknown is an error, not an empty list
-                devices = [query.get_device(session=session, device=args.device, now_ns=time.time_ns()).name]
-            kinds = [args.kind] if args.kind is not None else None
-            since, until = time_ns(args.since), time_ns(args.until)
+                devices = [query.get_device(session=session, device=args.device, now_ns=now).name]
+            filters: dict[str, Any] = dict(
+                since_ns=time_ns(args.since), until_ns=time_ns(args.until), devices=devices,
+                kinds=list(dict.fromkeys(args.kind)) or None, open_only=args.open, labels=dict(args.label) or None,
+                limit=args.limit,
+            )
             if args.json:  # JSON carries each incident's context (the device's samples a minute either side)
-                contexts = query.incidents_with_context(session=session, since_ns=since, until_ns=until,
-                                                        devices=devices, kinds=kinds, limit=args.limit)
+                contexts = query.incidents_with_context(session=session, **filters)
             else:
-                incidents = query.search_incidents(session=session, since_ns=since, until_ns=until,
-                                                   devices=devices, kinds=kinds, limit=args.limit)
+                incidents = query.search_incidents(session=session, **filters)
         except UnknownDevice as exc:
             return _unknown_device(exc)
+        except UnknownIncidentKind as exc:
+            print(f"fleetscope incidents: {visible(str(exc))}", file=sys.stderr)
+            return 2
     if args.json:
         _print_json({"incidents": [_incident_json(c) for c in contexts]})
         return 0
     if not incidents:
-        print("no incidents in that range")
+        print("no open incidents in that range" if args.open else "no incidents in that range")
         return 0
-    _table(["TIME", "DEVICE", "KIND", "SEVERITY", "TITLE"],
-           [[format_ns(i.ts_ns), i.device, i.kind, i.severity, i.title[:100]] for i in incidents])
+    _table(["ID", "STARTED", "LAST SEEN", "DEVICE", "KIND", "STATE", "COUNT", "SEVERITY", "TITLE"],
+           [[str(i.id), format_ns(i.ts_ns), format_ago(max(i.last_seen_ns, i.ts_ns), now), i.device, i.kind,
+             i.state, str(i.count), i.severity, i.title[:100]] for i in incidents])
     return 0
+
+
+def run_incident(args: argparse.Namespace) -> int:
+    from fleetscope.collector import query
+    from fleetscope.collector.errors import UnknownIncident
+
+    try:
+        incident_id = int(args.id)
+    except ValueError:
+        print(f"fleetscope incident: an incident id is a number, got {visible(repr(args.id))}", file=sys.stderr)
+        return 2
+    with _session(args.db) as session:
+        try:
+            ctx = query.incident_with_context(session=session, incident_id=incident_id, before_s=args.before / 1e9,
+                                              after_s=args.after / 1e9, log_window_s=60, log_limit=200)
+        except UnknownIncident as exc:
+            print(f"fleetscope incident: {visible(str(exc))}", file=sys.stderr)
+            return 1
+    if args.json:
+        doc = _incident_json(ctx)
+        doc["context"]["nearby"] = query.to_jsonable(ctx.nearby)
+        _print_json(doc)
+        return 0
+    _print_incident(ctx, time.time_ns())
+    return 0
+
+
+_SPARK = "▁▂▃▄▅▆▇█"
+_CHART_WIDTH = 60
+
+
+def _sparkline(points: list[tuple[int, float]], since_ns: int, until_ns: int, width: int = _CHART_WIDTH) -> str:
+    """``points`` (time, value) as one line of block characters, the window in ``width`` columns
+    (each the largest value in it; between two samples the earlier one holds; a space before
+    the first sample and after the last)."""
+    cols: list[float | None] = [None] * width
+    span = max(1, until_ns - since_ns)
+    for ts, v in points:
+        c = min(width - 1, max(0, (ts - since_ns) * width // span))
+        old = cols[c]
+        cols[c] = v if old is None else max(old, v)
+    filled = [i for i, v in enumerate(cols) if v is not None]
+    if filled:
+        for i in range(filled[0] + 1, filled[-1]):
+            if cols[i] is None:
+                cols[i] = cols[i - 1]
+    vals = [v for v in cols if v is not None]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    step = (hi - lo) / (len(_SPARK) - 1) if hi > lo else 0.0
+    return "".join(" " if v is None else _SPARK[int(round((v - lo) / step)) if step else 3] for v in cols)
+
+
+def _print_incident(ctx: IncidentContext, now: int) -> None:
+    i = ctx.incident
+    print(f"incident {i.id}: {visible(i.title)}")
+    occurrences = "1 occurrence" if i.count == 1 else f"{i.count} occurrences"
+    process = " ".join(x for x in (visible(i.process_name), f"(pid {i.pid})" if i.pid is not None else "") if x)
+    for name, value in (
+        ("device", visible(i.device)),
+        ("kind", f"{visible(i.kind)} ({visible(i.severity)})"),
+        ("state", f"{visible(i.state)}, {occurrences}"),
+        ("started", f"{format_ns(i.ts_ns)} UTC"),
+        ("last seen", f"{format_ns(max(i.last_seen_ns, i.ts_ns))} UTC ({format_ago(max(i.last_seen_ns, i.ts_ns), now)})"),
+        ("ended", f"{format_ns(i.ended_ns)} UTC" if i.ended_ns is not None else "-"),
+        ("GPU", "-" if i.gpu_index is None else str(i.gpu_index)),
+        ("process", process or "-"),
+        ("origin", f"{visible(i.origin)}, source {visible(i.source) or '-'}"),
+    ):
+        print(f"  {name:<10} {value}")
+    facts = {k: v for k, v in i.facts.items() if k != "last"}
+    if facts:
+        print("\nfacts")
+        _print_facts(facts)
+    last = i.facts.get("last")
+    if isinstance(last, dict):
+        at = last.get("ts_ns")
+        print(f"\nlatest occurrence{' at ' + format_ns(at) + ' UTC' if isinstance(at, int) else ''}")
+        _print_facts({k: v for k, v in last.items() if k != "ts_ns"})
+    _print_chart(ctx)
+    print("\nhints")
+    for h in i.hints or []:
+        print(f"  - {visible(str(h.get('text', '')))}")
+    if not i.hints:
+        print("  (none computed)")
+    print(f"\nlog lines near it ({len(ctx.logs)})")
+    for ln in ctx.logs[-40:]:
+        message = visible(ln.message, keep_line_breaks=True).replace("\n", "\n      ")
+        print(f"  {format_ns(ln.ts_ns)} {visible(ln.level.upper()):8} {visible(ln.source)}: {message}")
+    if not ctx.logs:
+        print("  (none)")
+    elif len(ctx.logs) > 40:
+        print(f"  ... the last 40 of {len(ctx.logs)}; --json has them all")
+    if i.excerpt:
+        print("\nexcerpt")
+        for line in visible(i.excerpt, keep_line_breaks=True).splitlines()[:20]:
+            print(f"  {line}")
+    if ctx.nearby:
+        print(f"\nother incidents on {visible(i.device)} nearby")
+        for n in ctx.nearby[:10]:
+            print(f"  {n.id:>6}  {format_ns(n.ts_ns)}  {visible(n.kind)}  x{n.count}  {visible(n.title[:80])}")
+
+
+def _print_facts(facts: dict[str, Any]) -> None:
+    width = max((len(visible(str(k))) for k in facts), default=0)
+    for k, v in sorted(facts.items()):
+        text = json.dumps(v, default=str) if isinstance(v, (dict, list)) else str(v)
+        print(f"  {visible(str(k)):<{width}}  {visible(text)[:200]}")
+
+
+def _print_chart(ctx: IncidentContext) -> None:
+    """The device around the incident as sparklines, one per reading, with the incident marked."""
+    since, until = ctx.since_ns, ctx.until_ns
+    rows: list[tuple[str, str, str]] = []
+    by_gpu: dict[int, list[Any]] = {}
+    for p in ctx.gpu:
+        by_gpu.setdefault(p.gpu_index, []).append(p)
+    for index, points in sorted(by_gpu.items()):
+        for key, label_, fmt in (("memory_used_bytes", "memory", format_bytes),
+                                 ("temp_c", "temp", lambda v: f"{v:.0f} C"),
+                                 ("sm_clock_mhz", "SM clock", lambda v: f"{v:.0f} MHz")):
+            series = [(p.ts_ns, float(v)) for p in points if (v := p.values.get(key)) is not None]
+            if series:
+                vals = [v for _, v in series]
+                rows.append((f"GPU {index} {label_}", _sparkline(series, since, until), f"{fmt(min(vals))} .. {fmt(max(vals))}"))
+    host = [(p.ts_ns, float(v)) for p in ctx.host if (v := p.values.get("mem_used_bytes")) is not None]
+    if host:
+        vals = [v for _, v in host]
+        rows.append(("host memory", _sparkline(host, since, until), f"{format_bytes(min(vals))} .. {format_bytes(max(vals))}"))
+    print(f"\ncontext {format_ns(since)} .. {format_ns(until)} UTC")
+    if not rows:
+        print("  (no samples from this device in that window)")
+        return
+    width = max(len(r[0]) for r in rows)
+    for name, line, span in rows:
+        print(f"  {name:<{width}}  {line.ljust(_CHART_WIDTH)}  {span}")
+    col = min(_CHART_WIDTH - 1, max(0, (ctx.incident.ts_ns - since) * _CHART_WIDTH // max(1, until - since)))
+    print(f"  {'':<{width}}  {' ' * col}^ started")
+    s = ctx.summary
+    for g in s.gpus:
+        parts = [f"GPU {g.gpu_index}"]
+        if g.memory_used_bytes is not None:
+            total = f" of {format_bytes(g.memory_total_bytes)}" if g.memory_total_bytes else ""
+            parts.append(f"{format_bytes(g.memory_used_bytes)}{total}")
+        if g.temp_c is not None:
+            parts.append(f"{g.temp_c:.0f} C")
+        if g.sm_clock_mhz is not None:
+            parts.append(f"{g.sm_clock_mhz:.0f} MHz")
+        if g.throttle_reasons:
+            parts.append("throttled: " + ",".join(g.throttle_reasons))
+        print("  at the start: " + ", ".join(parts))
+    if s.host is not None and s.host.mem_used_bytes is not None:
+        total = f" of {format_bytes(s.host.mem_total_bytes)}" if s.host.mem_total_bytes else ""
+        print(f"  at the start: host memory {format_bytes(s.host.mem_used_bytes)}{total}")
 
 
 def _incident_json(ctx: IncidentContext) -> dict[str, Any]:

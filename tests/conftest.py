@@ -63,8 +63,9 @@ def free_port() -> int:
 class CollectorProcess:
     """``fleetscope collector`` in a subprocess, so a test can SIGKILL it for real."""
 
-    def __init__(self, db_url: str, port: int, token: str, log_path: Path) -> None:
+    def __init__(self, db_url: str, port: int, token: str, log_path: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.db_url, self.port, self.token, self.log_path = db_url, port, token, log_path
+        self.extra_args = extra_args  # more collector flags (--alerts FILE, ...)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -75,7 +76,7 @@ class CollectorProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", self.address, "--db", self.db_url,
-                 "--token", self.token, "--grace", "5s"],
+                 "--token", self.token, "--grace", "5s", *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 30
@@ -108,8 +109,8 @@ class CollectorProcess:
 def collector_process(tmp_path: Path) -> Iterator:
     made: list[CollectorProcess] = []
 
-    def make(db_url: str, *, port: int | None = None, token: str = "test-token") -> CollectorProcess:
-        c = CollectorProcess(db_url, port or free_port(), token, tmp_path / f"collector-{len(made)}.log")
+    def make(db_url: str, *, port: int | None = None, token: str = "test-token", extra_args: tuple[str, ...] = ()) -> CollectorProcess:
+        c = CollectorProcess(db_url, port or free_port(), token, tmp_path / f"collector-{len(made)}.log", extra_args)
         made.append(c)
         return c
 

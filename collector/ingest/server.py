@@ -20,14 +20,17 @@ import logging
 import resource
 import signal
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from fleetscope.collector.ingest.gc_policy import tune_for_ingest
 from fleetscope.collector.ingest.service import IngestService, add_ingest_service
 from fleetscope.collector.ingest.validation import Limits
+from fleetscope.collector.jobs.detectors.settings import DetectorSettings
 from fleetscope.collector.storage.engine import ensure_schema, make_engine
 from fleetscope.collector.storage.writer import BatchWriter
 
@@ -65,6 +68,19 @@ class CollectorSettings:
     # Bytes of batches a stream has accepted but not yet acknowledged; reading from the stream
     # pauses above it, so a client that outruns the writer is held back by HTTP/2 flow control.
     max_unacked_bytes_per_stream: int = 64 << 20
+    # Alert rules: a TOML file, reloaded when it changes (fleetscope.collector.alerting.rules);
+    # None: no alerts. Evaluated every ``alerts_interval_s`` by one collector at a time (lease);
+    # ``dashboard_url`` (else the file's) makes the links in notifications.
+    alerts_file: Path | None = None
+    alerts_interval_s: float = 1.0
+    dashboard_url: str | None = None
+    # Detectors (fleetscope.collector.jobs.detectors): the settings, or a callable returning them
+    # (read each pass); None turns them off. A rules file's [detectors] and [[slo]] replace the
+    # defaults; ``detector_overrides`` (the collector's flags, e.g. {"offline_after_s": 10.0})
+    # win over both. One collector at a time runs them (lease), every ``detectors_interval_s``.
+    detectors: DetectorSettings | Callable[[], DetectorSettings] | None = field(default_factory=DetectorSettings)
+    detector_overrides: Mapping[str, Any] = field(default_factory=dict)
+    detectors_interval_s: float = 10.0
 
 
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -139,6 +155,11 @@ class Collector:
 
     def __init__(self, settings: CollectorSettings) -> None:
         self.settings = settings
+        self.rules = None  # the alert rules in force (a RuleSet), when a rules file was given
+        if settings.alerts_file is not None:
+            from fleetscope.collector.alerting.rules import RuleSet
+
+            self.rules = RuleSet(settings.alerts_file)  # RulesError: refused before anything starts
         self.max_connections = connection_cap(settings, raise_open_file_limit())
         self.engine = make_engine(settings.db_url, create=False)
         try:
@@ -165,6 +186,23 @@ class Collector:
 
             rollup_job = RollupJob(self.engine)
             rollup_job.start()
+        alert_job = sender = None
+        if self.rules is not None:
+            from fleetscope.collector.alerting.engine import AlertJob
+            from fleetscope.collector.alerting.notifiers import Sender
+
+            sender = Sender(self.engine, self.rules)
+            alert_job = AlertJob(self.engine, self.rules, interval_s=self.settings.alerts_interval_s,
+                                 dashboard_url=self.settings.dashboard_url, on_notify=sender.wake)
+            sender.start()
+            alert_job.start()
+        detector_job = None
+        if self.settings.detectors is not None:
+            from fleetscope.collector.jobs.detectors import DetectorJob
+
+            detector_job = DetectorJob(self.engine, settings=self._detector_settings,
+                                       interval_s=self.settings.detectors_interval_s)
+            detector_job.start()
         server = grpc.aio.server(
             options=server_options(self.settings, self.max_connections),
             # Each agent holds one stream; the rest of the calls are registrations in passing.
@@ -193,8 +231,23 @@ class Collector:
         await asyncio.to_thread(self.writer.stop)
         if rollup_job is not None:
             await asyncio.to_thread(rollup_job.stop)
+        if detector_job is not None:
+            await asyncio.to_thread(detector_job.stop)
+        if alert_job is not None and sender is not None:
+            await asyncio.to_thread(alert_job.stop)
+            await asyncio.to_thread(sender.stop)
         self.engine.dispose()
         log.info("collector stopped")
+
+    def _detector_settings(self) -> DetectorSettings:
+        """The detectors' settings for this pass: the rules file's (reloaded) or the given ones,
+        with the collector's flags on top."""
+        given = self.settings.detectors
+        base = given() if callable(given) else (given or DetectorSettings())
+        if self.rules is not None:
+            base = self.rules.current().detector_settings()
+        overrides = dict(self.settings.detector_overrides)
+        return replace(base, **overrides) if overrides else base
 
     def serve(self, *, handle_signals: bool = True) -> None:
         """Run the collector in this process until a signal (or ``stop``) ends it."""

@@ -83,10 +83,15 @@ def time_chart(
     y_domain: tuple[float, float] | None = None,
     bands: pd.DataFrame | None = None,
     markers: pd.DataFrame | None = None,
+    alerts: pd.DataFrame | None = None,
     area: bool = False,
     height: int = HEIGHT,
 ) -> dict[str, Any]:
-    """A line (or area) chart over time, one line per ``series`` value."""
+    """A line (or area) chart over time, one line per ``series`` value.
+
+    ``bands`` shade throttled periods; ``alerts`` (``frames.alert_spans``) shade alert periods
+    lightly in their severity's colour with a ribbon along the top; ``markers`` draw incidents.
+    """
     y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": unit, "axis": {"tickCount": 4}}
     if y_domain:
         y_enc["scale"] = {"domain": list(y_domain)}
@@ -133,6 +138,9 @@ def time_chart(
                 },
             }
         )
+    if alerts is not None and not alerts.empty:
+        datasets["alerts"] = _records(alerts)
+        layers += alert_layers(domain)
     layers.append({"data": {"name": "main"}, "mark": mark, "encoding": enc})
     if markers is not None and not markers.empty:
         datasets["markers"] = _records(markers)
@@ -144,6 +152,45 @@ def time_chart(
         "layer": layers,
         "resolve": {"scale": {"color": "independent"}, "legend": {"color": "independent"}},
     }
+
+
+def _severity_scale() -> dict[str, Any]:
+    return {"domain": list(fmt.SEVERITY_COLORS), "range": list(fmt.SEVERITY_COLORS.values())}
+
+
+def alert_layers(domain: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """Alert periods: a light full-height shade, and a ribbon just above the plot (where it hides
+    no line), by severity. The spans are cut to the chart's range (``frames.alert_spans``)."""
+    color = {"field": "severity", "type": "nominal", "legend": None, "scale": _severity_scale()}
+    tooltip = [
+        {"field": "rule", "title": "alert"},
+        {"field": "state"},
+        {"field": "severity"},
+        {"field": "from"},
+        {"field": "to"},
+        {"field": "summary"},
+    ]
+    x = _x(domain, "start")
+    return [
+        {
+            "data": {"name": "alerts"},
+            "mark": {"type": "rect", "opacity": 0.08},
+            "encoding": {"x": x, "x2": {"field": "end"}, "color": color, "tooltip": tooltip},
+        },
+        {
+            "data": {"name": "alerts"},
+            "mark": {"type": "rect"},
+            "encoding": {
+                "x": x,
+                "x2": {"field": "end"},
+                "y": {"value": -7},
+                "y2": {"value": -2},
+                "color": color,
+                "opacity": {"field": "opacity", "type": "quantitative", "scale": None},
+                "tooltip": tooltip,
+            },
+        },
+    ]
 
 
 def marker_layer(domain: tuple[int, int] | None) -> dict[str, Any]:
@@ -165,13 +212,35 @@ def marker_layer(domain: tuple[int, int] | None) -> dict[str, Any]:
 
 
 def incident_strip(
-    markers: pd.DataFrame, *, domain: tuple[int, int] | None, height: int = 90
+    markers: pd.DataFrame,
+    *,
+    domain: tuple[int, int] | None,
+    alerts: pd.DataFrame | None = None,
+    height: int = 90,
 ) -> dict[str, Any]:
-    """Incidents on the shared time axis: one row per kind, a dot per incident."""
+    """Incidents on the shared time axis: one row per kind, a dot per incident; alert periods shaded."""
+    datasets: dict[str, Any] = {"markers": _records(markers)}
+    layers: list[dict[str, Any]] = []
+    if alerts is not None and not alerts.empty:
+        datasets["alerts"] = _records(alerts)
+        layers += alert_layers(domain)
+    if markers.empty:  # alerts only: an empty point layer still sets the axis
+        height = 40
     return {
         "height": height,
-        "title": {"text": "Incidents", "anchor": "start", "fontSize": 13},
-        "datasets": {"markers": _records(markers)},
+        "title": {
+            "text": "Incidents and alerts" if layers else "Incidents",
+            "anchor": "start",
+            "fontSize": 13,
+        },
+        "datasets": datasets,
+        "layer": [*layers, _strip_points(domain)],
+        "resolve": {"scale": {"color": "independent"}, "legend": {"color": "independent"}},
+    }
+
+
+def _strip_points(domain: tuple[int, int] | None) -> dict[str, Any]:
+    return {
         "data": {"name": "markers"},
         "mark": {"type": "point", "filled": True, "size": 80},
         "encoding": {

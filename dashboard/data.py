@@ -270,3 +270,51 @@ def benchmarks(
 ) -> list[q.BenchmarkRecord]:
     with _session(db_url) as s:
         return q.benchmark_records(session=s, since_ns=since_ns, until_ns=until_ns, devices=list(devices))
+
+
+# -- alerts -------------------------------------------------------------------------------
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def alerts(
+    db_url: str,
+    now_ns: int,
+    states: tuple[str, ...] | None = None,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    rule: str | None = None,
+    device: str | None = None,
+    limit: int = 500,
+) -> list[q.AlertRow]:
+    """Alerts in these states active at some time in [since, until), newest first; ``silenced``
+    judged at ``now_ns``. Label filters are applied by the page (one read serves every filter)."""
+    with _session(db_url) as s:
+        return q.list_alerts(
+            session=s,
+            states=list(states) if states is not None else None,
+            since_ns=since_ns,
+            until_ns=until_ns,
+            rule=rule,
+            device=device,
+            now_ns=now_ns,
+            limit=limit,
+        )
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def silences(db_url: str, now_ns: int) -> list[q.SilenceRow]:
+    """The silences in force now."""
+    with _session(db_url) as s:
+        return q.list_silences(session=s, active_at_ns=now_ns)
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def alert_notifications(db_url: str, alert_id: int) -> list[q.NotificationRow]:
+    with _session(db_url) as s:
+        return q.alert_notifications(alert_id, session=s)
+
+
+@st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
+def alert_periods(db_url: str, device: str, since_ns: int, until_ns: int) -> list[q.AlertPeriod]:
+    with _session(db_url) as s:
+        return q.alert_periods(device, since_ns, until_ns, session=s)

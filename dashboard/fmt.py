@@ -14,6 +14,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fleetscope.proto.vocabulary import (
     BINARY_BYTE_UNITS,
+    INCIDENT_OPEN,
+    INCIDENT_RESOLVED,
     SEVERITY_CRITICAL,
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -30,6 +32,9 @@ SEVERITY_COLORS: dict[str, str] = {
     SEVERITY_WARNING: "#f2a93b",
     SEVERITY_INFO: "#4c78a8",
 }
+
+# An incident's state (vocabulary.INCIDENT_STATES): open ones stand out, resolved ones recede.
+INCIDENT_STATE_COLORS: dict[str, str] = {INCIDENT_OPEN: "#e45756", INCIDENT_RESOLVED: "#8c8c8c"}
 
 
 def _known(x: float | None) -> TypeGuard[float]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from fleetscope.collector.query import DeviceSeries, IncidentView, LatencySeries
+from fleetscope.collector.query import AlertPeriod, DeviceSeries, IncidentView, LatencySeries
 from fleetscope.dashboard import fmt
 
 GIB = 1024**3
@@ -151,3 +151,35 @@ def latency_frame(series: Sequence[LatencySeries]) -> pd.DataFrame:
         for t, n, p50, p90, p99 in zip(s.ts_ns, s.count, s.p50_ms, s.p90_ms, s.p99_ms):
             rows.append((float(t // NS_PER_MS), name, n, p50, p90, p99))
     return pd.DataFrame(rows, columns=["t", "operation", "count", "p50", "p90", "p99"])
+
+
+def alert_spans(periods: Iterable[AlertPeriod], since_ns: int, now_ns: int) -> pd.DataFrame:
+    """Alert periods as shaded spans: from pending to resolved, or to ``now_ns`` while active,
+    cut to [since, now] so that no span reaches outside the chart.
+
+    ``opacity`` is what the ribbon along the top of a chart is drawn with: a pending alert (its
+    condition holds, not yet for the rule's duration) lighter than a firing or resolved one.
+    """
+    rows = []
+    for p in periods:
+        start = max(p.start_ns, since_ns)
+        end = min(p.end_ns if p.end_ns is not None else now_ns, now_ns)
+        to = fmt.when(p.end_ns) if p.end_ns is not None else f"now ({p.state})"
+        rows.append(
+            (
+                float(start // NS_PER_MS),
+                float(max(end, start + NS_PER_MS) // NS_PER_MS),
+                p.rule,
+                p.state,
+                p.severity,
+                p.summary[:140],
+                fmt.when(p.start_ns),
+                to,
+                0.45 if p.firing_ns is None else 0.9,
+                p.alert_id,
+            )
+        )
+    return pd.DataFrame(
+        rows,
+        columns=["start", "end", "rule", "state", "severity", "summary", "from", "to", "opacity", "id"],
+    )

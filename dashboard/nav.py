@@ -16,6 +16,7 @@ import streamlit as st
 # name -> (module, title, Material icon)
 PAGES: dict[str, tuple[str, str, str]] = {
     "fleet": ("page_fleet", "Fleet", ":material/dashboard:"),
+    "alerts": ("page_alerts", "Alerts", ":material/notifications_active:"),
     "device": ("page_device", "Device", ":material/memory:"),
     "compare": ("page_compare", "Compare", ":material/compare_arrows:"),
     "incidents": ("page_incidents", "Incidents", ":material/report:"),

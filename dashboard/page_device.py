@@ -13,6 +13,7 @@ import streamlit as st
 
 from fleetscope.collector.errors import UnknownDevice
 from fleetscope.collector.query import (
+    AlertPeriod,
     DeviceSeries,
     DeviceSummary,
     IncidentView,
@@ -70,7 +71,9 @@ def _now_metrics(gpu: pd.DataFrame, host: pd.DataFrame) -> None:
     )
 
 
-def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, int]) -> None:
+def _gpu_charts(
+    s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, alerts: pd.DataFrame, domain: tuple[int, int]
+) -> None:
     if gpu.empty:
         st.info(
             "No GPU samples in this range. Devices without an NVIDIA GPU (or without NVML) send host samples only."
@@ -89,6 +92,7 @@ def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domai
                 domain=domain,
                 y_domain=(0, 100),
                 markers=markers,
+                alerts=alerts,
                 number_format=".0f",
             ),
             key="c_util",
@@ -101,6 +105,7 @@ def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domai
                 unit="°C",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 bands=bands,
                 number_format=".0f",
             ),
@@ -115,6 +120,7 @@ def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domai
                 domain=domain,
                 bands=bands,
                 markers=markers,
+                alerts=alerts,
                 number_format=".0f",
             ),
             key="c_clock",
@@ -128,6 +134,7 @@ def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domai
                 unit="GiB",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 number_format=".2f",
                 y_domain=(0, mem_total) if mem_total else None,
             ),
@@ -141,6 +148,7 @@ def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domai
                 unit="W",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 number_format=".0f",
             ),
             key="c_power",
@@ -155,7 +163,9 @@ def _gpu_charts(s: DeviceSeries, gpu: pd.DataFrame, markers: pd.DataFrame, domai
             st.caption("No throttling in this range.")
 
 
-def _host_charts(host: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, int]) -> None:
+def _host_charts(
+    host: pd.DataFrame, markers: pd.DataFrame, alerts: pd.DataFrame, domain: tuple[int, int]
+) -> None:
     if host.empty:
         st.info("No host samples in this range.")
         return
@@ -169,6 +179,7 @@ def _host_charts(host: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, i
                 domain=domain,
                 y_domain=(0, 100),
                 markers=markers,
+                alerts=alerts,
                 number_format=".0f",
             ),
             key="c_cpu",
@@ -180,6 +191,7 @@ def _host_charts(host: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, i
                 unit="MiB/s",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 number_format=".2f",
             ),
             key="c_disk",
@@ -192,6 +204,7 @@ def _host_charts(host: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, i
                 unit="GiB",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 number_format=".2f",
             ),
             key="c_ram",
@@ -203,13 +216,14 @@ def _host_charts(host: pd.DataFrame, markers: pd.DataFrame, domain: tuple[int, i
                 unit="MiB/s",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 number_format=".2f",
             ),
             key="c_net",
         )
 
 
-def _latency(s: DeviceSeries, markers: pd.DataFrame, domain: tuple[int, int]) -> None:
+def _latency(s: DeviceSeries, markers: pd.DataFrame, alerts: pd.DataFrame, domain: tuple[int, int]) -> None:
     lat = frames.latency_frame(s.latency)
     if lat.empty:
         st.info(
@@ -240,6 +254,7 @@ def _latency(s: DeviceSeries, markers: pd.DataFrame, domain: tuple[int, int]) ->
                 unit="ms",
                 domain=domain,
                 markers=markers,
+                alerts=alerts,
                 number_format=".2f",
             ),
             key=f"c_lat_{i}",
@@ -247,37 +262,75 @@ def _latency(s: DeviceSeries, markers: pd.DataFrame, domain: tuple[int, int]) ->
 
 
 def _incidents(
-    incidents: list[IncidentView], markers: pd.DataFrame, domain: tuple[int, int], now_ns: int
+    incidents: list[IncidentView],
+    periods: list[AlertPeriod],
+    markers: pd.DataFrame,
+    alerts: pd.DataFrame,
+    domain: tuple[int, int],
+    now_ns: int,
 ) -> None:
+    if not markers.empty or not alerts.empty:
+        charts.show(charts.incident_strip(markers, domain=domain, alerts=alerts), key="c_strip")
     if not incidents:
         st.success("No incidents in this range.")
+    else:
+        df = pd.DataFrame(
+            [
+                {
+                    "When": fmt.when(i.ts_ns),
+                    "Ago": fmt.ago(i.ts_ns, now_ns),
+                    "Kind": i.kind,
+                    "Severity": i.severity,
+                    "State": i.state,
+                    "Count": i.count,
+                    "Title": i.title,
+                    "id": i.id,
+                }
+                for i in incidents
+            ]
+        )
+        picked = st.dataframe(
+            df,
+            hide_index=True,
+            width="stretch",
+            column_order=["When", "Ago", "Kind", "Severity", "State", "Count", "Title"],
+            column_config={"Count": st.column_config.NumberColumn(format="%d", width=60)},
+            on_select="rerun",
+            selection_mode="single-row",
+            key="device_incidents",
+        )
+        if picked and picked.selection.rows:
+            nav.go("incidents", incident=str(int(df.iloc[picked.selection.rows[0]]["id"])))
+    st.markdown("**Alerts**")
+    if not periods:
+        st.caption("No alert on this device in this range.")
         return
-    if not markers.empty:
-        charts.show(charts.incident_strip(markers, domain=domain), key="c_strip")
-    df = pd.DataFrame(
+    table = pd.DataFrame(
         [
             {
-                "When": fmt.when(i.ts_ns),
-                "Ago": fmt.ago(i.ts_ns, now_ns),
-                "Kind": i.kind,
-                "Severity": i.severity,
-                "Title": i.title,
-                "id": i.id,
+                "From": fmt.when(p.start_ns),
+                "To": fmt.when(p.end_ns) if p.end_ns is not None else f"now ({p.state})",
+                "Rule": p.rule,
+                "State": p.state,
+                "Severity": p.severity,
+                "Summary": p.summary,
+                "id": p.alert_id,
             }
-            for i in incidents
+            for p in reversed(periods)
         ]
     )
     picked = st.dataframe(
-        df,
+        table,
         hide_index=True,
         width="stretch",
-        column_order=["When", "Ago", "Kind", "Severity", "Title"],
+        column_order=["From", "To", "Rule", "State", "Severity", "Summary"],
         on_select="rerun",
         selection_mode="single-row",
-        key="device_incidents",
+        key="device_alerts",
     )
+    st.caption("Select an alert for its details and notifications on the Alerts page.")
     if picked and picked.selection.rows:
-        nav.go("incidents", incident=str(int(df.iloc[picked.selection.rows[0]]["id"])))
+        nav.go("alerts", alert=str(int(table.iloc[picked.selection.rows[0]]["id"])))
 
 
 def _logs(device: str, since_ns: int, until_ns: int) -> None:
@@ -323,17 +376,24 @@ def render() -> None:
     incidents = data.incidents(data.url(), tr.since_ns, tr.until_ns, devices=(device.name,))
     domain = (tr.since_ns // 10**6, tr.until_ns // 10**6)
     markers = frames.incident_markers([i for i in incidents if i.kind != KIND_TRT_BENCHMARK])
+    periods = data.alert_periods(data.url(), device.name, tr.since_ns, tr.until_ns)
+    alerts = frames.alert_spans(periods, tr.since_ns, min(now, tr.until_ns))
     gpu, host = frames.gpu_frame(s), frames.host_frame(s)
     _now_metrics(gpu, host)
-    st.caption(f"{tr.label}: {describe_resolution(s.step_s, s.sources)} · dashed lines are incidents")
+    marks = "dashed lines are incidents"
+    if periods:
+        marks += (
+            f" · shaded spans with a bar above are alerts ({len(periods)}, see the Incidents tab)"
+        )
+    st.caption(f"{tr.label}: {describe_resolution(s.step_s, s.sources)} · {marks}")
     # Only the open tab runs (and only its charts go to the browser); the tab is in the URL.
     names = ["GPU", "Host", "Latency", "Incidents", "Logs"]
     tabs = st.tabs(names, key="tab", on_change="rerun", bind="query-params")
     sections = [
-        lambda: _gpu_charts(s, gpu, markers, domain),
-        lambda: _host_charts(host, markers, domain),
-        lambda: _latency(s, markers, domain),
-        lambda: _incidents(incidents, markers, domain, now),
+        lambda: _gpu_charts(s, gpu, markers, alerts, domain),
+        lambda: _host_charts(host, markers, alerts, domain),
+        lambda: _latency(s, markers, alerts, domain),
+        lambda: _incidents(incidents, periods, markers, alerts, domain, now),
         lambda: _logs(device.name, tr.since_ns, tr.until_ns),
     ]
     for tab, draw in zip(tabs, sections):

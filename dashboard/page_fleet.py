@@ -16,6 +16,8 @@ import streamlit as st
 
 from fleetscope.collector.query import FleetDevice, FleetOverview, labels_match
 from fleetscope.dashboard import data, fmt, nav, timerange
+from fleetscope.dashboard.page_alerts import alert_table
+from fleetscope.proto.vocabulary import ALERT_FIRING
 
 if TYPE_CHECKING:  # what st.column_config's helpers return; streamlit does not re-export the name
     from streamlit.elements.lib.column_types import ColumnConfig
@@ -169,22 +171,61 @@ def _summary(overview: FleetOverview, shown: Sequence[FleetDevice]) -> None:
     online = sum(d.online for d in overview.devices)
     total = len(overview.devices)
     utils = [d.util_percent for d in shown if d.util_percent is not None]
-    c = st.columns(5)
+    firing = data.alerts(data.url(), overview.now_ns, (ALERT_FIRING,))
+    c = st.columns(6)
     c[0].metric("Online", f"{online} / {total}")
     c[1].metric("Offline", total - online)
     c[2].metric("GPUs", sum(d.gpu_count for d in overview.devices))
-    c[3].metric(
+    c[3].metric("Firing alerts", len(firing) if len(firing) < 500 else "500+")
+    c[4].metric(
         "Open incidents (24 h)", len(overview.open_incidents) if len(overview.open_incidents) < 50 else "50+"
     )
-    c[4].metric("GPU utilisation (shown)", fmt.pct(sum(utils) / len(utils)) if utils else fmt.MISSING)
+    c[5].metric("GPU utilisation (shown)", fmt.pct(sum(utils) / len(utils)) if utils else fmt.MISSING)
 
 
-def _alerts(overview: FleetOverview) -> None:
-    st.subheader("Alerts")
-    st.caption(
-        "Alert rules arrive in a later release. Until then, this lists open incidents: warnings and worse "
-        "from the last 24 hours, newest first. Select one to open it."
+def _alerts(now_ns: int) -> None:
+    """The firing alerts (silenced ones marked), each opening on the Alerts page."""
+    head = st.columns([4, 1])
+    head[0].subheader("Alerts")
+    head[1].page_link(nav.page("alerts"), label="All alerts", icon=":material/notifications_active:")
+    # Silenced ones last: they notify no one, so someone already knows.
+    firing = sorted(data.alerts(data.url(), now_ns, (ALERT_FIRING,)), key=lambda a: a.silenced)
+    if not firing:
+        st.success("No alert is firing.")
+        return
+    df = alert_table(firing[:50], now_ns)
+    df["Silenced"] = ["silenced" if a.silenced else "" for a in firing[:50]]
+    order = ["Since", "For", "Rule", "Device", "Severity", "Summary", "Incident", "Silenced"]
+    if all(a.incident_id is None for a in firing[:50]):
+        order.remove("Incident")
+    cc = st.column_config
+    picked = st.dataframe(
+        df,
+        hide_index=True,
+        width="stretch",
+        column_order=order,
+        column_config={
+            "Device": cc.LinkColumn(display_text=r"device=(.*)$", width=130),
+            "Incident": cc.LinkColumn(display_text=r"incident=(\d+)$", width=80),
+            "Severity": cc.MultiselectColumn(
+                options=list(fmt.SEVERITY_COLORS), color=list(fmt.SEVERITY_COLORS.values()), width=90
+            ),
+        },
+        on_select="rerun",
+        selection_mode="single-row",
+        key="fleet_alerts",
+        height=min(38 + 35 * len(df), 420),
     )
+    more = f" (the newest 50 of {len(firing)})" if len(firing) > 50 else ""
+    st.caption(f"{len(firing)} firing{more} · select one for its details on the Alerts page")
+    chosen = picked.selection.rows if picked else []
+    if chosen:
+        nav.go("alerts", alert=str(int(df.iloc[chosen[0]]["id"])))
+
+
+def _open_incidents(overview: FleetOverview) -> None:
+    st.subheader("Open incidents")
+    st.caption("Warnings and worse from the last 24 hours, newest first. Select one to open it.")
     if not overview.open_incidents:
         st.success("No open incidents in the last 24 hours.")
         return
@@ -194,6 +235,9 @@ def _alerts(overview: FleetOverview) -> None:
             "Device": i.device,
             "Severity": [i.severity],
             "Kind": i.kind,
+            "State": [i.state],
+            "Count": i.count,
+            "Last seen": fmt.ago(i.last_seen_ns or i.ts_ns, overview.now_ns),
             "Title": i.title,
             "id": i.id,
         }
@@ -203,15 +247,22 @@ def _alerts(overview: FleetOverview) -> None:
     severity = st.column_config.MultiselectColumn(
         options=list(fmt.SEVERITY_COLORS), color=list(fmt.SEVERITY_COLORS.values())
     )
+    state = st.column_config.MultiselectColumn(
+        options=list(fmt.INCIDENT_STATE_COLORS), color=list(fmt.INCIDENT_STATE_COLORS.values()), width=80
+    )
     picked = st.dataframe(
         df,
         hide_index=True,
         width="stretch",
-        column_order=["When", "Device", "Severity", "Kind", "Title"],
-        column_config={"Severity": severity},
+        column_order=["When", "Device", "Severity", "Kind", "State", "Count", "Last seen", "Title"],
+        column_config={
+            "Severity": severity,
+            "State": state,
+            "Count": st.column_config.NumberColumn(format="%d", width=60),
+        },
         on_select="rerun",
         selection_mode="single-row",
-        key="fleet_alerts",
+        key="fleet_incidents",
     )
     chosen = picked.selection.rows if picked else []
     if chosen:
@@ -246,7 +297,8 @@ def _live(filters: Filters, refresh_s: int) -> None:
         f"{len(shown)} of {len(overview.devices)} devices · updated {fmt.when(overview.now_ns)} · {every} · "
         "sparklines: last 30 min in 1 min buckets · select a row to open the device"
     )
-    _alerts(overview)
+    _alerts(overview.now_ns)
+    _open_incidents(overview)
 
 
 def render() -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.query import IncidentContext, labels_match
-from fleetscope.dashboard import charts, data, fmt, frames, hints, nav, timerange
+from fleetscope.collector.query import IncidentContext, IncidentView, labels_match
+from fleetscope.dashboard import charts, data, fmt, frames, hints, nav, params, timerange
 from fleetscope.proto.vocabulary import (
+    INCIDENT_RESOLVED,
     SEVERITIES,
     SEVERITY_CRITICAL,
     SEVERITY_ERROR,
@@ -55,23 +56,6 @@ FIRST_FACTS = (
 )
 
 
-def _param_list(name: str) -> list[str]:
-    raw = st.query_params.get(name, "")
-    return [v for v in raw.split(",") if v]
-
-
-def _init_from_url(key: str, param: str, options: list[str]) -> None:
-    if key not in st.session_state:
-        st.session_state[key] = [v for v in _param_list(param) if v in options]
-
-
-def _set_param(name: str, values: list[str]) -> None:
-    if values:
-        st.query_params[name] = ",".join(values)
-    elif name in st.query_params:
-        del st.query_params[name]
-
-
 def _bar_step(span_s: float) -> int:
     return next((s for s in BAR_STEPS_S if span_s / s <= 80), BAR_STEPS_S[-1])
 
@@ -81,9 +65,9 @@ def _filters(now_ns: int) -> tuple[timerange.TimeRange, list[str], list[str], tu
     devices = data.devices(data.url(), now_ns)
     names = [d.name for d in devices]
     labels = sorted({f"{k}={v}" for d in devices for k, v in d.labels.items()})
-    _init_from_url("inc_kinds", "kind", kinds)
-    _init_from_url("inc_devices", "device", names)
-    _init_from_url("inc_sev", "severity", list(SEVERITIES))
+    params.init_from_url("inc_kinds", "kind", kinds)
+    params.init_from_url("inc_devices", "device", names)
+    params.init_from_url("inc_sev", "severity", list(SEVERITIES))
     c = st.columns([1.6, 2, 1.6, 2, 2, 2])
     with c[0]:
         tr = timerange.picker("inc_range", default="7d")
@@ -92,9 +76,9 @@ def _filters(now_ns: int) -> tuple[timerange.TimeRange, list[str], list[str], tu
     picked_devices = c[3].multiselect("Device", names, key="inc_devices", placeholder="all devices")
     picked_labels = c[4].multiselect("Labels", labels, key="inc_labels", placeholder="site, fleet…")
     text = c[5].text_input("Search", key="inc_text", placeholder="text in title or excerpt")
-    _set_param("kind", picked_kinds)
-    _set_param("device", picked_devices)
-    _set_param("severity", picked_sev)
+    params.set_param("kind", picked_kinds)
+    params.set_param("device", picked_devices)
+    params.set_param("severity", picked_sev)
     scope: tuple[str, ...] | None = None
     if picked_devices or picked_labels:
         chosen = set(picked_devices) if picked_devices else set(names)
@@ -146,6 +130,9 @@ def _table(
                 "Device": i.device,
                 "Kind": i.kind,
                 "Severity": [i.severity],
+                "State": [i.state],
+                "Count": i.count,
+                "Last seen": fmt.ago(i.last_seen_ns or i.ts_ns, now_ns),
                 "Title": i.title,
                 "id": i.id,
             }
@@ -161,9 +148,18 @@ def _table(
         width="stretch",
         on_select="rerun",
         selection_mode="single-row",
-        column_order=["When", "Ago", "Device", "Kind", "Severity", "Title"],
+        column_order=["When", "Ago", "Device", "Kind", "Severity", "State", "Count", "Last seen", "Title"],
         key="inc_table",
-        column_config={"Severity": severity},
+        column_config={
+            "Severity": severity,
+            "State": st.column_config.MultiselectColumn(
+                options=list(fmt.INCIDENT_STATE_COLORS),
+                color=list(fmt.INCIDENT_STATE_COLORS.values()),
+                width=80,
+                help="open while its condition holds (or until a quiet period passes), then resolved",
+            ),
+            "Count": st.column_config.NumberColumn(format="%d", width=60, help="occurrences grouped in it"),
+        },
         height=min(38 + 35 * len(df), 420),
     )
     st.caption(
@@ -247,6 +243,16 @@ def _context_charts(ctx: IncidentContext) -> None:
             charts.show(spec, key=f"c_ctx_{i}")
 
 
+def _lifecycle(inc: IncidentView, now_ns: int) -> str:
+    """'open · 3 occurrences · last 2 min ago' / 'resolved after 12 min · 1 occurrence'."""
+    times = "1 occurrence" if inc.count == 1 else f"{inc.count} occurrences"
+    last = inc.last_seen_ns or inc.ts_ns
+    if inc.state == INCIDENT_RESOLVED:
+        ended = inc.ended_ns or last
+        return f"resolved {fmt.when(ended)}, after {fmt.duration((ended - inc.ts_ns) / 10**9)} · {times}"
+    return f"{inc.state} · {times} · last seen {fmt.ago(last, now_ns)}"
+
+
 def detail(incident_id: int, now_ns: int) -> None:
     ctx = data.incident_detail(data.url(), incident_id)
     if ctx is None:
@@ -261,6 +267,7 @@ def detail(incident_id: int, now_ns: int) -> None:
         f"**{inc.kind}** · {inc.severity} · **{inc.device}** · {fmt.when(inc.ts_ns)} ({fmt.ago(inc.ts_ns, now_ns)})"
         + (f" · from `{inc.source}`" if inc.source else "")
     )
+    st.caption(_lifecycle(inc, now_ns))
     c1, c2 = st.columns([1, 1])
     c1.page_link(
         nav.page("device"),

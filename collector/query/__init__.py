@@ -18,12 +18,25 @@ By subject:
 * ``incidents``: incident search, counts, kinds, one incident; ``context``: the device around
   one incident;
 * ``compare``: groups of devices side by side, and benchmark records;
-* ``fleet``: the fleet overview.
+* ``fleet``: the fleet overview;
+* ``alerts``: alerts (live and history), silences, notifications and their attempts.
 """
 
 from __future__ import annotations
 
-from fleetscope.collector.errors import UnknownDevice, UnknownIncident
+from fleetscope.collector.errors import UnknownDevice, UnknownIncident, UnknownIncidentKind
+from fleetscope.collector.query.alerts import (
+    AlertPeriod,
+    AlertRow,
+    NotificationAttempt,
+    NotificationRow,
+    SilenceRow,
+    alert_notifications,
+    alert_periods,
+    list_alerts,
+    list_silences,
+    silence_matches,
+)
 from fleetscope.collector.query.compare import (
     BenchmarkRecord,
     GroupComparison,
@@ -106,6 +119,7 @@ __all__ = [
     # errors
     "UnknownDevice",
     "UnknownIncident",
+    "UnknownIncidentKind",
     # devices
     "ONLINE_WITHIN_NS",
     "DeviceSummary",
@@ -154,6 +168,17 @@ __all__ = [
     "HostAtIncident",
     "incident_with_context",
     "incidents_with_context",
+    # alerts
+    "AlertRow",
+    "SilenceRow",
+    "NotificationRow",
+    "NotificationAttempt",
+    "AlertPeriod",
+    "list_alerts",
+    "list_silences",
+    "silence_matches",
+    "alert_notifications",
+    "alert_periods",
     # comparisons
     "GroupComparison",
     "BenchmarkRecord",

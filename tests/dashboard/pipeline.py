@@ -80,6 +80,7 @@ class Pipeline:
     lost: str
     hot: str
     latency_ms: dict[str, list[float]] = field(default_factory=dict)  # device -> recorded "infer" durations
+    alerts: dict[str, int] = field(default_factory=dict)  # what each alert stands for -> its id
 
     @property
     def all_devices(self) -> list[str]:
@@ -260,9 +261,178 @@ def build(tmp: Path, *, offline_after_s: float = 65.0) -> Pipeline:
             streaming = [*drones, *servers, "t-drone-hot"]
             wait_for(lambda: min(_stored_span_s(engine, streaming)) >= 63, 30, "a minute of stored data on every device")
             assert RollupJob(engine, settle_s=2.0).run_once().ran
+            pipe.alerts = write_alerts(engine, pipe)
         finally:
             engine.dispose()
     except BaseException:
         pipe.stop()
         raise
     return pipe
+
+
+def write_alerts(engine, pipe: Pipeline) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Alert rows as the alert job writes them, on the pipeline's real devices and incidents.
+
+    * ``oom``: rule gpu-oom firing on the first server for its CUDA OOM incident, notified to
+      "ops" after one failed attempt;
+    * ``hot``: rule gpu-hot pending on the hot drone (88 °C, not yet for its 2 min);
+    * ``offline``: rule agent-offline firing on the lost drone, held by a silence;
+    * ``xid``: rule gpu-xid on the second server's Xid incident, fired and resolved (history);
+    * ``old_hot``: rule gpu-hot on the hot drone three hours ago, resolved (history).
+    """
+    from sqlalchemy import insert, select
+    from sqlalchemy.orm import Session
+
+    from fleetscope.collector.storage.schema import (
+        Device,
+        Incident,
+        alerts,
+        notification_attempts,
+        notifications,
+        silences,
+    )
+
+    now = time.time_ns()
+    out: dict[str, int] = {}
+    with Session(engine) as s, s.begin():
+        devices = {d.name: d for d in s.scalars(select(Device))}
+        oom = s.scalars(select(Incident).where(Incident.kind == "cuda_oom").order_by(Incident.id)).first()
+        xid = s.scalars(select(Incident).where(Incident.kind == "gpu_xid").order_by(Incident.id)).first()
+        assert oom is not None and xid is not None, "the pipeline stored its OOM and Xid incidents"
+
+        def alert(key: str, rule: str, device: str, **kw: object) -> int:
+            d = devices[device]
+            row = {
+                "rule": rule,
+                "fingerprint": f"{rule}:{device}:{key}",
+                "device_id": d.id,
+                "incident_id": None,
+                "labels": {k: v for k, v in (d.labels or {}).items() if k != "simulated"},
+                "facts": {},
+                "firing_ns": None,
+                "resolved_ns": None,
+                "last_eval_ns": now,
+                "silenced_by": None,
+                **kw,
+            }
+            out[key] = int(s.execute(insert(alerts).values(**row).returning(alerts.c.id)).scalar_one())
+            return out[key]
+
+        def notify(alert_id: int, transition: str, at_ns: int, failures: int = 0) -> None:
+            n = s.execute(
+                insert(notifications)
+                .values(
+                    alert_id=alert_id,
+                    transition=transition,
+                    notifier="ops",
+                    payload={"state": transition},
+                    state="delivered",
+                    attempts=failures + 1,
+                    created_ns=at_ns,
+                    next_attempt_ns=at_ns,
+                    delivered_ns=at_ns + (failures * 2 + 1) * NS // 10,
+                    last_error="",
+                )
+                .returning(notifications.c.id)
+            ).scalar_one()
+            for k in range(failures):
+                s.execute(
+                    insert(notification_attempts).values(
+                        notification_id=n,
+                        ts_ns=at_ns + k * 2 * NS // 10,
+                        ok=False,
+                        status=503,
+                        error="503 Service Unavailable",
+                        duration_ms=12.5,
+                    )
+                )
+            s.execute(
+                insert(notification_attempts).values(
+                    notification_id=n,
+                    ts_ns=at_ns + failures * 2 * NS // 10,
+                    ok=True,
+                    status=200,
+                    error="",
+                    duration_ms=4.2,
+                )
+            )
+
+        oom_id = alert(
+            "oom",
+            "gpu-oom",
+            pipe.servers[0],
+            state="firing",
+            incident_id=oom.id,
+            kind="cuda_oom",
+            severity="critical",
+            summary=oom.title,
+            facts={k: v for k, v in (oom.facts or {}).items() if k in ("requested_bytes", "batch_size")},
+            pending_ns=oom.ts_ns,
+            firing_ns=oom.ts_ns,
+        )
+        notify(oom_id, "firing", oom.ts_ns + NS, failures=1)
+        alert(
+            "hot",
+            "gpu-hot",
+            pipe.hot,
+            state="pending",
+            kind="metric",
+            severity="warning",
+            summary="gpu.temp_c 88 above 85 (for 2m)",
+            labels={"site": "field", "fleet": "drones", "drone_id": "D042", "gpu": "0"},
+            facts={"value": 88.0, "threshold": 85.0, "for_s": 120},
+            pending_ns=now - 40 * NS,
+        )
+        silence = s.execute(
+            insert(silences)
+            .values(
+                rule="agent-offline",
+                device=pipe.lost,
+                labels={},
+                created_ns=now - 30 * NS,
+                expires_ns=now + 2 * 3600 * NS,
+                created_by="ops",
+                comment="drone out of range",
+            )
+            .returning(silences.c.id)
+        ).scalar_one()
+        alert(
+            "offline",
+            "agent-offline",
+            pipe.lost,
+            state="firing",
+            kind="absent",
+            severity="error",
+            summary=f"no data from {pipe.lost} for over 60 s",
+            pending_ns=now - 50 * NS,
+            firing_ns=now - 20 * NS,
+            silenced_by=silence,
+        )
+        xid_id = alert(
+            "xid",
+            "gpu-xid",
+            pipe.servers[1],
+            state="resolved",
+            incident_id=xid.id,
+            kind="gpu_xid",
+            severity="critical",
+            summary=xid.title,
+            pending_ns=xid.ts_ns,
+            firing_ns=xid.ts_ns,
+            resolved_ns=now - 10 * NS,
+        )
+        notify(xid_id, "firing", xid.ts_ns + NS)
+        notify(xid_id, "resolved", now - 9 * NS)
+        alert(
+            "old_hot",
+            "gpu-hot",
+            pipe.hot,
+            state="resolved",
+            kind="metric",
+            severity="warning",
+            summary="gpu.temp_c 87 above 85 (for 2m)",
+            pending_ns=now - 3 * 3600 * NS,
+            firing_ns=now - 3 * 3600 * NS + 120 * NS,
+            resolved_ns=now - 3 * 3600 * NS + 900 * NS,
+        )
+    return out

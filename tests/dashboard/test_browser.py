@@ -91,6 +91,10 @@ def _load(page, url: str, name: str) -> tuple[str, list[str]]:  # type: ignore[n
     page.goto(url)
     page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
     page.wait_for_selector('[data-testid="stSkeleton"]', state="detached", timeout=60_000)
+    # Elements whose code is still loading (a cold browser's first page) show placeholders.
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stSkeletonElement\"]')", timeout=60_000
+    )
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
     )
@@ -111,8 +115,10 @@ def test_fleet_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) 
     _no_failure(text)
     assert set(pipeline.all_devices) <= set(cells), "every device is listed"
     assert f"1 device offline: {pipeline.lost}" in text
-    assert {"gpu_xid", "cuda_oom", "host_oom"} <= set(cells), "open incidents stand in for alerts"
-    assert browser_page.locator('[data-testid="stDataFrame"]').count() == 2
+    assert {"gpu_xid", "cuda_oom", "host_oom"} <= set(cells), "the open incidents"
+    assert {"gpu-oom", "agent-offline"} <= set(cells), "the firing alerts"
+    assert "Alert rules arrive in a later release" not in text
+    assert browser_page.locator('[data-testid="stDataFrame"]').count() == 3
 
 
 def test_device_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
@@ -157,3 +163,27 @@ def test_incidents_page_in_a_browser(browser_page, server: str, pipeline: Pipeli
     _no_failure(text)
     assert oom.title in text and "expandable_segments:True" in text
     assert "2.00 GiB" in cells, "the requested size, in the facts table"
+
+
+def test_alerts_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
+    text, cells = _load(browser_page, f"{server}/alerts", "alerts")
+    _no_failure(text)
+    for section in ("Firing (1)", "Pending (1)", "Silenced (1)", "History (2)"):
+        assert section in text, section
+    assert {"gpu-oom", "gpu-hot", "agent-offline", "gpu-xid"} <= set(cells)
+    assert f"device?device={pipeline.servers[0]}" in cells, "each alert links to its device"
+    text, cells = _load(browser_page, f"{server}/alerts?alert={pipeline.alerts['oom']}", "alert-detail")
+    _no_failure(text)
+    assert "rule gpu-oom" in text and "Open incident #" in text and f"Open {pipeline.servers[0]}" in text
+    assert "delivered" in cells and "ops" in cells
+    text, cells = _load(
+        browser_page, f"{server}/alerts?label=fleet%3Ddrones&state=pending,silenced", "alerts-filtered"
+    )
+    _no_failure(text)
+    assert "gpu-hot" in cells and "agent-offline" in cells and "gpu-oom" not in cells
+
+
+def test_device_page_alert_periods_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
+    text, _cells = _load(browser_page, f"{server}/device?device={pipeline.hot}&range=15m", "device-alerts")
+    _no_failure(text)
+    assert "shaded spans with a bar above are alerts" in text

@@ -10,7 +10,7 @@ from fleetscope.collector.storage.engine import make_engine
 from tests.dashboard.conftest import app, no_errors, texts
 
 
-@pytest.mark.parametrize("page", ["fleet", "device", "compare", "incidents"])
+@pytest.mark.parametrize("page", ["fleet", "device", "compare", "incidents", "alerts"])
 def test_empty_database_says_how_to_start(tmp_path: Path, page: str) -> None:
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     make_engine(url).dispose()  # the schema a collector creates, and no device yet

@@ -48,7 +48,7 @@ SURFACES: dict[str, list[str]] = {
         "trt_logger_class", "trt_timed",
     ],
     "fleetscope.agent.classify": [
-        "Classifier", "Finding", "Registry", "classify_event", "classify_text", "gate_patterns", "registry",
+        "Classifier", "Finding", "Registry", "classify_event", "classify_text", "event_classifier", "gate_patterns", "registry",
     ],
     "fleetscope.agent.samplers": [
         "SampleSet", "Sampler", "SamplerRegistry", "SamplerSettings", "SourceUnavailable",
@@ -62,22 +62,29 @@ SURFACES: dict[str, list[str]] = {
         "Agent", "AgentSettings", "LogPipeline",
     ],
     "fleetscope.collector.query": [
-        "BenchmarkRecord", "ContextSummary", "DeviceMetrics", "DeviceSeries", "DeviceSummary",
+        "AlertPeriod", "AlertRow", "BenchmarkRecord", "ContextSummary", "DeviceMetrics", "DeviceSeries", "DeviceSummary",
         "Engine", "FleetDevice", "FleetOverview", "GpuAtIncident", "GpuLimits", "GpuPoint",
         "GpuStatePoint", "GroupComparison", "HostAtIncident", "HostPoint", "IncidentContext",
         "IncidentCount", "IncidentView", "LatencySeries", "LatencyStats", "LogLine", "MAX_POINTS",
-        "ONLINE_WITHIN_NS", "POINTS_PER_CHART", "SeriesTable", "Session", "UnknownDevice",
-        "UnknownIncident", "benchmark_records", "compare_groups", "count_devices", "count_samples",
+        "NotificationAttempt", "NotificationRow", "ONLINE_WITHIN_NS", "POINTS_PER_CHART", "SeriesTable", "Session", "SilenceRow", "UnknownDevice",
+        "UnknownIncident", "UnknownIncidentKind", "alert_notifications", "alert_periods", "benchmark_records", "compare_groups", "count_devices", "count_samples",
         "describe_resolution", "device_groups", "device_metrics", "device_model", "device_series",
         "fleet_overview", "get_device", "get_incident", "group_latency_series", "has_schema",
         "hide_password", "incident_counts", "incident_kinds", "incident_with_context",
         "incidents_with_context", "labels_match", "latency_operations", "latency_stats",
-        "list_devices", "missing_sqlite_file", "normalise_url", "open_database", "resolution_for",
-        "schema_problem", "search_incidents", "search_logs", "session_scope", "to_jsonable",
+        "list_alerts", "list_devices", "list_silences", "missing_sqlite_file", "normalise_url", "open_database", "resolution_for",
+        "schema_problem", "search_incidents", "search_logs", "session_scope", "silence_matches", "to_jsonable",
+    ],
+    "fleetscope.collector.jobs.detectors": [
+        "DETECTOR_NAMES", "DetectorJob", "DetectorReport", "DetectorSettings", "SloObjective",
+    ],
+    "fleetscope.collector.storage.incident_lifecycle": [
+        "DerivedKey", "OpenIncident", "list_open", "open_incident", "refresh_incident", "resolve_incident",
+        "resolve_quiet_incidents", "set_hints",
     ],
     "fleetscope.collector.errors": [
         "BatchInvalid", "FleetscopeCollectorError", "StoreUnavailable", "UnknownDevice",
-        "UnknownIncident",
+        "UnknownIncident", "UnknownIncidentKind",
     ],
     "fleetscope.cli": [
         "MissingExtra", "build_parser", "main", "require",

@@ -25,6 +25,7 @@ from fleetscope.collector.jobs.detectors import DetectorSettings, SloObjective
 from fleetscope.collector.storage.engine import normalise_url
 from fleetscope.collector.storage.schema import Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from tests.alert_receiver import Receiver
 from tests.conftest import wait_until
 from tests.helpers import IdleSampler, make_agent, table_count
 
@@ -59,8 +60,21 @@ def detecting_collector(db_url: str) -> Iterator:
         c.stop()
 
 
-def test_sigkilled_agent_is_offline_until_restarted(tmp_path: Path, db_url: str, collector_process) -> None:
-    c = collector_process(db_url, extra_args=("--offline-after", "3s")).start()
+def test_sigkilled_agent_is_offline_until_restarted_and_notified(tmp_path: Path, db_url: str, collector_process) -> None:
+    receiver = Receiver()
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f"""
+[[notifier]]
+name = "ops"
+type = "webhook"
+url = "{receiver.url()}"
+
+[[rule]]
+name = "offline"
+incident = ["agent_offline"]
+notify = ["ops"]
+""")
+    c = collector_process(db_url, extra_args=("--offline-after", "3s", "--alerts", str(rules))).start()
     spool = tmp_path / "agent-state"
     argv = [*CLI, "agent", "--collector", c.address, "--token", "test-token", "--name", "killed", "--spool", str(spool),
             "--interval", "200ms"]
@@ -75,17 +89,25 @@ def test_sigkilled_agent_is_offline_until_restarted(tmp_path: Path, db_url: str,
         assert time.monotonic() - killed_at >= 3.0 - 0.5, "not before the threshold"
         (inc,) = _incidents(db_url, "agent_offline")
         assert inc.origin == "detector" and inc.facts["threshold_s"] == 3.0
+        wait_until(lambda: [b["state"] for b in receiver.bodies()] == ["firing"], timeout_s=15,
+                   message="a firing notification")
         time.sleep(1.0)
         agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(lambda: _incidents(db_url, "agent_offline")[0].state == "resolved", timeout_s=30,
                    message="resolved once data is back")
+        wait_until(lambda: [b["state"] for b in receiver.bodies()] == ["firing", "resolved"], timeout_s=15,
+                   message="a resolved notification")
     finally:
         if agent.poll() is None:
             agent.terminate()
             agent.wait(30)
+        receiver.stop()
     (inc,) = _incidents(db_url, "agent_offline")
     assert inc.facts["gap_s"] >= 4.0 and inc.ended_ns > inc.ts_ns and "replayed_rows" in inc.facts
     assert inc.ended_ns - inc.ts_ns == pytest.approx(inc.facts["gap_s"] * 1e9, abs=1e6)
+    firing, resolved = receiver.bodies()
+    assert firing["rule"] == resolved["rule"] == "offline"
+    assert firing["device"] == resolved["device"] == "killed" and firing["kind"] == "agent_offline"
 
 
 SDK_PROGRAM = textwrap.dedent(

@@ -101,6 +101,10 @@ class Spool:
         self._memory_bytes = 0
         self._disk_refused_at = 0.0
         self._undeleted: set[int] = set()  # acknowledged, but the disk refused the DELETE
+        # Batches handed to the uplink (``after``) and not yet acknowledged: one of them evicted
+        # may still reach the collector, so its drop is taken back if it is acknowledged.
+        self._handed_out: set[int] = set()
+        self._evicted_in_flight: dict[int, tuple[int, int, int]] = {}  # seq -> (samples, logs, incidents)
         self._counters = dict.fromkeys(_COUNTERS, 0)
         self._counters_dirty = False
         self._last_rejection = ""
@@ -269,6 +273,8 @@ class Spool:
                 return False
             self._count += 1 - len(freed)
             self._bytes += len(b.payload) - sum(f[-1] for f in freed)
+            for victim in freed:
+                self._note_evicted(*victim)
             self._counters_dirty = False
             self._checkpoint_if_large()
             return True
@@ -297,6 +303,12 @@ class Spool:
                        ("dropped_incidents", incidents)):
             self._counters[key] += n
         self._counters_dirty = True
+
+    def _note_evicted(self, seq: int, samples: int, logs: int, incidents: int, _size: int) -> None:
+        """After an eviction is final: remember a batch the uplink holds, whose ack may still come."""
+        if seq in self._handed_out:
+            self._handed_out.discard(seq)
+            self._evicted_in_flight[seq] = (samples, logs, incidents)
         if incidents:
             log.error("spool full (%d bytes): dropped batch %d holding %d incidents", self.max_bytes, seq, incidents)
 
@@ -327,6 +339,7 @@ class Spool:
             del self._memory[victim.seq]
             self._memory_bytes -= len(victim.payload)
             self._count_drop(victim.seq, victim.samples, victim.logs, victim.incidents, len(victim.payload))
+            self._note_evicted(victim.seq, victim.samples, victim.logs, victim.incidents, len(victim.payload))
 
     def _move_memory_to_disk(self) -> None:
         """Oldest first, until the disk refuses one; what it refuses stays in memory."""
@@ -369,10 +382,19 @@ class Spool:
                     log.warning("spool %s: cannot read batches: %s", self.path, exc)
             out += [SpooledBatch(m.seq, m.payload) for m in self._memory.values() if m.seq > seq]
             out.sort(key=lambda b: b.seq)
-            return out[:limit]
+            out = out[:limit]
+            self._handed_out.update(b.seq for b in out)
+            return out
 
     def delete(self, seq: int) -> None:
+        """The batch ``seq`` is acknowledged (stored, a duplicate, or rejected and counted so):
+        remove it; if it had been evicted while in flight, it was not lost after all."""
         with self._lock:
+            self._handed_out.discard(seq)
+            taken_back = self._evicted_in_flight.pop(seq, None)
+            if taken_back is not None:
+                self._take_back_drop(*taken_back)
+                return
             m = self._memory.pop(seq, None)
             if m is not None:
                 self._memory_bytes -= len(m.payload)
@@ -384,6 +406,19 @@ class Spool:
                 for stale in list(self._undeleted):
                     if stale != seq:
                         self._delete_on_disk(stale)
+
+    def _take_back_drop(self, samples: int, logs: int, incidents: int) -> None:
+        taken = (("dropped_batches", 1), ("dropped_samples", samples), ("dropped_logs", logs),
+                 ("dropped_incidents", incidents))
+        for key, n in taken:
+            self._counters[key] -= n
+        self._counters_dirty = True
+        if self._db is not None:
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                                     [(key, self._counters[key]) for key, _ in taken])
+            except sqlite3.Error:
+                pass  # kept in memory and written with the next batch that reaches the disk
 
     def _delete_on_disk(self, seq: int) -> None:
         assert self._db is not None

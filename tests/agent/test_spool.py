@@ -96,3 +96,25 @@ def test_sequence_numbers_rise_past_every_spooled_batch(tmp_path: Path) -> None:
     spool._db.execute("DELETE FROM meta WHERE key = 'next_seq'")  # type: ignore[union-attr]  # a lost counter write
     spool.close()
     assert Spool(tmp_path).reserve_seq() == last + 1
+
+
+def test_a_batch_evicted_on_the_wire_and_acknowledged_after_all_is_not_counted_as_dropped(tmp_path: Path) -> None:
+    bound = 512 << 10
+    spool = Spool(tmp_path, max_bytes=bound)
+    first = [_put(spool, CLASS_SAMPLES, 20_000) for _ in range(5)]
+    on_the_wire = [b.seq for b in spool.after(0, 3)]  # the uplink sent the three oldest
+    assert on_the_wire == first[:3]
+    while spool.drop_totals()[0] < 5:  # fill until the oldest five are evicted
+        _put(spool, CLASS_SAMPLES, 20_000)
+    dropped_before = spool.drop_totals()
+    assert dropped_before[0] == 5 and dropped_before[1] == 50
+    # Acks come for two of the three sent: they reached the collector, so they were not lost.
+    spool.delete(on_the_wire[0])
+    spool.delete(on_the_wire[1])
+    assert spool.drop_totals() == (dropped_before[0] - 2, dropped_before[1] - 20, 0, 0)
+    # An evicted batch that was never sent stays counted, and a second ack takes nothing back.
+    spool.delete(first[3])
+    spool.delete(on_the_wire[0])
+    assert spool.drop_totals() == (dropped_before[0] - 2, dropped_before[1] - 20, 0, 0)
+    spool.close()
+    assert Spool(tmp_path).drop_totals() == (dropped_before[0] - 2, dropped_before[1] - 20, 0, 0), "persisted"

@@ -72,6 +72,11 @@ class FileFollower:
         self._warned: set[str] = set()
         for path in self._expand():
             self._track(path, from_end=True)
+        for pattern in self._patterns:  # said once: a file that appears later is followed all the same
+            if not any(os.path.isfile(m) for m in (glob.glob(pattern) if glob.has_magic(pattern) else [pattern])):
+                what = "matches no file" if glob.has_magic(pattern) else "does not exist"
+                self._warn_once("missing:" + pattern, f"--log-file {pattern} {what} yet: it will be followed from "
+                                                      "its start when it appears")
 
     def _expand(self) -> list[str]:
         out: list[str] = []

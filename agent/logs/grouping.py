@@ -75,7 +75,11 @@ runaway block cannot hold a source's memory. A finished file (``scan``) has no t
 when a line does not continue it, or at the end of the file. The agent reads logs as they grow,
 poll by poll: a block still open at the end of a poll is held for the next (a traceback may still
 chain, a burst may still reach its kill), and released once ``max_wait_s`` have passed since its
-first line; so is a device block waiting for its summary. A glog header with no indented line
+first line; so is a device block waiting for its summary. A traceback whose exception line has
+been read leaves sooner: once a poll at least ``settle_s`` after its last line brings nothing that
+continues it (Python writes a traceback and its chained ones in one go; a framework's echo such as
+TensorFlow's "Error reported to Coordinator" follows within milliseconds), so an OOM reaches the
+collector within a poll or two instead of after ``max_wait_s``. A glog header with no indented line
 after it in the same poll is released at the end of that poll, not held: glog writes a message
 and its continuation lines with one write(), so they arrive together, and holding every glog
 line would delay them all.
@@ -102,6 +106,9 @@ __all__ = [
     "GLOG_HEADER",
     "GLOG_SHAPE",
     "MAY_OPEN_BLOCK",
+    "OPENS_WITH_NEXT_LINE",
+    "QUIET_BLOCK",
+    "FRAME_WORD",
     "OPEN_SHAPES",
     "OPEN_WORDS",
     "EventGrouper",
@@ -208,8 +215,9 @@ _TRT_TRAILERS = (
 # quiet ones. Each alternative starts with a literal, which keeps the search fast.
 # The words (and the few shapes) every opening line contains, kept apart so ``scan`` can build
 # one gate of them and the classifiers' triggers (agent/classify/_gate.py).
+FRAME_WORD = 'File "'  # in every traceback frame line (rule 2)
 OPEN_WORDS: tuple[str, ...] = (
-    "Traceback (most", 'File "', "oom-killer", "illed process", "ill process", "=== Performance summary",
+    "Traceback (most", FRAME_WORD, "oom-killer", "illed process", "ill process", "=== Performance summary",
     "=== Device Information", "Throughput:", "State:", "OOM when", "ran out of memory", "BFCAllocator",
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
@@ -227,6 +235,40 @@ OPEN_SHAPES: tuple[tuple[str, str], ...] = (
     ("Movable: ", r"\d"),
 )
 MAY_OPEN_BLOCK = compile_gate(OPEN_WORDS, (*OPEN_SHAPES, GLOG_SHAPE))
+# The two openers ``scan`` does not find by a word (a frame line, rule 2, and a glog header, rule
+# 3) as regex text matched from a line's start over a piece of a file: it matches where such a
+# line opens a block that its next line continues (or where the next line is not in the piece,
+# "\Z"). A lone frame or glog header with no trigger in it is an event of its own with no
+# finding, which ``scan`` skips without reading. It must match at least wherever _opening and
+# _traceback_step (state _FRAMES) / _glog_step take the next line; matching more only costs time
+# (a next line of spaces, or one holding a "Traceback" marker, ends a frame but is let through).
+_EXC_START = r"[A-Za-z_][\w.<>]*(?::|\r|\n|\Z)|[A-Za-z_][\w.<>]{4095}"  # _EXC_LINE, also on a cut line
+OPENS_WITH_NEXT_LINE = (
+    r'[^\S\n]*File "[^"\n]*", line \d+[^\n]*\n(?:[ \t]|[^\S\n]*File "|' + _EXC_START + r"|\Z)"
+    r"|(?:" + _GLOG.pattern.replace("(?P<a>", "(?:").replace("(?P<b>", "(?:") + r")[^\n]*\n(?:[ \t]|\Z)"
+)
+# A whole block ``scan`` may pass over without the grouper, from its first line's start, when no
+# word of its gate is in it (a block without a trigger is an event with no finding): a pasted
+# traceback tail (rule 2: frames, the exception line, indented message lines) or a glog header
+# with its indented lines (rule 3), followed by a line that certainly ends it. Each line it takes
+# is one the rules take, and the line after it is one they end at; any other shape (blank lines,
+# chains, trailers, a block running to the end of the piece) does not match, and the grouper
+# reads it. A line holding "Traceback (most recent call last):" is never taken (it may open a
+# header or end the frames); the caller keeps spans short enough that no line in one is cut.
+_NO_TB = r"(?![^\n]*Traceback \(most recent call last\):)"
+_INDENTED_TEXT = r"[ \t][^\S\n]*\S[^\n]*\n"  # indented and not blank
+_FRAME_TEXT = r'[^\S\n]*File "[^"\n]*", line \d+[^\n]*\n'
+_ENDS_ENDED = (  # a line _traceback_step ends an ended traceback at (state _ENDED)
+    r"(?=[^\S\n]{0,4000}\S)(?![ \t])(?!"
+    + "|".join(re.escape(t) for t in (*_CHAIN, *_MESSAGE_TRAILERS))
+    + r")(?![^\n]*Error reported to Coordinator)"
+)
+QUIET_BLOCK = (
+    rf"{_NO_TB}{_FRAME_TEXT}(?:{_NO_TB}(?:{_INDENTED_TEXT}|(?![ \t]){_FRAME_TEXT}))*"
+    rf"{_NO_TB}[A-Za-z_][\w.<>]*(?::[^\n]*|\r?)\n(?:{_INDENTED_TEXT})*{_ENDS_ENDED}"
+    r"|(?:" + _GLOG.pattern.replace("(?P<a>", "(?:").replace("(?P<b>", "(?:") + rf")[^\n]*\n(?:{_INDENTED_TEXT})+"
+    r"(?![ \t][^\S\n]*\S)(?!\Z)"
+)
 
 _RANK = LOG_LEVEL_RANK
 
@@ -289,6 +331,7 @@ class _Group(Generic[L]):
     lines: list[L] = field(default_factory=list)
     chars: int = 0
     blank_tail: int = 0  # trailing blank lines, dropped if the block ends here
+    grown_ns: int = 0  # the poll that gave it its last line
 
     def rest(self, message: str) -> str | None:
         """The line without this block's prefix; None when the line does not carry it."""
@@ -533,6 +576,7 @@ class LineGrouper(Generic[L, E]):
         max_lines: int = MAX_BLOCK_LINES,
         max_chars: int = MAX_BLOCK_CHARS,
         max_wait_s: float | None = None,
+        settle_s: float | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if max_lines < 2:
@@ -541,6 +585,9 @@ class LineGrouper(Generic[L, E]):
         self._max_lines = max_lines
         self._max_chars = max_chars
         self._max_wait_ns = None if max_wait_s is None else int(max_wait_s * 1e9)
+        # A traceback whose exception line has been read and that nothing continued for this long
+        # is released without waiting out max_wait_s (see "Bounds and time").
+        self._settle_ns = None if settle_s is None else int(settle_s * 1e9)
         self._clock = clock
         self._now_ns = 0  # the time of the current poll: when a block opened, for max_wait_s
         self._sources: dict[str, _Source[L]] = {}
@@ -596,6 +643,7 @@ class LineGrouper(Generic[L, E]):
                 out.append(self._join((line,), "info"))
             return
         group.add(line, group.state, text)
+        group.grown_ns = self._now_ns
         src = self._sources.get(line.source)  # closing a block may have let the source go
         if src is None:
             src = self._sources[line.source] = _Source(line.source)
@@ -646,6 +694,7 @@ class LineGrouper(Generic[L, E]):
 
     def _add(self, src: _Source[L], g: _Group[L], line: L, state: str, rest: str, verdict: int, out: list[E]) -> None:
         g.add(line, state, rest)
+        g.grown_ns = self._now_ns
         if verdict == _TAKE_LAST:
             self._close(src, g, out)
         else:
@@ -694,13 +743,17 @@ class LineGrouper(Generic[L, E]):
 
     def _release(self, out: list[E]) -> None:
         """At the end of a poll: lone glog headers, and blocks that waited ``max_wait_s``."""
-        now, wait = self._now_ns, self._max_wait_ns
+        now, wait, settle = self._now_ns, self._max_wait_ns, self._settle_ns
         for src in list(self._sources.values()):
             for g in list(src.groups):
                 lone_glog = g.kind == _GLOG_BLOCK and len(g.lines) == 1
                 # trtexec prints a summary at once: one whose last line is blank is complete.
                 spent_summary = g.kind == _TRT_SUMMARY and g.blank_tail > 0
-                if lone_glog or spent_summary or (wait is not None and now - g.opened_ns >= wait):
+                # Python prints a traceback and any chained one in one go, and a framework's echo
+                # follows within milliseconds: an ended one that a later poll did not continue is whole.
+                settled = (settle is not None and g.kind == _TRACEBACK and g.state == _ENDED
+                           and now - g.grown_ns >= settle)
+                if lone_glog or spent_summary or settled or (wait is not None and now - g.opened_ns >= wait):
                     self._close(src, g, out)
             if src.device is not None and wait is not None and now - src.device.opened_ns >= wait:
                 self._release_device(src, out)
@@ -721,11 +774,13 @@ class EventGrouper(LineGrouper[LogEvent, LogEvent]):
         self,
         *,
         max_wait_s: float = 2.0,
+        settle_s: float | None = 0.3,
         max_lines: int = MAX_BLOCK_LINES,
         max_chars: int = MAX_BLOCK_CHARS,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        super().__init__(_joined, max_lines=max_lines, max_chars=max_chars, max_wait_s=max_wait_s, clock=clock)
+        super().__init__(_joined, max_lines=max_lines, max_chars=max_chars, max_wait_s=max_wait_s, settle_s=settle_s,
+                         clock=clock)
 
 
 def _joined(lines: Sequence[LogEvent], level: str) -> LogEvent:

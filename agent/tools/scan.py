@@ -20,10 +20,10 @@ Lines are numbered from 1 as editors number them.
 
 Speed: the file is read a piece (``BLOCK_BYTES``) at a time, and the lines no block could start
 at and no classifier could fire on are only counted, never split out or grouped: a gate
-(:class:`_Gate`: one regex for the words with a rare character, ``str.find`` for the others)
-points at the next line worth looking at, and a line that would only open a block the next line
-does not continue (a lone traceback frame, a glog header) is skipped when it holds no trigger.
-The findings are the same as feeding every line to the grouper.
+(:class:`_Gate`: one regex for the words with a character rare in this file, ``str.find`` for
+the others, and the frame and glog openers whose next line continues them) points at the next
+line worth looking at. A traceback tail or glog block with no gate word in it is passed over
+whole (``QUIET_BLOCK``). The findings are the same as feeding every line to the grouper.
 
 Files that start with the gzip magic bytes are decompressed while read (``syslog.2.gz``).
 A file that cannot be read gets ``ScanResult.error`` and the scan goes on with the next one.
@@ -31,23 +31,26 @@ A file that cannot be read gets ``ScanResult.error`` and the scan goes on with t
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, NamedTuple
 
 from fleetscope.agent.classify import Finding, classify_text, gate_patterns, registry
-from fleetscope.agent.classify._gate import anchor, compile_gate, share
+from fleetscope.agent.classify._gate import anchor, share, trie_pattern
 from fleetscope.agent.logs.grouping import (
-    GLOG_HEADER,
+    FRAME_WORD,
     MAX_BLOCK_CHARS,
     MAX_BLOCK_LINES,
     OPEN_SHAPES,
     OPEN_WORDS,
+    OPENS_WITH_NEXT_LINE,
+    QUIET_BLOCK,
     LineGrouper,
-    ends_at_once,
 )
 from fleetscope.agent.records import FactValue
 
@@ -68,8 +71,12 @@ MAX_EVENT_CHARS = MAX_BLOCK_CHARS
 PROGRESS_EVERY_BYTES = 50_000_000
 # A word whose rarest character is commoner than this (in percent of log text) is searched with
 # str.find rather than in the gate's regex (_Gate).
-FIND_SHARE = 1.0
-BLOCK_BYTES = 1 << 20  # read at once; the gate is searched through a whole piece (_classify_blocks)
+FIND_SHARE = 0.8
+SAMPLE_CHARS = 1 << 16  # the start of a file whose characters choose the gate's anchors (_Gate)
+SAMPLE_MIN = 4096  # a shorter file uses typical shares
+BLOCK_BYTES = 1 << 20
+QUIET_MAX_CHARS = MAX_LINE_BYTES // 4  # a block passed over is shorter: none of its lines is cut
+_QUIET = re.compile(QUIET_BLOCK)  # read at once; the gate is searched through a whole piece (_classify_blocks)
 
 Progress = Callable[[str, int, int], None]  # (path, bytes read so far, file size)
 Classify = Callable[[str], list[Finding]]
@@ -276,48 +283,95 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Gate:
-    """Where, from a position of a piece of text, the next line worth looking at may be.
+    """Where, from a line's start in a piece of text, the next line worth looking at starts.
 
-    Worth looking at: a line where a block could start or a classifier could fire (the grouper's
-    opening words and shapes, the classifiers' ``triggers`` and ``gate_patterns``), and a line an
-    indented line follows (a glog header with continuation lines is a block; a lone one is not).
-    Words that hold a rare character are found by one regex from that character on
-    (agent/classify/_gate.py); the others, with ``str.find``, whose skipping search is far faster
-    than a regex entering at every common letter; each word's next place is remembered until
-    passed. The gate is necessary, not exact: the grouper and the classifiers look closer.
+    Worth looking at: a line where a classifier could fire (the classifiers' ``triggers`` and
+    ``gate_patterns``), or where a block could start (the grouper's opening words and shapes); a
+    traceback frame or a glog header only when its next line continues the block it opens
+    (``OPENS_WITH_NEXT_LINE``), since alone, with no trigger in it, it is an event with no finding.
+    Words that hold a rare character, the shapes and the frame and glog openers (after a
+    newline) are found by one regex (agent/classify/_gate.py); the other words with ``str.find``,
+    whose skipping search is far faster than a regex entering at every common letter; each one's
+    next place is remembered until passed. The gate is necessary, not exact: the grouper and the
+    classifiers look closer.
     """
 
-    _INDENT = ("\n ", "\n\t")
-
-    def __init__(self, words: set[str], shapes: list[tuple[str, str]]) -> None:
-        rare = {w for w in words if share(anchor(w)[0]) <= FIND_SHARE}
-        self._regex = compile_gate(rare, shapes)
-        self._words = sorted(words - rare, key=len, reverse=True) + list(self._INDENT)
+    def __init__(self, words: set[str], shapes: list[tuple[str, str]], sample: str = "") -> None:
+        # A word another word holds is enough: the longer one adds nothing to a necessary gate.
+        words = {w for w in words if not any(o != w and o in w for o in words)}
+        if len(sample) >= SAMPLE_MIN:
+            shares = _shares(sample, words)
+            anchors = {w: _anchor(w, shares) for w in words}
+        else:  # too little text to count: the typical shares of log text (agent/classify/_gate.py)
+            shares = {c: share(c) for w in words for c in w}
+            anchors = {w: anchor(w) for w in words}
+        rare = {w for w, a in anchors.items() if shares.get(a[0], 0.0) <= FIND_SHARE}
+        self._regex = _compiled(frozenset(anchors[w] for w in rare), tuple(dict.fromkeys(shapes)))
+        self._clear = _compiled(frozenset(words), tuple(dict.fromkeys(shapes)), False)  # for short spans
+        self._first = re.compile(OPENS_WITH_NEXT_LINE)  # a piece's first line has no newline before it
+        self._words = sorted(words - rare, key=len, reverse=True)  # found whole: a longer needle skips further
         self._next: dict[str, int] = {}  # each word's next place in the piece (-1: none)
         self._regex_at = -2  # the regex's next match in the piece (-1: none, -2: not searched)
         self._block = ""
 
-    def search(self, block: str, pos: int) -> tuple[int, bool] | None:
-        """(start of the next match at or after ``pos``, whether it is an indented line's newline)."""
+    def clear(self, block: str, start: int, end: int) -> bool:
+        """True when no word or shape of the gate is in ``block[start:end]`` (the openers aside)."""
+        return self._clear.search(block, start, end) is None
+
+    def next_line(self, block: str, pos: int) -> int | None:
+        """The start of the first line at or after ``pos`` (a line's start) worth looking at."""
         if block is not self._block:
             self._block, self._next, self._regex_at = block, {}, -2
-        best, indent = -1, False
-        if self._regex_at != -1 and self._regex_at < pos:
-            m = self._regex.search(block, pos)
-            self._regex_at = m.start() if m is not None else -1
-        if self._regex_at >= 0:
-            best = self._regex_at
+        if pos == 0 and self._first.match(block):
+            return 0
+        # From the newline before ``pos``: a frame or glog opener's match starts there.
+        at = self._regex_at
+        if at != -1 and at < pos - 1:
+            m = self._regex.search(block, pos - 1 if pos else 0)
+            at = self._regex_at = m.start() if m is not None else -1
+        best = at
         nxt = self._next
         for w in self._words:
             at = nxt.get(w, -2)
             if at != -1 and at < pos:
                 at = nxt[w] = block.find(w, pos)
             if at >= 0 and (best < 0 or at < best):
-                best, indent = at, w in self._INDENT
-        return None if best < 0 else (best, indent)
+                best = at
+        if best < 0:
+            return None
+        if block[best] == "\n":
+            return best + 1  # an opener's match: its line starts after the newline
+        return block.rfind("\n", pos, best) + 1 or pos
 
 
-def _skip_gate(classify: Classify) -> _Gate | None:
+def _shares(sample: str, words: Iterable[str]) -> dict[str, float]:
+    """Each character of ``words``: its share of ``sample``, in percent."""
+    n = len(sample)
+    return {c: 100.0 * sample.count(c) / n for c in {c for w in words for c in w}}
+
+
+def _anchor(word: str, shares: Mapping[str, float]) -> str:
+    """The tail of ``word`` the gate's regex searches for: from its rarest character in the file
+    being read (``shares``), at least three characters long."""
+    if len(word) <= 3:
+        return word
+
+    def cost(i: int) -> tuple[float, int]:
+        room = len(word) - i
+        if room < 3 or (room == 3 and word[i].isalnum()):
+            return (1e9, i)
+        return (shares.get(word[i], 0.0), i)
+
+    return word[min(range(len(word)), key=cost) :]
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(anchors: frozenset[str], shapes: tuple[tuple[str, str], ...], openers: bool = True) -> re.Pattern[str]:
+    # The anchors are already chosen (_anchor), so the trie is built from them directly.
+    return re.compile(trie_pattern(anchors, [*shapes, ("\n", OPENS_WITH_NEXT_LINE)] if openers else shapes))
+
+
+def _skip_gate(classify: Classify, sample: str) -> _Gate | None:
     """The gate over what can start a block or fire a classifier (see :class:`_Gate`).
 
     Built from the classifiers' declared ``triggers`` (the registry's own prefilter), so only for
@@ -331,7 +385,8 @@ def _skip_gate(classify: Classify) -> _Gate | None:
         if not t or "" in t:
             return None
         triggers.update(t)
-    return _Gate({*OPEN_WORDS, *triggers}, [*OPEN_SHAPES, *gate_patterns(registry())])
+    # A frame line is found by OPENS_WITH_NEXT_LINE, where it matters, not by its word.
+    return _Gate({*OPEN_WORDS, *triggers} - {FRAME_WORD}, [*OPEN_SHAPES, *gate_patterns(registry())], sample)
 
 
 def _cut(line: str) -> str:
@@ -346,15 +401,19 @@ def _cut(line: str) -> str:
 def _classify_blocks(blocks: Iterable[str], classify: Classify, out: list[ScanFinding]) -> None:
     """Group and classify pieces of whole lines, looking only at lines the gate points to.
 
-    While no block is open, a line in which the gate matches nowhere would be a one-line event with
-    no finding: the gate is searched through the whole piece at once (in C) and the lines before
-    its next match are only counted. While a block is open every line is given to the grouper, as
-    it may continue the block. The result is the same as feeding every line.
+    While no block is open, a line the gate does not point to would be an event with no finding
+    (a one-line event, or a lone frame or glog header): the gate is searched through the whole
+    piece at once (in C) and the lines before its next match are only counted. While a block is
+    open every line is given to the grouper, as it may continue the block. The result is the same
+    as feeding every line.
     """
     g = _grouper()
-    gate = _skip_gate(classify)
-    trigger = registry().gate if gate is not None else None  # the classifiers' own gate
+    gate: _Gate | None = None
+    first = True
     number = 0
+    push = g.push
+    idle = g.idle
+    quiet = _QUIET.match
 
     def run(events: list[Event]) -> None:
         for ev in events:
@@ -362,40 +421,35 @@ def _classify_blocks(blocks: Iterable[str], classify: Classify, out: list[ScanFi
                 out.append(_place(f, ev))
 
     for block in blocks:
+        if first:  # the gate's words are anchored at the characters that are rare in this file
+            gate, first = _skip_gate(classify, block[:SAMPLE_CHARS]), False
         pos, size = 0, len(block)
         while pos < size:
-            if gate is not None and g.idle():
-                hit = gate.search(block, pos)
-                if hit is None:
+            if gate is not None and idle():
+                start = gate.next_line(block, pos)
+                if start is None:
                     number += block.count("\n", pos)
                     if not block.endswith("\n"):
                         number += 1  # the file's last line, without its newline
                     break
-                at, indent = hit
-                start = block.rfind("\n", pos, at) + 1 or pos
-                if indent:
-                    # The line before an indented one matters only as a glog header (rule 3).
-                    if not GLOG_HEADER.match(block, start, at):
-                        number += block.count("\n", pos, at + 1)
-                        pos = at + 1
-                        continue
                 number += block.count("\n", pos, start)
                 pos = start
+                # A traceback tail or glog block with no word of the gate in it: an event with no
+                # finding, passed over whole (QUIET_BLOCK says where it certainly ends).
+                m = quiet(block, pos)
+                if m is not None:
+                    end = m.end()
+                    if end - pos < QUIET_MAX_CHARS and gate.clear(block, pos, end):
+                        number += block.count("\n", pos, end)
+                        pos = end
+                        continue
             end = block.find("\n", pos)
             if end < 0:
                 end = size
             number += 1
-            line = _cut(block[pos:end])
-            if trigger is not None and g.idle() and not trigger.search(line):
-                # Pointed to only as a possible block opener (a frame, a glog header): when the
-                # next line does not continue the block, the line is an event of its own in which
-                # no classifier's trigger is: nothing to build for it.
-                nl = block.find("\n", end + 1)
-                following = block[end + 1 : nl if nl >= 0 else size] if end + 1 < size else None
-                if following is not None and ends_at_once(line, _cut(following)):
-                    pos = end + 1
-                    continue
-            run(g.push(_Line(number, line)))
+            events = push(_Line(number, _cut(block[pos:end])))
+            if events:
+                run(events)
             pos = end + 1
     run(g.flush_all())
 

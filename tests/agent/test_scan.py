@@ -454,3 +454,51 @@ def test_skipping_quiet_runs_changes_no_result(tmp_path: Path) -> None:
     slow = scan_files(paths, classify=lambda text: classify_text(text))  # not the registry's: no shortcut
     assert fast == slow
     assert _kinds(fast[0]) == Counter({KIND_CUDA_OOM: 1, KIND_GPU_XID: 1, KIND_HOST_OOM: 1})
+
+
+_TRICKY = [
+    '  File "/srv/train.py", line 88, in <module>',
+    'File "/srv/train.py", line 9, in f',
+    "    out = model(x)",
+    "ValueError: bad shape",
+    "KeyboardInterrupt",
+    "WARNING: slow loader",
+    "RuntimeError: CUDA error: out of memory",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "CUDA kernel errors might be asynchronously reported at some other API call",
+    "During handling of the above exception, another exception occurred:",
+    "Traceback (most recent call last):",
+    "",
+    "   ",
+    "I1202 10:00:01.123456  77 infer.cc:12] request done",
+    "E0421 10:03:12.123456  1234 bfc_allocator.cc:123] Allocator ran out of memory trying to allocate",
+    "2022-04-17 14:04:31.889463: W tensorflow/core/x.cc:275] Error reported to Coordinator: OOM",
+    "\tindented with a tab",
+    "step 10 loss 0.5",
+    "2026-12-02 10:00:00,123 INFO trainer: epoch 1",
+    XID_LINE,
+    "Throughput: 512.5 qps",
+    "State:  Running",
+    "ValueError: x\r",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_passing_over_blocks_in_bulk_changes_no_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    # Lone frames and glog headers skipped, quiet tracebacks and glog blocks passed over whole,
+    # pieces cut anywhere: the findings and line numbers are those of feeding every line.
+    import random
+
+    from fleetscope.agent.tools import scan as scan_mod
+
+    rng = random.Random(seed)
+    monkeypatch.setattr(scan_mod, "BLOCK_BYTES", rng.choice([4096, 1 << 20]))
+    monkeypatch.setattr(scan_mod, "SAMPLE_MIN", rng.choice([1, 4096]))
+    lines = [rng.choice(_TRICKY) for _ in range(rng.randrange(50, 3000))]
+    path = tmp_path / "mix.log"
+    path.write_bytes("\n".join(lines).encode() + (b"\n" if seed % 2 else b""))
+    fast = scan_file(path)
+    slow = scan_file(path, classify=lambda text: classify_text(text))
+    assert fast == slow
+    events = [(e.line_numbers, f.kind) for e in iter_events(lines) for f in classify_text(e.text)]
+    assert sorted((f.end_line, f.kind) for f in fast.findings) == sorted((n[-1], k) for n, k in events)

@@ -1,4 +1,8 @@
-"""The latency bucket scheme shared by the SDK, the agent and the collector.
+"""The legacy latency bucket scheme (scheme 0 of ``fleetscope.proto.exponential``).
+
+Today's SDK records on OpenTelemetry's exponential grid (``exponential.DEFAULT_SCHEME``); this
+scheme is what agents from before the wire's ``scheme`` field send, and what histograms stored
+before revision 0005 hold. They are read with it, unchanged.
 
 It is part of the wire contract: a histogram's ``bucket_index`` only means something because
 every party computes it the same way, and stored histograms from different devices and times

@@ -666,7 +666,7 @@ POWER_THROTTLE_MASK = _mask("sw_power_cap", "hw_power_brake_slowdown")
 # or expect blindly; never change one's meaning.
 CAPABILITY_COLUMNAR = "columnar-v1"  # samples as Column messages (fleetscope.proto.columns)
 CAPABILITY_INCIDENTS = "incidents-v1"  # Batch.incidents with typed facts
-CAPABILITY_LATENCY = "latency-v1"  # LatencyHistogram with the bucket scheme of fleetscope.proto.buckets
+CAPABILITY_LATENCY = "latency-v1"  # LatencyHistogram, its bucket scheme named by its `scheme` field (proto.exponential)
 CAPABILITY_METRICS = "metrics-v1"  # MetricPoint
 CAPABILITIES: tuple[str, ...] = (
     CAPABILITY_COLUMNAR,

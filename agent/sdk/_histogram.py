@@ -1,7 +1,9 @@
-"""A mergeable latency histogram over the shared bucket scheme (``fleetscope.proto.buckets``).
+"""A mergeable latency histogram over the shared bucket schemes (``fleetscope.proto.exponential``).
 
 The SDK, the agent and the collector must put a value in the same bucket, so the index comes
-from the same formula with the same constant; ``fast_bucket_index`` only saves the call.
+from the same formula with the same constant; ``fast_bucket_index`` only saves the call. The SDK
+records on OpenTelemetry's exponential grid at ``SCHEME`` (scale 4); a histogram read from the
+wire keeps the scheme it was sent with (0 = the legacy base-1.04 scheme).
 """
 
 from __future__ import annotations
@@ -10,25 +12,27 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleetscope.proto import buckets
+from fleetscope.proto import exponential
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
-# Computed exactly as fleetscope.proto.buckets computes its own, so the floats are identical.
-LOG_GAMMA = math.log(buckets.GAMMA)
+SCHEME = exponential.DEFAULT_SCHEME
+# Computed exactly as fleetscope.proto.exponential computes its own, so the floats are identical.
+INDEX_FACTOR = 1 << SCHEME
 
 
-def fast_bucket_index(value_ns: float, _log=math.log, _ceil=math.ceil, _lg=LOG_GAMMA) -> int:
-    """``buckets.bucket_index`` for a positive value, with its globals bound for the hot path."""
-    return _ceil(_log(value_ns) / _lg)
+def fast_bucket_index(value_ns: float, _log2=math.log2, _ceil=math.ceil, _k=INDEX_FACTOR) -> int:
+    """``exponential.bucket_index(v, SCHEME)`` for a positive value, globals bound for the hot path."""
+    return _ceil(_log2(value_ns) * _k) - 1
 
 
 class Histogram:
     """Counts per bucket, plus the totals a LatencyHistogram carries. Not thread-safe by itself:
     the SDK gives each thread its own and merges them when it reports."""
 
-    __slots__ = ("buckets", "zero_count", "sum_ns", "errors")
+    __slots__ = ("buckets", "zero_count", "sum_ns", "errors", "scheme")
 
     def __init__(self) -> None:
+        self.scheme = SCHEME  # what the indexes of ``buckets`` mean (``from_proto`` keeps the sender's)
         self.buckets: dict[int, int] = {}
         self.zero_count = 0  # durations <= 0 ns (a clock step, a too-coarse timer)
         self.sum_ns = 0
@@ -40,7 +44,7 @@ class Histogram:
 
     def record(self, value_ns: int | float, error: bool = False) -> None:
         if value_ns > 0:
-            i = fast_bucket_index(value_ns)
+            i = fast_bucket_index(value_ns) if self.scheme == SCHEME else exponential.bucket_index(value_ns, self.scheme)
             self.buckets[i] = self.buckets.get(i, 0) + 1
             self.sum_ns += int(value_ns)
         else:
@@ -54,6 +58,8 @@ class Histogram:
             self.record(v)
 
     def merge(self, other: Histogram) -> Histogram:
+        if other.scheme != self.scheme:
+            raise ValueError(f"cannot merge a scheme-{other.scheme} histogram into a scheme-{self.scheme} one")
         for i, c in other.buckets.items():
             self.buckets[i] = self.buckets.get(i, 0) + c
         self.zero_count += other.zero_count
@@ -62,8 +68,8 @@ class Histogram:
         return self
 
     def quantile(self, q: float) -> float | None:
-        """The ``q`` quantile (0..1) in ns, within ``buckets.RELATIVE_ERROR``; None when empty."""
-        return buckets.quantile(self.buckets, q, zero_count=self.zero_count)
+        """The ``q`` quantile (0..1) in ns, within ``exponential.relative_error(scheme)``; None when empty."""
+        return exponential.quantile(self.buckets, q, zero_count=self.zero_count, scheme=self.scheme)
 
     def to_proto(
         self, name: str, labels: Mapping[str, str], start_ns: int, end_ns: int
@@ -80,11 +86,13 @@ class Histogram:
             bucket_index=indexes,
             bucket_count=[self.buckets[i] for i in indexes],
             zero_count=self.zero_count,
+            scheme=self.scheme,
         )
 
     @classmethod
     def from_proto(cls, msg: pb.LatencyHistogram) -> Histogram:
         h = cls()
+        h.scheme = exponential.check_scheme(msg.scheme)
         h.buckets = dict(zip(msg.bucket_index, msg.bucket_count))
         h.zero_count = msg.zero_count
         h.sum_ns = msg.sum_ns

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fleetscope.agent.sdk import _registry
-from fleetscope.agent.sdk._histogram import LOG_GAMMA
+from fleetscope.agent.sdk._histogram import INDEX_FACTOR
 from fleetscope.agent.sdk._memory import cuda_torch as _cuda_ready
 from fleetscope.agent.sdk._registry import SeriesKey, make_key, record
 
@@ -103,9 +103,9 @@ class LatencyBlock:
         exc: object,
         tb: object,
         _now: Callable[[], int] = _now,
-        _log: Callable[[float], float] = math.log,
+        _log2: Callable[[float], float] = math.log2,
         _ceil: Callable[[float], int] = math.ceil,
-        _lg: float = LOG_GAMMA,
+        _k: int = INDEX_FACTOR,
     ) -> bool:
         end = _now()
         start = self._start
@@ -124,7 +124,7 @@ class LatencyBlock:
                 s = series[key] = _registry._Series()
             ns = end - start
             if ns > 0:
-                i = _ceil(_log(ns) / _lg)
+                i = _ceil(_log2(ns) * _k) - 1
                 b = s.buckets
                 b[i] = b.get(i, 0) + 1
                 s.sum_ns += ns

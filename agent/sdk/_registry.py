@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 
-from fleetscope.agent.sdk._histogram import LOG_GAMMA, Histogram, LatencySummary
+from fleetscope.agent.sdk._histogram import INDEX_FACTOR, Histogram, LatencySummary
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 # A series key is one string: the bare name when there are no labels (the common case), else the
@@ -105,9 +105,9 @@ def record(
     key: SeriesKey,
     ns: int,
     error: bool = False,
-    _log: Callable[[float], float] = math.log,
+    _log2: Callable[[float], float] = math.log2,
     _ceil: Callable[[float], int] = math.ceil,
-    _lg: float = LOG_GAMMA,
+    _k: int = INDEX_FACTOR,
 ) -> None:
     """Add one duration to the calling thread's series ``key``: the SDK's hot path."""
     try:
@@ -118,7 +118,7 @@ def record(
     if s is None:
         s = series[key] = _Series()
     if ns > 0:
-        i = _ceil(_log(ns) / _lg)
+        i = _ceil(_log2(ns) * _k) - 1
         b = s.buckets
         b[i] = b.get(i, 0) + 1
         s.sum_ns += ns

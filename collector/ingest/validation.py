@@ -37,6 +37,7 @@ from fleetscope.proto.columns import (
     column_values,
     with_nulls,
 )
+from fleetscope.proto.exponential import SCHEMES as LATENCY_SCHEMES
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 INT64_MAX = 2**63 - 1
@@ -302,6 +303,8 @@ def validate_batch(batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: in
         _check_text(h.name, f"latency[{i}].name", limits.max_name_chars, required=True)
         if len(h.bucket_index) != len(h.bucket_count):
             raise BatchInvalid(f"latency[{i}].bucket_count", "must pair one-to-one with bucket_index")
+        if h.scheme not in LATENCY_SCHEMES:
+            raise BatchInvalid(f"latency[{i}].scheme", f"{h.scheme} is no bucket scheme (0 = legacy, 1..{max(LATENCY_SCHEMES)} = OTel scale)")
         if sum(h.bucket_count) + h.zero_count != h.count:
             raise BatchInvalid(f"latency[{i}].count", f"{h.count} differs from the bucket counts' sum")
         for name in ("count", "sum_ns", "errors", "zero_count"):

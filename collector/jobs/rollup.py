@@ -11,7 +11,8 @@ Design, and why:
 * **In the database.** Minute rows are ``INSERT ... SELECT ... GROUP BY`` over the raw rows,
   hour rows the same over minute rows: no sample crosses into Python. Latency histograms are
   the exception (their buckets are JSON maps and merge by adding counts per index), merged
-  here with ``fleetscope.proto.buckets.merge``.
+  here with ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an
+  agent upgrade crosses has a legacy row and an exponential one; see ``proto.exponential``).
 * **One roller at a time, any number of collectors.** Each run first takes the ``rollup``
   lease (``fleetscope.collector.storage.lease``). A collector that does not hold it skips the
   run; when the holder dies its lease expires after ``lease_s`` and another takes over. Each
@@ -282,6 +283,7 @@ class RollupJob:
                     h.errors,
                     h.zero_count,
                     h.buckets,
+                    h.scheme,
                 ).where(h.device_id == device_id, h.start_ns >= start, h.start_ns < end)
             )
         else:
@@ -296,11 +298,13 @@ class RollupJob:
                     lr.errors,
                     lr.zero_count,
                     lr.buckets,
+                    lr.scheme,
                 ).where(lr.device_id == device_id, lr.step_s == 60, lr.bucket_ns >= start, lr.bucket_ns < end)
             )
-        merged: dict[tuple[int, str, str], list] = {}
-        for ts, window, name, labels, count, sum_ns, errors, zero, buckets in rows:
-            key = (ts - ts % step_ns, name, labels)
+        # Keyed by scheme too: histograms of different bucket schemes are never added together.
+        merged: dict[tuple[int, str, str, int], list] = {}
+        for ts, window, name, labels, count, sum_ns, errors, zero, buckets, scheme in rows:
+            key = (ts - ts % step_ns, name, labels, scheme)
             acc = merged.setdefault(key, [0, 0, 0, 0, 0, []])
             acc[0] += count
             acc[1] += sum_ns
@@ -325,8 +329,9 @@ class RollupJob:
                     "zero_count": a[3],
                     "window_ns": a[4],
                     "buckets": json.dumps(bucket_math.merge(a[5]), separators=(",", ":")),
+                    "scheme": scheme,
                 }
-                for (b, name, labels), a in merged.items()
+                for (b, name, labels, scheme), a in merged.items()
             ],
         )
         return len(merged)

@@ -3,7 +3,10 @@
 One computation serves every reader: histograms (raw rows, or minute and hour rollups where
 rolled, see ``planning``) are summed bucket by bucket per operation, label set, device and time
 bucket (``_fetch``), then merged across whatever the question spans and read with the bucket
-scheme's quantile (bounded relative error). ``latency_stats`` is one figure per operation over
+scheme's quantile (bounded relative error). Counts are kept per bucket scheme (legacy base 1.04,
+or an OTel exponential scale: ``proto.exponential``) and never added across schemes; a window
+holding both is read by ``exponential.quantile_of``, each bucket by its own scheme, so its
+percentiles stay within the larger of the two bounds and nothing is re-bucketed. ``latency_stats`` is one figure per operation over
 a window (``fleetscope latency``, the Compare page); ``latency_series`` and
 ``group_latency_series`` are the same figures per time bucket (the Device and Compare charts).
 
@@ -26,9 +29,9 @@ from fleetscope.collector.query._common import NS, device_ids, floor_to
 from fleetscope.collector.query.planning import groups_by_plan, resolution_for
 from fleetscope.collector.storage.rollup_schema import latency_rollups
 from fleetscope.collector.storage.schema import latency_histograms
-from fleetscope.proto import buckets as bucket_math
+from fleetscope.proto import exponential
 
-# {(device_id, name, labels_json, bucket_ns): [count, sum_ns, errors, zero_count, window_ns, {bucket: n}]}
+# {(device_id, name, labels_json, bucket_ns): [count, sum_ns, errors, zero_count, window_ns, {scheme: {bucket: n}}]}
 Histograms = dict[tuple[int, str, str, int], list]
 
 
@@ -141,6 +144,7 @@ def _fetch(
                     h.zero_count,
                     h.end_ns - h.start_ns,
                     h.buckets,
+                    h.scheme,
                 ).where(h.device_id.in_(ids), h.start_ns >= a, h.start_ns < b)
                 if name is not None:
                     q = q.where(h.name == name)
@@ -157,10 +161,11 @@ def _fetch(
                     r.zero_count,
                     r.window_ns,
                     r.buckets,
+                    r.scheme,
                 ).where(r.device_id.in_(ids), r.step_s == table_step, r.bucket_ns >= a, r.bucket_ns < b)
                 if name is not None:
                     q = q.where(r.name == name)
-            for d, ts, n, labels, count, sum_ns, errors, zero, window, buckets in session.execute(q):
+            for d, ts, n, labels, count, sum_ns, errors, zero, window, buckets, scheme in session.execute(q):
                 bucket = ts - ts % step_ns if step_ns else 0
                 e = acc.setdefault((d, n, labels, bucket), [0, 0, 0, 0, 0, {}])
                 e[0] += count
@@ -168,9 +173,7 @@ def _fetch(
                 e[2] += errors
                 e[3] += zero
                 e[4] += max(0, window)
-                for k, v in json.loads(buckets).items():
-                    i = int(k)
-                    e[5][i] = e[5].get(i, 0) + v
+                exponential.add(e[5], scheme, {int(k): v for k, v in json.loads(buckets).items()})
     return acc
 
 
@@ -181,13 +184,13 @@ def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def _quantile_ms(buckets: Mapping[int, int], zero: int, p: float) -> float | None:
-    return _ms(bucket_math.quantile(buckets, p, zero_count=zero))
+def _quantile_ms(by_scheme: Mapping[int, Mapping[int, int]], zero: int, p: float) -> float | None:
+    return _ms(exponential.quantile_of(by_scheme, p, zero_count=zero))
 
 
-def _merge_buckets(into: dict[int, int], buckets: Mapping[int, int]) -> None:
-    for i, c in buckets.items():
-        into[i] = into.get(i, 0) + c
+def _merge_buckets(into: exponential.ByScheme, by_scheme: Mapping[int, Mapping[int, int]]) -> None:
+    for scheme, counts in by_scheme.items():
+        exponential.add(into, scheme, counts)
 
 
 def _series(acc: Histograms, *, by_labels: bool) -> list[LatencySeries]:

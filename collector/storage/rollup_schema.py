@@ -106,6 +106,8 @@ latency_rollups = Table(
     Column("zero_count", BigInteger, nullable=False),
     Column("window_ns", BigInteger, nullable=False),
     Column("buckets", Text, nullable=False),  # JSON {index: count}, as in latency_histograms
+    # One row per scheme: histograms of different schemes are never merged (0 = legacy).
+    Column("scheme", SmallInteger, nullable=False, server_default="0"),
     Index("latency_rollups_device_step_bucket", "device_id", "step_s", "bucket_ns"),
 )
 

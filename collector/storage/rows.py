@@ -200,7 +200,7 @@ def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_
         buckets = json.dumps(dict(zip(h.bucket_index, h.bucket_count)), separators=(",", ":"))
         out.latency.append(
             (device_id, h.start_ns + correction_ns, h.end_ns + correction_ns, h.name, canonical_labels(h.labels),
-             h.count, h.sum_ns, h.errors, h.zero_count, buckets)
+             h.count, h.sum_ns, h.errors, h.zero_count, buckets, h.scheme)
         )
     for m in batch.metrics:
         out.metrics.append((device_id, m.ts_ns + correction_ns, m.name, m.value, canonical_labels(m.labels)))

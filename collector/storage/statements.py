@@ -24,7 +24,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "host_samples": ("device_id", "ts_ns", *HOST_VALUE_COLUMNS, "cpu_cores", "top_processes"),
     "gpu_samples": ("device_id", "ts_ns", "gpu_index", *GPU_SAMPLE_COLUMNS),
     "gpu_state": ("device_id", "ts_ns", "gpu_index", *GPU_STATE_COLUMNS, "processes"),
-    "latency_histograms": ("device_id", "start_ns", "end_ns", "name", "labels", "count", "sum_ns", "errors", "zero_count", "buckets"),
+    "latency_histograms": ("device_id", "start_ns", "end_ns", "name", "labels", "count", "sum_ns", "errors", "zero_count", "buckets", "scheme"),
     "metric_points": ("device_id", "ts_ns", "name", "value", "labels"),
     "inventory_records": ("device_id", "ts_ns", "kind", "name", "facts"),
     "log_events": ("device_id", "ts_ns", "source", "level", "message"),
@@ -42,6 +42,7 @@ _PG_TYPES = {
     "sum_ns": "int8",
     "errors": "int8",
     "zero_count": "int8",
+    "scheme": "int2",
     "value": "float8",
 }
 _PG_TEXT = {"cpu_cores", "top_processes", "processes", "name", "labels", "buckets", "kind", "facts", "source", "level", "message"}

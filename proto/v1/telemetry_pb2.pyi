@@ -285,7 +285,7 @@ class GpuSamples(_message.Message):
     def __init__(self, ts_ns: _Optional[_Iterable[int]] = ..., gpu_index: _Optional[_Iterable[int]] = ..., util_gpu_percent: _Optional[_Union[Column, _Mapping]] = ..., util_memory_percent: _Optional[_Union[Column, _Mapping]] = ..., util_encoder_percent: _Optional[_Union[Column, _Mapping]] = ..., util_decoder_percent: _Optional[_Union[Column, _Mapping]] = ..., memory_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., memory_free_bytes: _Optional[_Union[Column, _Mapping]] = ..., memory_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., bar1_used_bytes: _Optional[_Union[Column, _Mapping]] = ..., bar1_total_bytes: _Optional[_Union[Column, _Mapping]] = ..., temp_c: _Optional[_Union[Column, _Mapping]] = ..., memory_temp_c: _Optional[_Union[Column, _Mapping]] = ..., power_w: _Optional[_Union[Column, _Mapping]] = ..., power_limit_w: _Optional[_Union[Column, _Mapping]] = ..., energy_j: _Optional[_Union[Column, _Mapping]] = ..., sm_clock_mhz: _Optional[_Union[Column, _Mapping]] = ..., memory_clock_mhz: _Optional[_Union[Column, _Mapping]] = ..., graphics_clock_mhz: _Optional[_Union[Column, _Mapping]] = ..., sm_clock_max_mhz: _Optional[_Union[Column, _Mapping]] = ..., memory_clock_max_mhz: _Optional[_Union[Column, _Mapping]] = ..., pstate: _Optional[_Union[Column, _Mapping]] = ..., fan_percent: _Optional[_Union[Column, _Mapping]] = ..., pcie_gen: _Optional[_Union[Column, _Mapping]] = ..., pcie_width: _Optional[_Union[Column, _Mapping]] = ..., pcie_tx_bytes_per_s: _Optional[_Union[Column, _Mapping]] = ..., pcie_rx_bytes_per_s: _Optional[_Union[Column, _Mapping]] = ..., throttle_reasons: _Optional[_Union[Column, _Mapping]] = ..., ecc_volatile_corrected: _Optional[_Union[Column, _Mapping]] = ..., ecc_volatile_uncorrected: _Optional[_Union[Column, _Mapping]] = ..., ecc_aggregate_corrected: _Optional[_Union[Column, _Mapping]] = ..., ecc_aggregate_uncorrected: _Optional[_Union[Column, _Mapping]] = ..., retired_pages: _Optional[_Union[Column, _Mapping]] = ..., remapped_rows: _Optional[_Union[Column, _Mapping]] = ..., process_count: _Optional[_Iterable[int]] = ..., processes: _Optional[_Union[ProcessTable, _Mapping]] = ...) -> None: ...
 
 class LatencyHistogram(_message.Message):
-    __slots__ = ("name", "labels", "start_ns", "end_ns", "count", "sum_ns", "errors", "bucket_index", "bucket_count", "zero_count")
+    __slots__ = ("name", "labels", "start_ns", "end_ns", "count", "sum_ns", "errors", "bucket_index", "bucket_count", "zero_count", "scheme")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,7 @@ class LatencyHistogram(_message.Message):
     BUCKET_INDEX_FIELD_NUMBER: _ClassVar[int]
     BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
     ZERO_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SCHEME_FIELD_NUMBER: _ClassVar[int]
     name: str
     labels: _containers.ScalarMap[str, str]
     start_ns: int
@@ -313,7 +314,8 @@ class LatencyHistogram(_message.Message):
     bucket_index: _containers.RepeatedScalarFieldContainer[int]
     bucket_count: _containers.RepeatedScalarFieldContainer[int]
     zero_count: int
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., count: _Optional[int] = ..., sum_ns: _Optional[int] = ..., errors: _Optional[int] = ..., bucket_index: _Optional[_Iterable[int]] = ..., bucket_count: _Optional[_Iterable[int]] = ..., zero_count: _Optional[int] = ...) -> None: ...
+    scheme: int
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., count: _Optional[int] = ..., sum_ns: _Optional[int] = ..., errors: _Optional[int] = ..., bucket_index: _Optional[_Iterable[int]] = ..., bucket_count: _Optional[_Iterable[int]] = ..., zero_count: _Optional[int] = ..., scheme: _Optional[int] = ...) -> None: ...
 
 class LogEvent(_message.Message):
     __slots__ = ("ts_ns", "source", "level", "message", "parsed_ts_ns")

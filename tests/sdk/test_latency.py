@@ -14,8 +14,8 @@ import torch
 
 from fleetscope.agent import sdk
 from fleetscope.agent.sdk import _latency, _registry
-from fleetscope.agent.sdk._histogram import fast_bucket_index
-from fleetscope.proto import buckets
+from fleetscope.agent.sdk._histogram import SCHEME, fast_bucket_index
+from fleetscope.proto import exponential
 
 
 def test_torch_forward_passes_reach_the_sink_with_right_count_and_plausible_percentiles(agent) -> None:
@@ -116,8 +116,8 @@ def test_nested_use_of_one_object_times_both_blocks() -> None:
     assert s is not None and s.count == 2
     h = _registry.cumulative()["test.nested"]
     # The outer block kept its own start (~2 ms); the inner one is microseconds.
-    assert buckets.bucket_value(max(h.buckets)) > 1.5e6
-    assert buckets.bucket_value(min(h.buckets)) < 1e6
+    assert exponential.bucket_value(max(h.buckets), h.scheme) > 1.5e6
+    assert exponential.bucket_value(min(h.buckets), h.scheme) < 1e6
 
 
 def test_threads_lose_no_update_without_locks(agent) -> None:
@@ -147,11 +147,12 @@ def test_hot_path_bucket_index_is_the_wire_contract_one() -> None:
     rng = random.Random(1)
     values = [rng.randint(1, 10**12) for _ in range(20_000)]
     # Exact bucket boundaries and their neighbours, where a different float path would differ.
-    for i in range(1, 800, 7):
-        edge = int(buckets.GAMMA**i)
+    for i in range(1, 40 << SCHEME, 3):
+        edge = int(2.0 ** (i / (1 << SCHEME)))
         values += [max(1, edge - 1), max(1, edge), edge + 1]
+    values += [2**k for k in range(40)]  # exact powers of two: OTel's bucket edges that are integers
     for v in values:
-        assert fast_bucket_index(v) == buckets.bucket_index(v)
+        assert fast_bucket_index(v) == exponential.bucket_index(v, SCHEME)
     # And through the registry's inlined copy of the same code.
     for v in values[:2000]:
         key = f"test.index.{v}"
@@ -160,7 +161,7 @@ def test_hot_path_bucket_index_is_the_wire_contract_one() -> None:
             pass
     got = _registry.cumulative()
     for v in values[:2000]:
-        assert buckets.bucket_index(v) in got[f"test.index.{v}"].buckets
+        assert exponential.bucket_index(v, SCHEME) in got[f"test.index.{v}"].buckets
 
 
 def test_zero_and_negative_durations_go_to_the_zero_count() -> None:
@@ -233,7 +234,7 @@ def test_cuda_events_are_read_on_the_reporting_thread(monkeypatch: pytest.Monkey
     sdk.flush(5.0)
     assert sink.wait_for(lambda s: s.merged("test.cuda_events").count == 5)
     h = sink.merged("test.cuda_events")
-    assert math.isclose(h.quantile(0.5) or 0, 2.5e6, rel_tol=buckets.RELATIVE_ERROR)
+    assert math.isclose(h.quantile(0.5) or 0, 2.5e6, rel_tol=exponential.relative_error(h.scheme))
     assert _latency.pending_events() == 0
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import grpc
 
 from fleetscope.agent.daemon.clocks import boot_clock_ns
+from fleetscope.agent.daemon.credentials import ChannelTLS
 from fleetscope.agent.daemon.spool import Spool
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -97,6 +98,7 @@ class UplinkStatus:
     connected: bool = False
     collector: str = ""
     last_error: str = ""
+    sent: int = 0  # batches written to a stream (a resend counts again)
     acked: int = 0
     rejected: int = 0
     clock_skew_ns: int = 0
@@ -118,12 +120,21 @@ class Uplink:
         clock: Callable[[], int] = time.time_ns,
         mono_clock: Callable[[], int] = boot_clock_ns,
         clock_boot_id: str = "",
+        tls: ChannelTLS | None = None,
+        agent_id: str = "",
+        device_key: str = "",
     ) -> None:
         if not addresses:
             raise ValueError("at least one collector address is needed")
         self._spool = spool
         self._addresses = list(addresses)
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._tls = tls  # None: plaintext (loopback and tests only)
+        self._token = token
+        # With a device key, the agent id and key open this agent's identity at the collector
+        # (collector/ingest/identity.py); an enrolment token is sent only until it enrolled.
+        self._identity = (("fleetscope-agent-id", agent_id), ("fleetscope-device-key", device_key)) if device_key else ()
+        self._enrolled = False
+        self._retry_after_s = 0.0
         self._register_request = register_request
         self._window = max(1, window)
         self._backoff = backoff or Backoff()
@@ -192,6 +203,15 @@ class Uplink:
                 if code in _AUTH_CODES:
                     log.error("collector %s refused this agent (%s): check --token; data stays spooled", address, detail)
                     attempt = max(attempt, 4)
+                elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    self._retry_after_s = _retry_after(exc)
+                    log.warning("collector %s: %s (%s); retrying after %.1f s", address, code.name, detail, self._retry_after_s)
+                elif code == grpc.StatusCode.UNAVAILABLE and self._tls is None and "Socket closed" in str(detail):
+                    log.error("collector %s closed the connection at once (%s): does it use TLS? give --tls-ca", address, detail)
+                    self.status.last_error += " (does the collector use TLS? give --tls-ca)"
+                elif code == grpc.StatusCode.UNAVAILABLE and "handshake" in str(detail).lower():
+                    log.error("TLS with collector %s failed (%s): check --tls-ca, the collector's certificate "
+                              "(names, expiry) and, for mutual TLS, --tls-cert/--tls-key", address, detail)
                 else:
                     log.warning("collector %s: %s (%s); retrying", address, getattr(code, "name", code), detail)
             except Exception as exc:  # never let the uplink thread die: the agent would go silent
@@ -205,12 +225,25 @@ class Uplink:
             if self.status.acked > acked_before:
                 attempt = 0  # the last session made progress: start the backoff afresh
             self._address_index += 1
-            delay = self._backoff.delay(attempt)
+            delay = max(self._backoff.delay(attempt), self._retry_after_s)
+            self._retry_after_s = 0.0
             attempt += 1
             self._stop.wait(delay)
 
+    @property
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        token = self._token
+        if self._enrolled and token.startswith("fse1."):
+            token = ""  # enrolled: the device key is the credential, the enrolment token stays home
+        return ((("authorization", f"Bearer {token}"),) if token else ()) + self._identity
+
+    def _channel(self, address: str) -> grpc.Channel:
+        if self._tls is None:
+            return grpc.insecure_channel(address, options=CHANNEL_OPTIONS, compression=self._compression)
+        return grpc.secure_channel(address, self._tls.credentials(), options=CHANNEL_OPTIONS, compression=self._compression)
+
     def _session(self, address: str) -> None:
-        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS, compression=self._compression) as channel:
+        with self._channel(address) as channel:
             register = channel.unary_unary(
                 REGISTER_METHOD,
                 request_serializer=pb.RegisterRequest.SerializeToString,
@@ -219,6 +252,7 @@ class Uplink:
             request = self._register_request()
             request.sent_ns = self._clock()
             reply = register(request, metadata=self._metadata, timeout=10.0, wait_for_ready=False)
+            self._enrolled = bool(self._identity)
             self.status.clock_skew_ns = reply.clock_skew_ns
             self.status.max_batch_bytes = reply.max_batch_bytes
             if self._connects:
@@ -265,6 +299,7 @@ class Uplink:
                     last_sent = b.seq
                     continue
                 session.sent(b.seq)
+                self.status.sent += 1
                 last_sent = b.seq
                 yield with_sent_ns(b.payload, self._clock(), self._mono_clock(), self._clock_boot_id)
 
@@ -284,6 +319,17 @@ class Uplink:
         self._spool.delete(ack.seq)
         self.status.acked += 1
         session.acked(ack.seq)
+
+
+def _retry_after(exc: grpc.RpcError) -> float:
+    """The ``retry-after`` (seconds) a collector sent with RESOURCE_EXHAUSTED; 0 when none."""
+    try:
+        for key, value in exc.trailing_metadata() or ():
+            if key == "retry-after":
+                return min(300.0, max(0.0, float(value)))
+    except (AttributeError, ValueError, TypeError):
+        pass
+    return 0.0
 
 
 class _Session:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
@@ -47,12 +48,21 @@ class Registration:
     clock_skew_ns: int
 
 
-def register_device(engine: Engine, req: pb.RegisterRequest, *, received_ns: int) -> Registration:
-    """Insert or update the device row for ``req.agent_id`` and record its stream."""
+def register_device(
+    engine: Engine, req: pb.RegisterRequest, *, received_ns: int, authorize: Callable[[Session], str | None] | None = None
+) -> Registration:
+    """Insert or update the device row for ``req.agent_id`` and record its stream.
+
+    ``authorize`` runs first in the same transaction (``ingest.identity``): it raises to refuse,
+    or returns the fleet the agent id belongs to, stored as the ``fleet`` label.
+    """
     skew = received_ns - req.sent_ns if req.sent_ns else 0
     labels = dict(req.labels)
     inventory = message_to_dict(req.inventory)
     with Session(engine) as session, session.begin():
+        fleet = authorize(session) if authorize is not None else None
+        if fleet:
+            labels["fleet"] = fleet
         device = session.scalars(select(Device).where(Device.agent_id == req.agent_id)).first()
         if device is None:
             device = Device(agent_id=req.agent_id, first_seen_ns=received_ns, last_seen_ns=received_ns, counters={})

@@ -236,6 +236,8 @@ latency_histograms = Table(
     Column("errors", BigInteger, nullable=False),
     Column("zero_count", BigInteger, nullable=False),
     Column("buckets", Text, nullable=False),  # JSON {index: count}
+    # What the indexes mean (fleetscope.proto.exponential): 0 = legacy base 1.04, 1..8 = OTel scale.
+    Column("scheme", SmallInteger, nullable=False, server_default="0"),
     Index("latency_device_name_ts", "device_id", "name", "start_ns"),
 )
 
@@ -371,6 +373,39 @@ silences = Table(
     Column("created_by", String(200), nullable=False),
     Column("comment", Text, nullable=False),
     Index("silences_expires", "expires_ns"),
+)
+
+# Enrolment tokens (revision 0004): ``fleetscope token create --fleet NAME`` makes one; an agent
+# presenting it on first contact is enrolled into that fleet. Only the SHA-256 of the secret is kept.
+enrolment_tokens = Table(
+    "enrolment_tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),  # the token's public part: "fse1.<id>.<secret>"
+    Column("fleet", String(200), nullable=False),
+    Column("secret_sha256", String(64), nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("expires_ns", BigInteger, nullable=True),  # None: never
+    Column("revoked_ns", BigInteger, nullable=True),
+    Column("uses", Integer, nullable=False),  # devices enrolled with it
+    Column("last_used_ns", BigInteger, nullable=True),
+    Column("comment", Text, nullable=False),
+)
+
+# One row per agent id that has an identity (revision 0004): the SHA-256 of the device key it
+# enrolled with, and the fleet. An agent id with a row can only be used with its key; a revoked
+# row (``revoked_ns``) refuses the id for good. ``via``: "token:<id>" (an enrolment token),
+# "static" (a collector's --token), "open" (a collector without tokens), "revoked" (revoked
+# before it ever enrolled).
+device_credentials = Table(
+    "device_credentials",
+    metadata,
+    Column("agent_id", String(64), primary_key=True),
+    Column("key_sha256", String(64), nullable=False),  # "" for a row made by a revocation
+    Column("fleet", String(200), nullable=False),
+    Column("via", String(64), nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("revoked_ns", BigInteger, nullable=True),
+    Index("device_credentials_revoked", "revoked_ns"),
 )
 
 # The schema's revision is Alembic's ``alembic_version`` (see ``storage.migrations``). This

@@ -454,6 +454,12 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
                         [tuple(json.dumps(r[c]) if c in ("facts", "context") else r[c] for c in cols) for r in incidents])
 
     monkeypatch.setattr(batch_writer, "write_incidents", baseline_write_incidents)
+    # ...and that knew nothing of enrolled identities (revision 0004's tables).
+    from fleetscope.collector.ingest.identity import Authenticator
+
+    monkeypatch.setattr(Authenticator, "registration_check", lambda self, presented, req: lambda session: None)
+    monkeypatch.setattr(Authenticator, "stream_agent", lambda self, presented: None)
+    monkeypatch.setattr(Authenticator, "keyless_may_write", lambda self, agent_id: True)
     old = Collector(CollectorSettings(listen=f"127.0.0.1:{port}", db_url=db_url, tokens=frozenset(["test-token"]),
                                       rollups=False, detectors=None, grace_s=2.0))
     old.start()

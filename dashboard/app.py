@@ -28,6 +28,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="fleetscope dashboard app", add_help=False)
     p.add_argument("--db", default=os.environ.get(DB_ENV, DEFAULT_DB))
     p.add_argument("--password-env", default=None)
+    p.add_argument("--password-file", default=None)
+    p.add_argument("--oidc", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
 
@@ -56,11 +58,13 @@ def _sidebar() -> None:
 
 def main(*, db_url: str | None = None, password_env: str | None = None, default: str | None = None) -> None:
     st.set_page_config(page_title="fleetscope", page_icon=":material/satellite_alt:", layout="wide")
+    password_file, oidc = None, False
     if db_url is None:
         args = parse_args(sys.argv[1:])
         db_url, password_env = args.db, password_env or args.password_env
+        password_file, oidc = args.password_file, args.oidc
     data.set_url(db_url)
-    if not auth.gate(password_env):
+    if not auth.gate(password_env, password_file, oidc):
         return
     _keep_widget_state()
     st.html(_CSS)

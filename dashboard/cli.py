@@ -10,6 +10,7 @@ than a wrapper that would leave it running.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import ipaddress
 import os
 import sys
@@ -20,6 +21,7 @@ DB_ENV = "FLEETSCOPE_DB"
 DEFAULT_DB = "sqlite:///fleetscope-data/fleetscope.db"
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
+PASSWORD_ENV = "FLEETSCOPE_DASHBOARD_PASSWORD"  # used when set and no other sign-in is chosen
 APP = Path(__file__).resolve().with_name("app.py")
 
 
@@ -34,14 +36,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address",
         default=DEFAULT_ADDRESS,
-        help="address to bind (default %(default)s: this machine only; 0.0.0.0 exposes it, use --password-env then)",
+        help="address to bind (default %(default)s: this machine only; any other address needs sign-in: "
+        "--password-env, --password-file or --oidc)",
     )
     p.add_argument(
         "--password-env",
         default=None,
         metavar="NAME",
-        help="require sign-in with the password held in environment variable NAME (the password never goes on the command line)",
+        help=f"require sign-in with the password held in environment variable NAME (default {PASSWORD_ENV} when it "
+        "is set; the password never goes on the command line)",
     )
+    p.add_argument("--password-file", default=None, metavar="FILE",
+                   help="require sign-in with the password on this file's first line (e.g. a container secret)")
+    p.add_argument("--oidc", action="store_true",
+                   help="sign in with Streamlit's OIDC login (st.login): needs an [auth] section in "
+                   ".streamlit/secrets.toml and the Authlib package")
+    p.add_argument("--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this certificate (PEM; with --tls-key)")
+    p.add_argument("--tls-key", default=None, metavar="FILE", help="the certificate's private key (PEM file)")
 
 
 def register(sub: Any) -> None:
@@ -63,7 +74,17 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def build_command(*, db: str, port: int, address: str, password_env: str | None) -> list[str]:
+def build_command(
+    *,
+    db: str,
+    port: int,
+    address: str,
+    password_env: str | None,
+    password_file: str | None = None,
+    oidc: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -87,39 +108,102 @@ def build_command(*, db: str, port: int, address: str, password_env: str | None)
         "false",
         "--client.toolbarMode",
         "viewer",
+    ]
+    if tls_cert and tls_key:
+        cmd += ["--server.sslCertFile", str(Path(tls_cert).resolve()), "--server.sslKeyFile", str(Path(tls_key).resolve())]
+    cmd += [
         "--",
         "--db",
         db,
     ]
     if password_env:
         cmd += ["--password-env", password_env]
+    if password_file:
+        cmd += ["--password-file", str(Path(password_file).resolve())]
+    if oidc:
+        cmd += ["--oidc"]
     return cmd
+
+
+def _readable(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except FileNotFoundError:
+        return "no such file"
+    except IsADirectoryError:
+        return "is a directory"
+    except PermissionError:
+        return "cannot read it (permission denied)"
+    return None
+
+
+def _oidc_configured() -> bool:
+    """An [auth] table in a secrets.toml Streamlit reads (this folder's .streamlit/, then the home one)."""
+    import re
+
+    for path in (Path.cwd() / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml"):
+        try:
+            if re.search(r"^\s*\[auth(\.[^\]]+)?\]", path.read_text(encoding="utf-8"), re.MULTILINE):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def resolve_password_env(args: argparse.Namespace) -> None:
+    """No sign-in chosen but FLEETSCOPE_DASHBOARD_PASSWORD is set: use it."""
+    if not (args.password_env or args.password_file or args.oidc) and os.environ.get(PASSWORD_ENV):
+        args.password_env = PASSWORD_ENV
 
 
 def check(args: argparse.Namespace) -> str | None:
     """A reason not to start, or None."""
-    import importlib.util
 
     if importlib.util.find_spec("streamlit") is None:
         return "needs the 'dashboard' extra (streamlit is not installed): pip install 'fleetscope[dashboard]'"
     if args.password_env and not os.environ.get(args.password_env):
         return f"--password-env {args.password_env}: that environment variable is empty or unset"
+    if args.password_file:
+        why = _readable(args.password_file)
+        if why is None and not Path(args.password_file).read_text(encoding="utf-8", errors="replace").strip():
+            why = "the file is empty"
+        if why:
+            return f"--password-file {args.password_file}: {why}"
+    if args.oidc:
+        if importlib.util.find_spec("authlib") is None:
+            return "--oidc needs Authlib (pip install Authlib), which Streamlit's login uses"
+        if not _oidc_configured():
+            return "--oidc: no [auth] section in .streamlit/secrets.toml (here or in your home folder); see Streamlit's st.login"
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return "--tls-cert and --tls-key go together"
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        why = _readable(path) if path else None
+        if why:
+            return f"{flag} {path}: {why}"
+    if not is_loopback(args.address) and not (args.password_env or args.password_file or args.oidc):
+        return (
+            f"refusing to serve on {args.address} without sign-in: set {PASSWORD_ENV} (or --password-env NAME), "
+            "--password-file FILE, or --oidc; or bind 127.0.0.1"
+        )
     return None
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
+    resolve_password_env(args)
     problem = check(args)
     if problem:
         print(f"fleetscope dashboard: {problem}", file=sys.stderr)
         return 2
-    if not is_loopback(args.address) and not args.password_env:
-        print(
-            f"warning: serving on {args.address} without --password-env: anyone who can reach this port sees the fleet",
-            file=sys.stderr,
-        )
-    cmd = build_command(db=args.db, port=args.port, address=args.address, password_env=args.password_env)
+    cmd = build_command(
+        db=args.db, port=args.port, address=args.address, password_env=args.password_env,
+        password_file=args.password_file, oidc=args.oidc, tls_cert=args.tls_cert, tls_key=args.tls_key,
+    )
     host = "localhost" if args.address in ("127.0.0.1", "::1") else args.address
-    print(f"fleetscope dashboard: http://{host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    scheme = "https" if args.tls_cert else "http"
+    print(f"fleetscope dashboard: {scheme}://{host}:{args.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    if getattr(args, "log_format", "text") == "json":  # Streamlit's own log lines as JSON too
+        cmd = [sys.executable, "-m", "fleetscope.cli.streamlit_json", *cmd[3:]]
     os.execv(sys.executable, cmd)
     return 0  # not reached: execv replaced this process

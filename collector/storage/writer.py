@@ -34,6 +34,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import chain
@@ -114,6 +116,15 @@ class BatchWriter:
         self._lock = WriteLock(engine)
         self.groups = 0
         self.batches = 0
+        # Read by the self-metrics at scrape time (fleetscope.collector.observability): groups that
+        # failed on the database, and an optional observer of each committed group's seconds.
+        self.errors = 0
+        self.commit_observer: Callable[[float], None] | None = None
+
+    @property
+    def queue_depth(self) -> int:
+        """Batches submitted and not yet taken into a group."""
+        return self._queue.qsize()
 
     def start(self) -> None:
         self._thread.start()
@@ -215,6 +226,7 @@ class BatchWriter:
             self._conn = None
 
     def _write_group(self, group: _Group) -> None:
+        started = time.monotonic()
         try:
             outcomes = self._transaction(group)
         except Exception as exc:
@@ -222,6 +234,7 @@ class BatchWriter:
             if _is_data_error(exc):
                 self._isolate(group, exc)
                 return
+            self.errors += 1
             err = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(f"database write failed: {exc}")
             log.warning("database unavailable: %s", exc)
             for item, _ in group:
@@ -230,6 +243,8 @@ class BatchWriter:
             return
         self.groups += 1
         self.batches += len(group)
+        if self.commit_observer is not None:
+            self.commit_observer(time.monotonic() - started)
         for (item, _), outcome in zip(group, outcomes):
             item.future.set_result(outcome)
 

@@ -1,0 +1,386 @@
+"""The latest reading of every device, and the fleet's health at a glance.
+
+``latest_readings`` is what an exporter needs (``/metrics/fleet``): per device its newest GPU
+sample (every GPU of the device's newest sample time), the newest GPU state (memory total, ECC,
+retired pages...), the newest host sample and the newest Jetson metric points, plus incident and
+Xid tallies. Each "newest" is one index seek per device (a correlated ``max(ts_ns)`` on the
+``(device_id, ts_ns)`` indexes), never a scan of a window, so 1,000 devices cost a few
+queries whatever the table sizes.
+
+``fleet_health`` is what ``fleetscope status`` shows: devices online and offline, the recent
+ingest rate, how far the rollup and detector jobs are behind the data, the spool depths the
+agents report, the database's size and open incidents.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, case, func, or_, select, text
+from sqlalchemy.orm import Session
+
+from fleetscope.collector.query.devices import ONLINE_WITHIN_NS
+from fleetscope.collector.storage.rollup_schema import rollup_progress
+from fleetscope.collector.storage.schema import (
+    GPU_SAMPLE_COLUMNS,
+    GPU_STATE_COLUMNS,
+    HOST_VALUE_COLUMNS,
+    Device,
+    Incident,
+    detector_progress,
+    gpu_samples,
+    gpu_state,
+    host_samples,
+    ingested_batches,
+    metric_points,
+)
+from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, KIND_GPU_XID
+
+NS = 10**9
+
+# The Jetson metric points the agent's sysfs and tegrastats samplers write (agent/samplers/).
+JETSON_POINT_NAMES = (
+    "jetson.power_mw",
+    "jetson.power_avg_mw",
+    "jetson.temp_c",
+    "jetson.fan_percent",
+    "jetson.emc_mhz",
+    "jetson.emc_load_percent",
+    "jetson.engine_mhz",
+    "jetson.jetson_clocks",
+    "jetson.nvpmodel_id",
+)
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    memory_total_bytes: int | None
+
+
+@dataclass(frozen=True)
+class LatestDevice:
+    name: str
+    agent_id: str
+    kind: str
+    hostname: str
+    labels: dict[str, str]
+    online: bool
+    last_seen_ns: int
+    driver_version: str
+    gpus: list[GpuIdentity]
+    clock_skew_ns: int
+    counters: dict[str, Any]  # as the agent last reported them (spool depth, drops, ...)
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    device: str
+    gpu_index: int
+    ts_ns: int
+    values: dict[str, float | None]  # GPU_SAMPLE_COLUMNS, and GPU_STATE_COLUMNS from the newest state row
+
+
+@dataclass(frozen=True)
+class HostReading:
+    device: str
+    ts_ns: int
+    values: dict[str, float | None]  # HOST_VALUE_COLUMNS
+
+
+@dataclass(frozen=True)
+class PointReading:
+    device: str
+    name: str
+    labels: dict[str, str]
+    ts_ns: int
+    value: float
+
+
+@dataclass(frozen=True)
+class IncidentTally:
+    device: str
+    kind: str
+    severity: str
+    occurrences: int  # every report folded into the incidents (their ``count``), resolved ones too
+    open: int  # incidents not resolved
+
+
+@dataclass(frozen=True)
+class XidTally:
+    device: str
+    gpu_index: int | None
+    xid: int
+    occurrences: int
+    last_seen_ns: int
+
+
+@dataclass(frozen=True)
+class LatestReadings:
+    now_ns: int
+    fresh_within_ns: int
+    devices: list[LatestDevice]
+    gpus: list[GpuReading]
+    hosts: list[HostReading]
+    points: list[PointReading]
+    incidents: list[IncidentTally]
+    xids: list[XidTally]
+
+
+def _newest(session: Session, table: Any, ids: list[int], *extra: Any) -> dict[int, int]:
+    """{device id: its newest ts_ns in ``table``} (one index seek per device)."""
+    if not ids:
+        return {}
+    newest = (
+        select(func.max(table.c.ts_ns)).where(table.c.device_id == Device.id, *extra).correlate(Device).scalar_subquery()
+    )
+    rows = session.execute(select(Device.id, newest).where(Device.id.in_(ids))).all()
+    return {int(d): int(ts) for d, ts in rows if ts is not None}
+
+
+def _rows_at(session: Session, table: Any, newest: dict[int, int], *extra: Any) -> list[Any]:
+    if not newest:
+        return []
+    conds = [and_(table.c.device_id == d, table.c.ts_ns == ts) for d, ts in newest.items()]
+    out: list[Any] = []
+    for i in range(0, len(conds), 500):  # bounded statements
+        out.extend(session.execute(select(table).where(*extra).where(_or(conds[i : i + 500]))).all())
+    return out
+
+
+def _or(conds: list[Any]) -> Any:
+    return or_(*conds)
+
+
+def latest_readings(
+    *, session: Session, now_ns: int, fresh_within_ns: int = ONLINE_WITHIN_NS, incidents: bool = True
+) -> LatestReadings:
+    """Every device, and the newest readings of those heard from within ``fresh_within_ns``
+    (an exporter shows what is current, not a reading from a device gone for a week)."""
+    devices: list[LatestDevice] = []
+    names: dict[int, str] = {}
+    fresh: list[int] = []
+    jetsons: list[int] = []
+    for d in session.scalars(select(Device).order_by(Device.name)):
+        inv = d.inventory or {}
+        gpus = [
+            GpuIdentity(
+                index=int(g.get("index", i)), name=str(g.get("name", "")), uuid=str(g.get("uuid", "")),
+                pci_bus_id=str(g.get("pci_bus_id", "")), memory_total_bytes=int(g["memory_total_bytes"]) if g.get("memory_total_bytes") else None,
+            )
+            for i, g in enumerate(inv.get("gpus", []) or [])
+        ]  # fmt: skip
+        online = now_ns - d.last_seen_ns <= ONLINE_WITHIN_NS
+        devices.append(
+            LatestDevice(
+                name=d.name, agent_id=d.agent_id, kind=d.kind, hostname=d.hostname, labels=dict(d.labels or {}),
+                online=online, last_seen_ns=d.last_seen_ns, driver_version=str(inv.get("driver_version", "") or ""),
+                gpus=gpus, clock_skew_ns=d.clock_skew_ns, counters=dict(d.counters or {}),
+            )
+        )  # fmt: skip
+        names[d.id] = d.name
+        if now_ns - d.last_seen_ns <= fresh_within_ns:
+            fresh.append(d.id)
+            if d.kind == DEVICE_KIND_JETSON:
+                jetsons.append(d.id)
+
+    gpu_rows = _rows_at(session, gpu_samples, _newest(session, gpu_samples, fresh))
+    pairs = {(int(r.device_id), int(r.gpu_index)) for r in gpu_rows}
+    states: dict[tuple[int, int], Any] = {}
+    if pairs:
+        newest_state = (
+            select(gpu_state.c.device_id, gpu_state.c.gpu_index, func.max(gpu_state.c.ts_ns).label("ts"))
+            .where(gpu_state.c.device_id.in_(sorted({d for d, _ in pairs})))
+            .group_by(gpu_state.c.device_id, gpu_state.c.gpu_index)
+            .subquery()
+        )
+        q = select(gpu_state).join(
+            newest_state,
+            and_(
+                gpu_state.c.device_id == newest_state.c.device_id,
+                gpu_state.c.gpu_index == newest_state.c.gpu_index,
+                gpu_state.c.ts_ns == newest_state.c.ts,
+            ),
+        )
+        for r in session.execute(q):
+            states[(int(r.device_id), int(r.gpu_index))] = r
+    gpus_out = []
+    for r in sorted(gpu_rows, key=lambda r: (names[r.device_id], r.gpu_index)):
+        values: dict[str, float | None] = {c: getattr(r, c) for c in GPU_SAMPLE_COLUMNS}
+        st = states.get((int(r.device_id), int(r.gpu_index)))
+        for c in GPU_STATE_COLUMNS:
+            values[c] = getattr(st, c) if st is not None else None
+        gpus_out.append(GpuReading(device=names[r.device_id], gpu_index=int(r.gpu_index), ts_ns=int(r.ts_ns), values=values))
+
+    host_rows = _rows_at(session, host_samples, _newest(session, host_samples, fresh))
+    hosts_out = [
+        HostReading(device=names[r.device_id], ts_ns=int(r.ts_ns), values={c: getattr(r, c) for c in HOST_VALUE_COLUMNS})
+        for r in sorted(host_rows, key=lambda r: names[r.device_id])
+    ]
+
+    points_out: list[PointReading] = []
+    for name in JETSON_POINT_NAMES if jetsons else ():
+        cond = metric_points.c.name == name
+        for r in _rows_at(session, metric_points, _newest(session, metric_points, jetsons, cond), cond):
+            try:
+                labels = {str(k): str(v) for k, v in json.loads(r.labels or "{}").items()}
+            except (ValueError, AttributeError):
+                labels = {}
+            points_out.append(PointReading(device=names[r.device_id], name=name, labels=labels, ts_ns=int(r.ts_ns), value=float(r.value)))
+    points_out.sort(key=lambda p: (p.device, p.name, sorted(p.labels.items())))
+
+    tallies: list[IncidentTally] = []
+    xids: list[XidTally] = []
+    if incidents:
+        q = select(
+            Incident.device_id, Incident.kind, Incident.severity,
+            func.sum(Incident.count), func.sum(case((Incident.state != "resolved", 1), else_=0)),
+        ).group_by(Incident.device_id, Incident.kind, Incident.severity)  # fmt: skip
+        for dev_id, kind, sev, n, n_open in session.execute(q):
+            if dev_id in names:
+                tallies.append(IncidentTally(device=names[dev_id], kind=kind, severity=sev, occurrences=int(n or 0), open=int(n_open or 0)))
+        tallies.sort(key=lambda t: (t.device, t.kind, t.severity))
+        q = (
+            select(Incident.device_id, Incident.gpu_index, Incident.group_key, func.sum(Incident.count), func.max(Incident.last_seen_ns))
+            .where(Incident.kind == KIND_GPU_XID)
+            .group_by(Incident.device_id, Incident.gpu_index, Incident.group_key)
+        )
+        for dev_id, gi, key, n, last in session.execute(q):
+            prefix, _, code = (key or "").partition(":")
+            if dev_id in names and prefix == "xid" and code.isdigit():
+                xids.append(XidTally(device=names[dev_id], gpu_index=gi, xid=int(code), occurrences=int(n or 0), last_seen_ns=int(last or 0)))
+        xids.sort(key=lambda x: (x.device, -1 if x.gpu_index is None else x.gpu_index, x.xid))
+    return LatestReadings(
+        now_ns=now_ns, fresh_within_ns=fresh_within_ns, devices=devices, gpus=gpus_out, hosts=hosts_out,
+        points=points_out, incidents=tallies, xids=xids,
+    )  # fmt: skip
+
+
+# -- the fleet's health --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobLag:
+    job: str  # "rollup" (minute rollups) or "detector:<name>"
+    lag_s: float | None  # how far its progress is behind the newest data, worst device heard from recently
+    device: str  # the device furthest behind ("" when none)
+
+
+@dataclass(frozen=True)
+class FleetHealth:
+    now_ns: int
+    devices: int
+    online: int
+    offline: list[str]
+    rows_per_min: float  # sample rows stored over the last ``rate_window_s``
+    batches_per_min: float
+    rate_window_s: float
+    lags: list[JobLag]
+    spools: dict[str, dict[str, int]] = field(default_factory=dict)  # device -> {batches, bytes} as reported, non-empty ones
+    database_bytes: int | None = None
+    open_incidents: dict[str, int] = field(default_factory=dict)  # severity -> open incidents
+
+
+def fleet_health(*, session: Session, now_ns: int, rate_window_s: float = 300.0, recent_ns: int = 600 * NS) -> FleetHealth:
+    """Devices online/offline, the recent ingest rate, job lag, reported spools, size, open incidents."""
+    rows = session.execute(select(Device.id, Device.name, Device.last_seen_ns, Device.counters)).all()
+    online = [r for r in rows if now_ns - r.last_seen_ns <= ONLINE_WITHIN_NS]
+    offline = sorted(r.name for r in rows if now_ns - r.last_seen_ns > ONLINE_WITHIN_NS)
+    since = now_ns - int(rate_window_s * NS)
+    n_batches, n_rows = session.execute(
+        select(func.count(), func.coalesce(func.sum(ingested_batches.c.rows), 0)).where(ingested_batches.c.received_ns >= since)
+    ).one()
+    minutes = rate_window_s / 60.0
+    lags = job_lags(session=session, now_ns=now_ns, recent_ns=recent_ns)
+    spools = {}
+    for r in rows:
+        c = r.counters or {}
+        if int(c.get("spool_batches", 0) or 0) > 0:
+            spools[r.name] = {"batches": int(c.get("spool_batches", 0) or 0), "bytes": int(c.get("spool_bytes", 0) or 0)}
+    open_by_sev = {
+        str(sev): int(n)
+        for sev, n in session.execute(
+            select(Incident.severity, func.count()).where(Incident.state != "resolved").group_by(Incident.severity)
+        )
+    }
+    return FleetHealth(
+        now_ns=now_ns, devices=len(rows), online=len(online), offline=offline,
+        rows_per_min=float(n_rows) / minutes, batches_per_min=float(n_batches) / minutes, rate_window_s=rate_window_s,
+        lags=lags, spools=dict(sorted(spools.items())), database_bytes=database_bytes(session=session),
+        open_incidents=dict(sorted(open_by_sev.items())),
+    )  # fmt: skip
+
+
+def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> list[JobLag]:
+    """How far the rollup job (minute rollups) and each detector are behind the data: for each,
+    the worst device heard from within ``recent_ns`` (its newest data minus the job's mark)."""
+    by_id = {int(r.id): r for r in session.execute(select(Device.id, Device.name, Device.last_seen_ns))}
+    recent = {i: r for i, r in by_id.items() if now_ns - r.last_seen_ns <= recent_ns}
+    lags: list[JobLag] = []
+    marks = {int(d): int(u) for d, u in session.execute(
+        select(rollup_progress.c.device_id, rollup_progress.c.rolled_until_ns).where(rollup_progress.c.step_s == 60)
+    )}  # fmt: skip
+    lags.append(_worst("rollup", recent, marks))
+    per_detector: dict[str, dict[int, int]] = {}
+    q = select(detector_progress.c.detector, detector_progress.c.device_id, func.max(detector_progress.c.until_ns)).group_by(
+        detector_progress.c.detector, detector_progress.c.device_id
+    )
+    for det, d, until in session.execute(q):
+        if d is not None and int(d) > 0:
+            per_detector.setdefault(str(det), {})[int(d)] = int(until)
+    for det in sorted(per_detector):
+        lags.append(_worst(f"detector:{det}", {i: r for i, r in recent.items() if i in per_detector[det]}, per_detector[det]))
+    return lags
+
+
+def _worst(job: str, devices: dict[int, Any], marks: dict[int, int]) -> JobLag:
+    worst: tuple[float, str] | None = None
+    for i, r in devices.items():
+        mark = marks.get(i)
+        lag = (r.last_seen_ns - mark) / NS if mark is not None else None
+        if lag is None:
+            continue
+        lag = max(0.0, lag)
+        if worst is None or lag > worst[0]:
+            worst = (lag, r.name)
+    return JobLag(job=job, lag_s=None if worst is None else worst[0], device="" if worst is None else worst[1])
+
+
+def database_bytes(*, session: Session) -> int | None:
+    """The database's size on disk (SQLite: pages in use x page size; PostgreSQL: pg_database_size)."""
+    dialect = session.get_bind().dialect.name
+    try:
+        if dialect == "sqlite":
+            pages = session.execute(text("PRAGMA page_count")).scalar()
+            size = session.execute(text("PRAGMA page_size")).scalar()
+            return int(pages) * int(size) if pages is not None and size is not None else None
+        if dialect == "postgresql":
+            v = session.execute(text("SELECT pg_database_size(current_database())")).scalar()
+            return int(v) if v is not None else None
+    except Exception:  # not allowed to ask (permissions): the size is simply unknown
+        return None
+    return None
+
+
+__all__ = [
+    "JETSON_POINT_NAMES",
+    "FleetHealth",
+    "GpuIdentity",
+    "GpuReading",
+    "HostReading",
+    "IncidentTally",
+    "JobLag",
+    "LatestDevice",
+    "LatestReadings",
+    "PointReading",
+    "XidTally",
+    "database_bytes",
+    "job_lags",
+    "fleet_health",
+    "latest_readings",
+]

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, insert, select, update
 
-from fleetscope.collector.jobs.detectors import DetectorJob, DetectorSettings, SloObjective
+from fleetscope.collector.jobs.detectors import DETECTOR_NAMES, DetectorJob, DetectorSettings, SloObjective
 from fleetscope.collector.storage import incident_lifecycle as lifecycle
 from fleetscope.collector.storage.engine import make_engine
+from fleetscope.collector.storage.rollup_schema import latency_rollups, rollup_progress
 from fleetscope.collector.storage.schema import (
     Device,
     Incident,
@@ -174,6 +175,54 @@ def test_latency_regression_without_configuration(engine: Engine) -> None:
     assert inc.state == "resolved" and inc.ended_ns == T0 + 70 * NS
 
 
+def test_latency_regression_baseline_is_read_from_the_minute_rollups_at_start(engine: Engine) -> None:
+    """A new database (no marks, no baseline in memory): the hour before the first window is read
+    from the minute rollups, so the first window that doubles is a regression at once."""
+    d = _device(engine)
+    minute = 60 * NS
+
+    def rollup(bucket: int, ms: float, n: int) -> dict:
+        h = _hist(d, bucket, "infer", [ms] * n)
+        return {"device_id": d, "step_s": 60, "bucket_ns": bucket, "name": "infer", "labels": "{}", "count": n,
+                "sum_ns": h["sum_ns"], "errors": 0, "zero_count": 0, "window_ns": minute, "buckets": h["buckets"]}
+
+    _rows(engine, latency_rollups, [rollup(T0 - k * minute, 10.0, 200) for k in range(1, 61)])
+    _rows(engine, rollup_progress, [{"device_id": d, "step_s": 60, "rolled_until_ns": T0}])
+    _rows(engine, latency_histograms, [_hist(d, T0 + k * NS, "infer", [30.0] * 5) for k in range(60)])
+    job = _job(engine, regression_window_s=60.0, regression_baseline_s=3600.0, rollup_wait_s=0.0)
+    job.run_once(T0 + 60 * NS)
+    (inc,) = _incidents(engine, "latency_regression")
+    assert inc.state == "open" and inc.ts_ns == T0 and inc.facts["baseline_count"] == 12000
+    assert inc.facts["baseline_p99_ms"] < 11 and inc.facts["ratio"] > 2.5
+
+
+def test_a_new_holder_reads_the_baseline_back_from_history(engine: Engine) -> None:
+    """The baseline lives in the holder's memory: a takeover reads it back from the stored
+    histograms (no rollups here), and windows that were regressed stay out of it."""
+    d = _device(engine)
+    settings = {"regression_window_s": 10.0, "regression_baseline_s": 60.0, "regression_min_count": 50}
+    rows = [_hist(d, T0 + k * NS, "infer", [10.0] * 5) for k in range(60)]
+    rows += [_hist(d, T0 + (60 + k) * NS, "infer", [25.0] * 5) for k in range(10)]
+    _rows(engine, latency_histograms, rows)
+    a = _job(engine, "a", **settings)
+    for t in range(10, 71, 10):
+        a.run_once(T0 + t * NS)
+    (inc,) = _incidents(engine, "latency_regression")
+    assert inc.state == "open" and inc.ts_ns == T0 + 60 * NS
+    a.flush()
+    a.release()
+    # Still slow: b's baseline (read back) leaves the regressed window out, so it stays open.
+    _rows(engine, latency_histograms, [_hist(d, T0 + (70 + k) * NS, "infer", [25.0] * 5) for k in range(10)])
+    b = _job(engine, "b", **settings)
+    b.run_once(T0 + 80 * NS)
+    (inc,) = _incidents(engine, "latency_regression")
+    assert inc.state == "open" and inc.facts["window_start_ns"] == T0 + 70 * NS and inc.facts["baseline_count"] == 250
+    _rows(engine, latency_histograms, [_hist(d, T0 + (80 + k) * NS, "infer", [10.0] * 5) for k in range(10)])
+    b.run_once(T0 + 90 * NS)
+    (inc,) = _incidents(engine, "latency_regression")
+    assert inc.state == "resolved" and inc.ended_ns == T0 + 80 * NS
+
+
 # ----------------------------------------------------------------------------- throttling
 
 
@@ -215,6 +264,70 @@ def test_jetson_throttling_from_capped_clock_while_hot(engine: Engine) -> None:
     (inc,) = _incidents(engine, "gpu_throttling")
     assert inc.facts["sm_clock_max_mhz"] == 1300.0 and inc.facts["clock_loss_percent"] == 52.0
     assert inc.ts_ns == T0 + 30 * NS, "hot (80 °C) from the 30th second: the run starts there"
+
+
+def _cores(mhz: float, load: float = 80.0, n: int = 4) -> str:
+    return json.dumps([[load, mhz]] * n)
+
+
+def test_jetson_cpu_frequency_cap_while_hot_is_throttling(engine: Engine) -> None:
+    """tegrastats' per-core frequencies (host_samples.cpu_cores) capped while busy and hot: hot by
+    the CPU sensor (jetson.temp_c, sensor CPU) on one drone, by the GPU temperature on another;
+    a drone capped but idle is not throttled (an idle CPU clocks down)."""
+    by_sensor, by_gpu, idle = (_device(engine, n, kind="jetson") for n in ("drone-1", "drone-2", "drone-3"))
+    host, gpu, points = [], [], []
+    for k in range(40):
+        capped = k >= 10
+        for d in (by_sensor, by_gpu, idle):
+            load = 20.0 if d == idle else 80.0
+            host.append({"device_id": d, "ts_ns": T0 + k * NS, "cpu_percent": load,
+                         "cpu_cores": _cores(1000.0 if capped else 1900.0, load)})
+            hot_gpu = d == by_gpu and capped
+            gpu.append({"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0, "util_gpu_percent": 10.0,
+                        "temp_c": 86.0 if hot_gpu else 60.0, "sm_clock_mhz": 1100.0})
+            points.append({"device_id": d, "ts_ns": T0 + k * NS, "name": "jetson.temp_c", "labels": '{"sensor":"CPU"}',
+                           "value": 85.0 if capped and d != by_gpu else 55.0})
+    _rows(engine, host_samples, host)
+    _rows(engine, gpu_samples, gpu)
+    _rows(engine, metric_points, points)
+    job = _job(engine, throttle_min_s=5.0, throttle_clear_s=5.0)
+    job.run_once(T0 + 40 * NS)
+    found = {i.device_id: i for i in _incidents(engine, "gpu_throttling")}
+    assert set(found) == {by_sensor, by_gpu}, "the idle drone is capped but not busy"
+    inc = found[by_sensor]
+    assert inc.group_key == "cpu" and inc.gpu_index is None and inc.ts_ns == T0 + 10 * NS
+    assert inc.facts["component"] == "cpu" and inc.facts["cpu_clock_max_mhz"] == 1900.0
+    assert inc.facts["cpu_clock_mhz"] == 1000.0 and inc.facts["clock_loss_percent"] == 47.4
+    assert inc.facts["peak_temp_c"] == 85.0 and inc.title.startswith("CPU on drone-1 thermally throttled")
+    assert inc.hints[0]["text"] == "throttled at 85 °C with CPU clock 47 % below max (1000 of 1900 MHz)"
+    assert found[by_gpu].facts["peak_temp_c"] == 86.0
+    # Uncapped again: resolved once clear for throttle_clear_s.
+    _rows(engine, host_samples, [{"device_id": by_sensor, "ts_ns": T0 + k * NS, "cpu_percent": 80.0,
+                                  "cpu_cores": _cores(1900.0)} for k in range(40, 50)])
+    job.run_once(T0 + 50 * NS)
+    inc = {i.device_id: i for i in _incidents(engine, "gpu_throttling")}[by_sensor]
+    assert inc.state == "resolved" and inc.ended_ns == T0 + 39 * NS
+
+
+def test_catch_up_is_spread_over_passes_without_missing_a_device(engine: Engine, monkeypatch) -> None:
+    """With no catch-up budget, a pass reads one chunk of first windows (one device here): the
+    devices are caught up over passes, and each one's throttling is still found, from its start."""
+    from fleetscope.collector.jobs.detectors import _common
+
+    monkeypatch.setattr(_common, "CATCHUP_CHUNK", 1)
+    thermal = THROTTLE_REASON_BITS["sw_thermal_slowdown"]
+    ids = [_device(engine, f"gpu-{k}") for k in range(3)]
+    _rows(engine, gpu_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "gpu_index": 0, "util_gpu_percent": 99.0,
+                                 "temp_c": 88.0, "sm_clock_mhz": 1000.0, "throttle_reasons": float(thermal)}
+                                for d in ids for k in range(70)])
+    others = frozenset(n for n in DETECTOR_NAMES if n != "gpu_throttling")
+    job = _job(engine, throttle_min_s=60.0, catchup_budget_s=0.0, disabled=others)
+    opened = []
+    for t in (70, 71, 72):
+        job.run_once(T0 + t * NS)
+        opened.append(sorted(i.device_id for i in _incidents(engine, "gpu_throttling")))
+    assert opened == [ids[:1], ids[:2], ids], "one device more each pass"
+    assert all(i.ts_ns == T0 for i in _incidents(engine, "gpu_throttling")), "each from the start of its run"
 
 
 # -------------------------------------------------------------------------- starved, growth

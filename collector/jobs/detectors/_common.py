@@ -6,11 +6,24 @@ incremental reader of raw rows, and the windowed sums that least squares and mea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Float,
+    Integer,
+    Table,
+    cast,
+    column,
+    func,
+    literal_column,
+    select,
+    values,
+)
 
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey, OpenIncident
@@ -43,10 +56,27 @@ class PassContext:
     open: dict[DerivedKey, OpenIncident]
     rolled: dict[int, int] = field(default_factory=dict)  # device -> minute rollups final below this
     names: NameCache | None = None
+    # What a detector keeps between passes in this holder's memory only (rebuilt from the stored
+    # data when it is gone: after a restart or a takeover); dropped with the progress marks.
+    memo: dict[str, dict] = field(default_factory=dict)
+    # time.monotonic() after which a pass reads no more first windows ("catch-up"): devices
+    # left over are read from the next pass on, their marks unmoved, so nothing is skipped.
+    catchup_until: float = float("inf")
+    catchup_taken: bool = False
+
+    def take_catchup(self) -> bool:
+        """May this pass read one more chunk of first windows? Yes while its budget lasts, and
+        always for the first chunk of the pass (so catching up always moves on)."""
+        if self.catchup_taken and time.monotonic() >= self.catchup_until:
+            return False
+        self.catchup_taken = True
+        return True
 
     def operations(self, device_id: int) -> set[str]:
         """The latency operations this device has timed (discovered now and then, see ``NameCache``)."""
-        return set() if self.names is None else self.names.operations(self.conn, device_id, self.now_ns)
+        if self.names is None:
+            return set()
+        return self.names.operations(self.conn, device_id, self.now_ns, self.devices)
 
     def mark(self, detector: str, device_id: int, key: str = "") -> tuple[int | None, dict]:
         got = self.progress.get((detector, device_id, key))
@@ -121,28 +151,40 @@ class NameCache:
         self.ttl_ns = int(ttl_s * NS)
         self._names: dict[int, tuple[int, set[str]]] = {}
 
-    def operations(self, conn: Connection, device_id: int, now_ns: int) -> set[str]:
+    def operations(self, conn: Connection, device_id: int, now_ns: int, devices: Iterable[int] = ()) -> set[str]:
+        """The device's operations; ``devices``: others to refresh in the same statement when due."""
+        if self._due(device_id, now_ns):
+            self.refresh(conn, [device_id, *(d for d in devices if d != device_id and self._due(d, now_ns))], now_ns)
+        return self._names[device_id][1]
+
+    def _due(self, device_id: int, now_ns: int) -> bool:
         got = self._names.get(device_id)
         # A device that timed nothing yet is looked at again sooner: its program may just be starting.
-        if got is not None and now_ns - got[0] < (self.ttl_ns if got[1] else min(self.ttl_ns, EMPTY_TTL_NS)):
-            return got[1]
-        from sqlalchemy import func
+        return got is None or now_ns - got[0] >= (self.ttl_ns if got[1] else min(self.ttl_ns, EMPTY_TTL_NS))
 
-        from fleetscope.collector.storage.schema import latency_histograms
+    def refresh(self, conn: Connection, device_ids: Sequence[int], now_ns: int) -> None:
+        """Every distinct name of each device, in one recursive statement (SQLite and PostgreSQL):
+        per device, the smallest name, then the next one after it, each an index seek on
+        (device_id, name, start_ns)."""
+        from sqlalchemy import bindparam, text
 
-        h = latency_histograms.c
-        found: set[str] = set()
-        last = ""
-        while True:
-            name = conn.execute(
-                select(func.min(h.name)).where(h.device_id == device_id, h.name > last)
-            ).scalar()
-            if name is None:
-                break
-            found.add(name)
-            last = name
-        self._names[device_id] = (now_ns, found)
-        return found
+        found: dict[int, set[str]] = {d: set() for d in device_ids}
+        stmt = text(
+            "WITH RECURSIVE n(device_id, name) AS ("
+            " SELECT d.id, (SELECT min(h.name) FROM latency_histograms h WHERE h.device_id = d.id)"
+            " FROM devices d WHERE d.id IN :ids"
+            " UNION ALL"
+            " SELECT n.device_id, (SELECT min(h.name) FROM latency_histograms h"
+            " WHERE h.device_id = n.device_id AND h.name > n.name)"
+            " FROM n WHERE n.name IS NOT NULL"
+            ") SELECT device_id, name FROM n WHERE name IS NOT NULL"
+        ).bindparams(bindparam("ids", expanding=True))
+        ids = list(device_ids)
+        for i in range(0, len(ids), 900):
+            for d, name in conn.execute(stmt, {"ids": ids[i : i + 900]}):
+                found[d].add(name)
+        for d, names in found.items():
+            self._names[d] = (now_ns, names)
 
 
 def loads(value: Any) -> Any:
@@ -155,6 +197,49 @@ def loads(value: Any) -> Any:
 # ---------------------------------------------------------------------------------- reading
 
 
+CATCHUP_CHUNK = 100  # devices read together while catching up
+
+
+def _starts(
+    ctx: PassContext, detector: str, ids: Iterable[int], key: str, first_lookback_s: float | None
+) -> tuple[dict[int, int], list[dict[int, int]]]:
+    """Where each device's read starts: (devices with a mark, chunks of devices reading their
+    first window). The first window is ``first_lookback_s`` (what the detector's window needs),
+    a pass after a long pause reads at most ``settings.lookback_s`` back. Devices not heard from
+    since their start are left out."""
+    now = ctx.now_ns
+    floor = now - int(ctx.settings.lookback_s * NS)
+    first = now - int(min(ctx.settings.lookback_s, first_lookback_s or ctx.settings.lookback_s) * NS)
+    marked: dict[int, int] = {}
+    fresh: dict[int, int] = {}
+    for d in ids:
+        got = ctx.progress.get((detector, d, key))
+        start = first if got is None else max(got[0], floor)
+        # last_seen_ns is when data last arrived (collector time), ts_ns the sample's own time
+        # on the same base: nothing newer than the mark can have arrived before it (a minute of
+        # slack for a stream's skew correction).
+        if ctx.devices[d].last_seen_ns < start - 60 * NS:
+            continue
+        (fresh if got is None else marked)[d] = start
+    order = sorted(fresh)
+    chunks = [{d: fresh[d] for d in order[i : i + CATCHUP_CHUNK]} for i in range(0, len(order), CATCHUP_CHUNK)]
+    return marked, chunks
+
+
+def _budgeted(
+    ctx: PassContext, marked: dict[int, int], chunks: list[dict[int, int]], budget: bool = True
+) -> Iterator[dict[int, int]]:
+    """The devices to read, in groups: those with marks, then first windows chunk by chunk while
+    the pass's catch-up budget lasts (``PassContext.take_catchup``)."""
+    ids = list(marked)
+    for i in range(0, len(ids), 900):
+        yield {d: marked[d] for d in ids[i : i + 900]}
+    for chunk in chunks:
+        if budget and not ctx.take_catchup():
+            return
+        yield chunk
+
+
 def read_new_rows(
     ctx: PassContext,
     detector: str,
@@ -165,49 +250,108 @@ def read_new_rows(
     where: Sequence[Any] = (),
     key: str = "",
     first_lookback_s: float | None = None,
+    budget: bool = True,
 ) -> tuple[dict[int, list[tuple]], dict[int, int]]:
     """Rows of ``table`` (``device_id``, ``ts_ns`` first, then ``columns``) that arrived since this
-    detector's mark for each device: timestamps after the device's ``until_ns``, up to now.
+    detector's mark for each device: timestamps after the device's mark, up to now.
 
-    A first pass starts ``first_lookback_s`` back (what the detector's window needs), a pass after
-    a long pause at most ``settings.lookback_s`` back. Devices are read together, one query per
-    group of devices whose marks lie within a minute of each other (usually one group), with
-    ``device_id IN (...)`` and a range on ``ts_ns``, which the (device_id, ts_ns) indexes serve.
-    Devices not heard from since their mark are skipped. Returns the rows per device in time
-    order, and each device's new mark (the newest timestamp read)."""
+    Devices are read together, one query per group of devices whose starts lie within a minute of
+    each other (usually one group), with ``device_id IN (...)`` and a range on ``ts_ns``, which the
+    (device_id, ts_ns) indexes serve. First windows are read within the pass's catch-up budget
+    (``_budgeted``): a device left over has no rows and no mark this pass. Returns the rows per
+    device in time order, and each device's new mark: the newest timestamp read, or for a first
+    window with no rows its start (it reads incrementally from there)."""
     now = ctx.now_ns
-    floor = now - int(ctx.settings.lookback_s * NS)
-    first = now - int(min(ctx.settings.lookback_s, first_lookback_s or ctx.settings.lookback_s) * NS)
     ids = list(ctx.devices) if device_ids is None else list(device_ids)
-    lo: dict[int, int] = {}
-    for d in ids:
-        got = ctx.progress.get((detector, d, key))
-        start = first if got is None else max(got[0], floor)
-        # last_seen_ns is when data last arrived (collector time), ts_ns the sample's own time
-        # on the same base: nothing newer than the mark can have arrived before it (a minute of
-        # slack for a stream's skew correction).
-        if ctx.devices[d].last_seen_ns < start - 60 * NS:
-            continue
-        lo[d] = start
-    groups: dict[int, list[int]] = {}
-    for d, start in lo.items():
-        groups.setdefault(start // (60 * NS), []).append(d)
+    marked, chunks = _starts(ctx, detector, ids, key, first_lookback_s)
     c = table.c
     cols = [c.device_id, c.ts_ns, *[c[name] for name in columns]]
     out: dict[int, list[tuple]] = {}
-    for members in groups.values():
-        low = min(lo[d] for d in members)
-        for i in range(0, len(members), 900):
-            chunk = members[i : i + 900]
-            q = select(*cols).where(c.device_id.in_(chunk), c.ts_ns > low, c.ts_ns <= now, *where)
-            for row in ctx.conn.execute(q).all():
-                if row[1] > lo[row[0]]:
-                    out.setdefault(row[0], []).append(row)
     marks: dict[int, int] = {}
+    for part in _budgeted(ctx, marked, chunks, budget):
+        groups: dict[int, list[int]] = {}
+        for d, start in part.items():
+            groups.setdefault(start // (60 * NS), []).append(d)
+        for members in groups.values():
+            low = min(part[d] for d in members)
+            q = select(*cols).where(c.device_id.in_(members), c.ts_ns > low, c.ts_ns <= now, *where)
+            for row in ctx.conn.execute(q).all():
+                if row[1] > part[row[0]]:
+                    out.setdefault(row[0], []).append(row)
+        for d in part:
+            if d not in marked and d not in out:
+                marks[d] = part[d]
     for d, rows in out.items():
         rows.sort(key=lambda r: r[1])
         marks[d] = rows[-1][1]
     return out, marks
+
+
+def read_new_sums(
+    ctx: PassContext,
+    detector: str,
+    table: Table,
+    groups: Sequence[str],
+    aggregates: Callable[[Any, Any], Sequence[Any]],
+    sub_ns: int,
+    *,
+    device_ids: Iterable[int] | None = None,
+    where: Sequence[Any] = (),
+    key: str = "",
+    first_lookback_s: float | None = None,
+) -> tuple[dict[int, list[tuple]], dict[int, int]]:
+    """Like ``read_new_rows``, but summed in the database: one GROUP BY over all the devices read
+    together, per device, ``groups`` columns and sub-window of ``sub_ns`` (aligned), so a pass
+    fetches a few rows per device, not one per sample.
+
+    ``aggregates(columns, x)`` gives the sums to take, where ``x`` is the sample's time in seconds
+    from its sub-window's start. Each device's own start is joined in (a ``VALUES`` list), so a
+    row is counted once even when the devices' marks differ. Returns per device the rows
+    ``(device_id, *groups, sub_start_ns, *aggregates, newest_ts_ns)``, and the new marks."""
+    now = ctx.now_ns
+    ids = list(ctx.devices) if device_ids is None else list(device_ids)
+    marked, chunks = _starts(ctx, detector, ids, key, first_lookback_s)
+    c = table.c
+    sub: Any = literal_column(str(int(sub_ns)))
+    bucket = (c.ts_ns - c.ts_ns % sub).label("sub_start")
+    x = cast(c.ts_ns % sub, Float) / 1e9
+    group_cols = [c[g] for g in groups]
+    cols = [c.device_id, *group_cols, bucket, *aggregates(c, x), func.max(c.ts_ns)]
+    out: dict[int, list[tuple]] = {}
+    marks: dict[int, int] = {}
+    for part in _budgeted(ctx, marked, chunks):
+        m = values(column("device_id", Integer), column("lo", BigInteger), name="marks").data(
+            [(d, lo) for d, lo in part.items()]
+        ).cte("marks")
+        q = (
+            select(*cols)
+            .select_from(table.join(m, m.c.device_id == c.device_id))
+            .where(c.device_id.in_(list(part)), c.ts_ns > min(part.values()), c.ts_ns <= now, c.ts_ns > m.c.lo, *where)
+            .group_by(c.device_id, *group_cols, bucket)
+        )
+        for row in ctx.conn.execute(q).all():
+            out.setdefault(row[0], []).append(tuple(row))
+        for d in part:
+            if d not in marked and d not in out:
+                marks[d] = part[d]
+    for d, rows in out.items():
+        rows.sort(key=lambda r: r[len(groups) + 1])
+        marks[d] = max(r[-1] for r in rows)
+    return out, marks
+
+
+def add_sums(subs: list[list[float]], start: int, sums: Sequence[float]) -> None:
+    """Add summed values to the sub-window starting at ``start`` (``[start, *sums]`` rows, in
+    time order): what ``add_point`` and ``add_sum`` do one reading at a time."""
+    for s in reversed(subs):
+        if s[0] == start:
+            for i, v in enumerate(sums, 1):
+                s[i] += v or 0
+            return
+        if s[0] < start:
+            break
+    subs.append([start, *[v or 0 for v in sums]])
+    subs.sort(key=lambda s: s[0])
 
 
 # ------------------------------------------------------------------------------ window sums

@@ -24,8 +24,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, select
 
 from fleetscope.collector.jobs.detectors import latency, memory, offline, oom, starved, throttling
 from fleetscope.collector.jobs.detectors._common import (
@@ -46,20 +47,30 @@ from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.rollups import read_progress
 from fleetscope.collector.storage.schema import Device, detector_progress
 from fleetscope.collector.storage.write_lock import WriteLock
-from fleetscope.proto.vocabulary import DERIVED_KINDS, KIND_REPEATED_OOM, ORIGIN_DETECTOR
+from fleetscope.proto.vocabulary import (
+    DERIVED_KINDS,
+    KIND_AGENT_OFFLINE,
+    KIND_GPU_STARVED,
+    KIND_GPU_THROTTLING,
+    KIND_LATENCY_REGRESSION,
+    KIND_LATENCY_SLO,
+    KIND_MEMORY_GROWTH,
+    KIND_REPEATED_OOM,
+    ORIGIN_DETECTOR,
+)
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "detectors"
 
 DETECTORS: tuple[tuple[str, Callable[[PassContext], Changes]], ...] = (
-    ("agent_offline", offline.detect),
-    ("latency_slo", latency.detect_slo),
-    ("latency_regression", latency.detect_regression),
-    ("gpu_throttling", throttling.detect),
-    ("gpu_starved", starved.detect),
-    ("memory_growth", memory.detect),
-    ("repeated_oom", oom.detect),
+    (KIND_AGENT_OFFLINE, offline.detect),
+    (KIND_LATENCY_SLO, latency.detect_slo),
+    (KIND_LATENCY_REGRESSION, latency.detect_regression),
+    (KIND_GPU_THROTTLING, throttling.detect),
+    (KIND_GPU_STARVED, starved.detect),
+    (KIND_MEMORY_GROWTH, memory.detect),
+    (KIND_REPEATED_OOM, oom.detect),
     ("lifecycle", oom.lifecycle),
 )
 
@@ -106,7 +117,7 @@ class DetectorJob:
         self.last_report: DetectorReport | None = None
         # Progress marks as this holder last left them (None: read them from the database).
         self._progress: dict[tuple[str, int, str], tuple[int, dict]] | None = None
-        self._in_db: set[tuple[str, int, str]] = set()
+        self._memo: dict[str, dict] = {}  # what detectors keep in memory (PassContext.memo)
         self._dirty: dict[str, dict[tuple[int, str], tuple[int, dict]]] = {}
         self._persisted_ns: dict[str, int] = {}
         self._held_until_ns = 0
@@ -172,8 +183,8 @@ class DetectorJob:
                 (r.detector, r.device_id, r.key): (r.until_ns, loads(r.state) or {})
                 for r in conn.execute(select(p.detector, p.device_id, p.key, p.until_ns, p.state))
             }
-            self._in_db = set(self._progress)
             self._dirty = {}
+            self._memo = {}
         progress = self._progress
         open_ = {
             k: v
@@ -181,7 +192,8 @@ class DetectorJob:
             if v.origin == ORIGIN_DETECTOR
         }
         rolled = {d: until for (d, step), until in read_progress(conn).items() if step == 60}
-        return PassContext(conn, now_ns, settings, devices, progress, open_, rolled, self._names)
+        return PassContext(conn, now_ns, settings, devices, progress, open_, rolled, self._names, self._memo,
+                           time.monotonic() + settings.catchup_budget_s)
 
     def _apply(self, ch: Changes, ctx: PassContext, now_ns: int, report: DetectorReport) -> None:
         """Write a detector's changes. Its progress marks are written with any incident change,
@@ -227,33 +239,25 @@ class DetectorJob:
                 report.resolved += len(lifecycle.resolve_quiet_incidents(conn, now_ns, ch.resolve_quiet_s))
             self._write_progress(conn, ch.detector, dirty)
             self.lease.renew_in(conn, now_ns)
-        self._in_db.update((ch.detector, d, k) for d, k in dirty)
         dirty.clear()
         self._persisted_ns[ch.detector] = now_ns
 
     def _write_progress(self, conn: Connection, detector: str, rows: dict[tuple[int, str], tuple[int, dict]]) -> None:
-        p = detector_progress.c
-        known = [
-            {"b_detector": detector, "b_device": d, "b_key": k, "until_ns": u, "state": st}
-            for (d, k), (u, st) in rows.items()
-            if (detector, d, k) in self._in_db
-        ]
-        new = [
+        """Every mark in one statement: an executemany of one upsert (INSERT ... ON CONFLICT DO UPDATE,
+        on SQLite and PostgreSQL alike)."""
+        if not rows:
+            return
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        stmt: Any = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(detector_progress)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[detector_progress.c.detector, detector_progress.c.device_id, detector_progress.c.key],
+            set_={"until_ns": stmt.excluded.until_ns, "state": stmt.excluded.state},
+        )
+        conn.execute(stmt, [
             {"detector": detector, "device_id": d, "key": k, "until_ns": u, "state": st}
             for (d, k), (u, st) in rows.items()
-            if (detector, d, k) not in self._in_db
-        ]
-        if known:
-            from sqlalchemy import bindparam
-
-            conn.execute(
-                update(detector_progress).where(
-                    p.detector == bindparam("b_detector"), p.device_id == bindparam("b_device"), p.key == bindparam("b_key")
-                ).values(until_ns=bindparam("until_ns"), state=bindparam("state")),
-                known,
-            )
-        if new:
-            conn.execute(insert(detector_progress), new)
+        ])
 
     # -- on a thread --------------------------------------------------------------------------
 
@@ -291,8 +295,7 @@ class DetectorJob:
         except LeaseLost:
             self._progress = None
             return
-        for detector, rows in self._dirty.items():
-            self._in_db.update((detector, d, k) for d, k in rows)
+        for rows in self._dirty.values():
             rows.clear()
 
     def stop(self, timeout_s: float = 30.0) -> None:

@@ -1,6 +1,7 @@
 """Latency detectors: an SLO broken (``latency_slo``) and a regression against the operation's own
 baseline (``latency_regression``), both from histograms merged bucket by bucket (never averaged
-percentiles), like the query API's latency code.
+percentiles), like the query API's latency code: counts kept per bucket scheme (never added across
+schemes) and read with ``exponential.quantile_of``.
 
 Both judge *closed, aligned windows* (``[k*w, (k+1)*w)``): a window is read once, when its data
 is complete, and the progress mark is its end. Where the rollup job keeps a device's minute
@@ -9,9 +10,12 @@ instead of one histogram per operation per second; otherwise (no rollups, window
 minute, or the rollups late) from the raw histograms once ``settle_s`` has passed.
 
 The regression baseline is the previous ``regression_baseline_s`` of the same operation on the
-same device: the closed windows' merged buckets, kept in the detector's progress state (a ring of
-windows, so a window is never read twice). Windows that were themselves regressed stay out of the
-baseline, so a slowdown does not become its own baseline within the hour.
+same device: the closed windows' merged buckets, kept in memory (a ring of windows, so a window is
+never read twice). Where the ring is missing (a first pass, a restart, a takeover) it is read from
+the stored history at once, from the minute rollups where they exist (``_fill_baselines``, within
+the pass's catch-up budget), so a regression is found from the first window, not after an hour.
+Windows that were themselves regressed stay out of the baseline, so a slowdown does not become
+its own baseline within the hour; the progress state keeps which ones they were.
 """
 
 from __future__ import annotations
@@ -23,12 +27,20 @@ from typing import Any
 from sqlalchemy import select
 
 from fleetscope.collector.jobs.detectors import hints as hint_math
-from fleetscope.collector.jobs.detectors._common import NS, Changes, Open, PassContext, Refresh, Resolve
+from fleetscope.collector.jobs.detectors._common import (
+    CATCHUP_CHUNK,
+    NS,
+    Changes,
+    Open,
+    PassContext,
+    Refresh,
+    Resolve,
+)
 from fleetscope.collector.jobs.detectors.settings import SloObjective
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey
 from fleetscope.collector.storage.rollup_schema import latency_rollups
 from fleetscope.collector.storage.schema import latency_histograms
-from fleetscope.proto import buckets as bucket_math
+from fleetscope.proto import exponential
 from fleetscope.proto.vocabulary import (
     KIND_LATENCY_REGRESSION,
     KIND_LATENCY_SLO,
@@ -38,7 +50,7 @@ from fleetscope.proto.vocabulary import (
 
 MINUTE_NS = 60 * NS
 
-# {(device_id, op): {window_start: [count, errors, zero, {bucket: n}]}}
+# {(device_id, op): {window_start: [count, errors, zero, {scheme: {bucket: n}}]}}
 Windows = dict[tuple[int, str], dict[int, list]]
 
 
@@ -70,24 +82,21 @@ def read_windows(
     acc: Windows = {}
     wanted = None if names is None else set(names)
 
-    def add(d: int, ts: int, name: str, count: int, errors: int, zero: int, buckets: Any) -> None:
+    def add(d: int, ts: int, name: str, count: int, errors: int, zero: int, buckets: Any, scheme: int) -> None:
         if wanted is not None and name not in wanted:
             return
         w = acc.setdefault((d, name), {}).setdefault(ts - ts % window_ns, [0, 0, 0, {}])
         w[0] += count
         w[1] += errors
         w[2] += zero
-        into = w[3]
-        for k, v in json.loads(buckets).items():
-            i = int(k)
-            into[i] = into.get(i, 0) + v
+        exponential.add(w[3], scheme, {int(k): v for k, v in json.loads(buckets).items()})
 
     for (lo, split, hi), ids in plans.items():
         for i in range(0, len(ids), 900):
             chunk = ids[i : i + 900]
             if split > lo:
                 r = latency_rollups.c
-                q = select(r.device_id, r.bucket_ns, r.name, r.count, r.errors, r.zero_count, r.buckets).where(
+                q = select(r.device_id, r.bucket_ns, r.name, r.count, r.errors, r.zero_count, r.buckets, r.scheme).where(
                     r.device_id.in_(chunk), r.step_s == 60, r.bucket_ns >= lo, r.bucket_ns < split
                 )
                 for row in ctx.conn.execute(q):
@@ -97,7 +106,7 @@ def read_windows(
                 if not ops:
                     continue
                 h = latency_histograms.c
-                q = select(h.device_id, h.start_ns, h.name, h.count, h.errors, h.zero_count, h.buckets).where(
+                q = select(h.device_id, h.start_ns, h.name, h.count, h.errors, h.zero_count, h.buckets, h.scheme).where(
                     h.device_id.in_(chunk), h.name.in_(ops), h.start_ns >= split, h.start_ns < hi
                 )
                 for row in ctx.conn.execute(q):
@@ -105,16 +114,20 @@ def read_windows(
     return acc
 
 
-def _p99_ms(buckets: Mapping[int, int], zero: int) -> float | None:
-    v = bucket_math.quantile(buckets, 0.99, zero_count=zero)
+def _p99_ms(by_scheme: Mapping[int, Mapping[int, int]], zero: int) -> float | None:
+    v = exponential.quantile_of(by_scheme, 0.99, zero_count=zero)
     return None if v is None else v / 1e6
+
+
+def _copy(by_scheme: Mapping[int, Mapping[int, int]]) -> exponential.ByScheme:
+    return {scheme: dict(counts) for scheme, counts in by_scheme.items()}
 
 
 # ------------------------------------------------------------------------------------ SLO
 
 
 def detect_slo(ctx: PassContext) -> Changes:
-    ch = Changes("latency_slo")
+    ch = Changes(KIND_LATENCY_SLO)
     s = ctx.settings
     for obj in s.slos:
         _one_objective(ctx, ch, obj)
@@ -131,7 +144,7 @@ def _one_objective(ctx: PassContext, ch: Changes, obj: SloObjective) -> None:
             continue
         ready = _ready_ns(ctx, d, w)
         hi = ready - ready % w
-        until, _ = ctx.mark("latency_slo", d, obj.key)
+        until, _ = ctx.mark(KIND_LATENCY_SLO, d, obj.key)
         lo = hi - w if until is None else max(until, hi - lookback)
         lo -= lo % w
         if lo < hi:
@@ -182,22 +195,28 @@ def _one_objective(ctx: PassContext, ch: Changes, obj: SloObjective) -> None:
 
 
 def detect_regression(ctx: PassContext) -> Changes:
-    ch = Changes("latency_regression")
+    ch = Changes(KIND_LATENCY_REGRESSION)
     s = ctx.settings
     w = int(s.regression_window_s * NS)
     base_ns = int(s.regression_baseline_s * NS)
     lookback = max(w, int(s.lookback_s * NS))
+    memo = ctx.memo.setdefault(KIND_LATENCY_REGRESSION, {})
+    rings: dict[int, dict[str, list]] = memo.setdefault("rings", {})
+    first_lo: dict[int, int] = memo.setdefault("first_lo", {})
     spans: dict[int, tuple[int, int]] = {}
     states: dict[int, dict] = {}
     for d in ctx.devices:
         ready = _ready_ns(ctx, d, w)
         hi = ready - ready % w
-        until, state = ctx.mark("latency_regression", d)
-        lo = hi - w if until is None else max(until, hi - lookback)
+        until, state = ctx.mark(KIND_LATENCY_REGRESSION, d)
+        lo = first_lo.setdefault(d, hi - w) if until is None else max(until, hi - lookback)
+        lo = max(lo, hi - lookback)
         lo -= lo % w
         if lo < hi:
             spans[d] = (lo, hi)
             states[d] = state
+    _fill_baselines(ctx, spans, states, rings, w, base_ns)
+    spans = {d: span for d, span in spans.items() if d in rings}  # the rest once their baseline is read
     if not spans:
         return ch
     windows = read_windows(ctx, spans, w)
@@ -205,14 +224,42 @@ def detect_regression(ctx: PassContext) -> Changes:
     for (d, op), per in windows.items():
         by_device.setdefault(d, {})[op] = per
     for d, (lo, hi) in spans.items():
-        state = states[d]
-        ring: dict[str, list] = state.get("ring", {})
+        ring = rings[d]
         ops = set(by_device.get(d, {})) | set(ring)
         for op in sorted(ops):
             _one_operation(ctx, ch, d, op, lo, hi, w, base_ns, by_device.get(d, {}).get(op, {}), ring)
-        ring = {op: entries for op, entries in ring.items() if entries}
-        ch.set_progress(d, "", hi, {"ring": ring})
+        rings[d] = ring = {op: entries for op, entries in ring.items() if entries}
+        first_lo.pop(d, None)
+        # The marks keep only which windows were regressed (they stay out of the baseline); the
+        # baseline itself is in memory, and read again from the stored history when it is gone.
+        regressed = {op: [e[0] for e in entries if e[4]] for op, entries in ring.items()}
+        ch.set_progress(d, "", hi, {"regressed": {op: v for op, v in regressed.items() if v}})
     return ch
+
+
+def _fill_baselines(
+    ctx: PassContext, spans: Mapping[int, tuple[int, int]], states: Mapping[int, dict], rings: dict[int, dict[str, list]],
+    w: int, base_ns: int,
+) -> None:
+    """Read the baseline before each device's next window from the stored history (the minute
+    rollups where they exist, raw histograms for the rest), for devices whose baseline is not in
+    memory: a new database, a restart or a takeover judges its first window against the hour
+    before, instead of waiting an hour. Read in chunks within the pass's catch-up budget;
+    devices left over keep their marks and are judged in order next pass."""
+    todo = sorted(d for d in spans if d not in rings)
+    step = max(1, CATCHUP_CHUNK // 4)  # an hour of each device's history: smaller chunks
+    for k in range(0, len(todo), step):
+        if not ctx.take_catchup():
+            return
+        chunk = todo[k : k + step]
+        history = {d: (spans[d][0] - base_ns, spans[d][0]) for d in chunk}
+        got = read_windows(ctx, history, w)
+        for d in chunk:
+            rings[d] = {}
+        for (d, op), per in got.items():
+            regressed = set(states[d].get("regressed", {}).get(op, []))
+            rings[d][op] = [[start, c - z, z, _copy(b), start in regressed]
+                            for start, (c, _e, z, b) in sorted(per.items()) if c]
 
 
 def _one_operation(
@@ -220,7 +267,7 @@ def _one_operation(
     per: dict[int, list], ring: dict[str, list],
 ) -> None:
     s = ctx.settings
-    entries: list = ring.setdefault(op, [])  # [start, count, zero, {bucket: n}, regressed]
+    entries: list = ring.setdefault(op, [])  # [start, count, zero, {scheme: {bucket: n}}, regressed]
     key = DerivedKey(d, KIND_LATENCY_REGRESSION, None, op)
     cur = ctx.open.get(key)
     is_open = cur is not None
@@ -231,10 +278,10 @@ def _one_operation(
         base_count = sum(e[1] + e[2] for e in base)
         regressed = False
         if count >= s.regression_min_count and base_count >= s.regression_min_count:
-            merged: dict[int, int] = {}
+            merged: exponential.ByScheme = {}
             for e in base:
-                for k, v in e[3].items():
-                    merged[int(k)] = merged.get(int(k), 0) + v
+                for scheme, counts in e[3].items():
+                    exponential.add(merged, int(scheme), {int(k): v for k, v in counts.items()})
             p99 = _p99_ms(buckets, zero)
             p99_base = _p99_ms(merged, sum(e[2] for e in base))
             if p99 is not None and p99_base:
@@ -264,6 +311,6 @@ def _one_operation(
                                   facts={"operation": op, "resolved": "no calls in the window"}))
             is_open, cur = False, None
         if count:
-            entries.append([start, count - zero, zero, {str(k): v for k, v in buckets.items()}, regressed])
+            entries.append([start, count - zero, zero, _copy(buckets), regressed])
         # keep what the next windows' baselines need
         entries[:] = [e for e in entries if e[0] >= start + w - base_ns]

@@ -12,14 +12,19 @@ Processes come from the host sampler's top-process table (``host_samples.top_pro
 of at least ``growth_process_min_bytes``, the ``growth_max_processes`` largest per device, keyed by
 pid. A Jetson's GPU memory is its RAM (unified memory), so only its host memory is followed.
 
-New samples are read incrementally and folded into least-squares sums per fifth of the window,
-kept in the progress state; the fit adds the sums up, so no reading is read twice.
+New samples are read incrementally and summed in the database into least-squares sums per
+device and fifth of the window (one GROUP BY over all devices, ``read_new_sums``), added to the
+sums kept in the progress state; the fit adds the sums up, so no reading is read twice. Top
+processes are read as rows (only the samples that carry the table). The latest reading and the
+total, for the time to exhaustion, are read when a series is found growing.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from sqlalchemy import Float, cast, func, select
 
 from fleetscope.collector.jobs.detectors import hints as hint_math
 from fleetscope.collector.jobs.detectors._common import (
@@ -32,12 +37,14 @@ from fleetscope.collector.jobs.detectors._common import (
     Refresh,
     Resolve,
     add_point,
+    add_sums,
     fit,
     fmt_duration,
     read_new_rows,
+    read_new_sums,
 )
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey
-from fleetscope.collector.storage.schema import gpu_samples, host_samples
+from fleetscope.collector.storage.schema import gpu_samples, gpu_state, host_samples
 from fleetscope.proto.vocabulary import (
     DEVICE_KIND_JETSON,
     KIND_MEMORY_GROWTH,
@@ -45,7 +52,12 @@ from fleetscope.proto.vocabulary import (
     SEVERITY_WARNING,
 )
 
-NAME = "memory_growth"
+NAME = KIND_MEMORY_GROWTH
+
+
+def _fit_sums(c: Any, x: Any, y: Any) -> list[Any]:
+    """n, sum x, sum y, sum x², sum xy, sum y² of the readings (x: seconds into the sub-window, y: MiB)."""
+    return [func.count(y), func.sum(x), func.sum(y), func.sum(x * x), func.sum(x * y), func.sum(y * y)]
 
 
 def detect(ctx: PassContext) -> Changes:
@@ -53,43 +65,49 @@ def detect(ctx: PassContext) -> Changes:
     s = ctx.settings
     window_ns = int(s.growth_window_s * NS)
     sub_ns = max(1, window_ns // 5)
-    host_rows, host_marks = read_new_rows(
-        ctx, NAME, host_samples, ["mem_used_bytes", "mem_total_bytes", "mem_available_bytes", "top_processes"], key="host",
+    host_sums, host_marks = read_new_sums(
+        ctx, NAME, host_samples, [],
+        lambda c, x: _fit_sums(c, x, cast(c.mem_used_bytes, Float) / MIB), sub_ns, key="host",
+        where=[host_samples.c.mem_used_bytes.is_not(None)], first_lookback_s=s.growth_window_s,
+    )
+    servers = [d for d, dev in ctx.devices.items() if dev.kind != DEVICE_KIND_JETSON]
+    gpu_sums, gpu_marks = read_new_sums(
+        ctx, NAME, gpu_samples, ["gpu_index"],
+        lambda c, x: _fit_sums(c, x, cast(c.memory_used_bytes, Float) / MIB), sub_ns, key="gpu",
+        device_ids=servers, where=[gpu_samples.c.memory_used_bytes.is_not(None)], first_lookback_s=s.growth_window_s,
+    )
+    # The top-process table is in a few samples only (the host sampler refreshes it every few).
+    proc_rows, proc_marks = read_new_rows(
+        ctx, NAME, host_samples, ["top_processes"], key="proc", where=[host_samples.c.top_processes.is_not(None)],
         first_lookback_s=s.growth_window_s,
     )
-    gpu_rows, gpu_marks = read_new_rows(ctx, NAME, gpu_samples, ["gpu_index", "memory_used_bytes"], key="gpu",
-                                       first_lookback_s=s.growth_window_s)
     keep_from = ctx.now_ns - window_ns
     keep_from -= keep_from % sub_ns
-    for d in set(host_rows) | set(gpu_rows):
+    for d in set(host_marks) | set(gpu_marks) | set(proc_marks):
         _, state = ctx.mark(NAME, d)
         series: dict[str, dict[str, Any]] = state.get("series", {})
-        for _dev, ts, used, total, avail, procs in host_rows.get(d, []):
-            if used is not None:
-                h = series.setdefault("host", {"subs": []})
-                add_point(h["subs"], ts, used / MIB, sub_ns)
-                h.update(last=used, last_ns=ts, total=total, avail=avail)
-            state["avail"] = avail if avail is not None else state.get("avail")
-            if procs:
-                _add_processes(series, ts, procs, sub_ns, s.growth_process_min_bytes, s.growth_max_processes)
-        if ctx.devices[d].kind != DEVICE_KIND_JETSON:
-            for _dev, ts, gpu, used in gpu_rows.get(d, []):
-                if used is not None:
-                    g = series.setdefault(f"gpu{gpu}", {"subs": []})
-                    add_point(g["subs"], ts, used / MIB, sub_ns)
-                    g.update(last=used, last_ns=ts)
+        for _dev, start, *sums, newest in host_sums.get(d, []):
+            h = series.setdefault("host", {"subs": []})
+            add_sums(h["subs"], start, sums)
+            h["last_ns"] = max(int(h.get("last_ns") or 0), newest)
+        for _dev, ts, procs in proc_rows.get(d, []):
+            _add_processes(series, ts, procs, sub_ns, s.growth_process_min_bytes, s.growth_max_processes)
+        for _dev, gpu, start, *sums, newest in gpu_sums.get(d, []):
+            g = series.setdefault(f"gpu{gpu}", {"subs": []})
+            add_sums(g["subs"], start, sums)
+            g["last_ns"] = max(int(g.get("last_ns") or 0), newest)
         for k in list(series):
             series[k]["subs"] = [x for x in series[k]["subs"] if x[0] >= keep_from]
         for k, v in list(series.items()):
-            _judge(ctx, ch, d, k, v, sub_ns, state.get("avail"))
+            _judge(ctx, ch, d, k, v, sub_ns)
             if not v["subs"]:
                 del series[k]
         state["series"] = series
-        if d in host_marks:
-            ch.set_progress(d, "host", host_marks[d])
-        if d in gpu_marks:
-            ch.set_progress(d, "gpu", gpu_marks[d])
-        until = max(host_marks.get(d, 0), gpu_marks.get(d, 0))
+        state.pop("avail", None)
+        for key, marks in (("host", host_marks), ("gpu", gpu_marks), ("proc", proc_marks)):
+            if d in marks:
+                ch.set_progress(d, key, marks[d])
+        until = max(host_marks.get(d, 0), gpu_marks.get(d, 0), proc_marks.get(d, 0))
         ch.set_progress(d, "", until, state)
     return ch
 
@@ -106,7 +124,7 @@ def _add_processes(series: dict, ts: int, procs_json: str, sub_ns: int, min_byte
         e.update(last=p["rss_bytes"], last_ns=ts)
 
 
-def _judge(ctx: PassContext, ch: Changes, d: int, name: str, v: dict, sub_ns: int, host_avail: float | None) -> None:
+def _judge(ctx: PassContext, ch: Changes, d: int, name: str, v: dict, sub_ns: int) -> None:
     s = ctx.settings
     window_ns = int(s.growth_window_s * NS)
     gpu = int(name[3:]) if name.startswith("gpu") else None
@@ -125,9 +143,8 @@ def _judge(ctx: PassContext, ch: Changes, d: int, name: str, v: dict, sub_ns: in
     growing = rate >= s.growth_min_rate and f.r2 >= s.growth_min_r2 and rise >= s.growth_min_rise
     if growing:
         what = {"host": "host memory"}.get(name) or (f"GPU {gpu} memory" if gpu is not None else f"process {v.get('name')} ({pid})")
-        last = float(v.get("last") or 0.0)
-        total = _total(ctx, d, gpu, v)
-        left = (total - last) if total else (host_avail if pid is not None else None)
+        last, total, avail = _latest(ctx, d, gpu, pid, v)
+        left = (total - last) if total else (avail if pid is not None else None)
         tte = left / rate * 60 if left is not None and rate > 0 else None
         facts: dict[str, Any] = {
             "what": what, "series": name, "slope_bytes_per_min": round(rate), "slope_mib_per_min": round(rate / MIB, 2),
@@ -156,15 +173,28 @@ def _judge(ctx: PassContext, ch: Changes, d: int, name: str, v: dict, sub_ns: in
                               facts=dict(cur.facts, resolved_slope_mib_per_min=round(rate / MIB, 2), resolved_r2=round(f.r2, 4))))
 
 
-def _total(ctx: PassContext, d: int, gpu: int | None, v: dict) -> float | None:
+def _latest(ctx: PassContext, d: int, gpu: int | None, pid: int | None, v: dict) -> tuple[float, float | None, float | None]:
+    """(the series' latest reading, its total, the host's available memory), read when a series
+    is found growing (the sums carry no single reading)."""
+    h = host_samples.c
+    host = ctx.conn.execute(
+        select(h.mem_used_bytes, h.mem_total_bytes, h.mem_available_bytes)
+        .where(h.device_id == d, h.ts_ns <= ctx.now_ns, h.mem_used_bytes.is_not(None))
+        .order_by(h.ts_ns.desc()).limit(1)
+    ).first()
+    used, total, avail = (None, None, None) if host is None else host
+    avail = None if avail is None else float(avail)
+    if pid is not None:  # a process: its RSS, kept as it was read
+        return float(v.get("last") or 0.0), None, avail
     if gpu is None:
-        return v.get("total")
-    from sqlalchemy import func, select
-
-    from fleetscope.collector.storage.schema import gpu_state
-
-    st = gpu_state.c
+        return float(used or 0.0), None if total is None else float(total), avail
+    g, st = gpu_samples.c, gpu_state.c
     got = ctx.conn.execute(
+        select(g.memory_used_bytes)
+        .where(g.device_id == d, g.gpu_index == gpu, g.ts_ns <= ctx.now_ns, g.memory_used_bytes.is_not(None))
+        .order_by(g.ts_ns.desc()).limit(1)
+    ).scalar()
+    top = ctx.conn.execute(
         select(func.max(st.memory_total_bytes)).where(st.device_id == d, st.gpu_index == gpu)
     ).scalar()
-    return float(got) if got else None
+    return float(got or 0.0), float(top) if top else None, avail

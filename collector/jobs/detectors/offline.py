@@ -35,7 +35,7 @@ from fleetscope.proto.vocabulary import KIND_AGENT_OFFLINE, SEVERITY_ERROR
 
 
 def detect(ctx: PassContext) -> Changes:
-    ch = Changes("agent_offline")
+    ch = Changes(KIND_AGENT_OFFLINE)
     s = ctx.settings
     floor_ns = int((s.offline_after_s if s.offline_after_s is not None else s.offline_min_s) * NS)
     for d, dev in ctx.devices.items():

@@ -38,7 +38,7 @@ from fleetscope.proto.vocabulary import (
 )
 
 OOM_KINDS = (KIND_CUDA_OOM, KIND_HOST_OOM, KIND_JETSON_MEMORY, KIND_MEMORY_ALLOC_FAILURE)
-NAME = "repeated_oom"
+NAME = KIND_REPEATED_OOM
 FLEET = 0  # the fleet-wide progress row's device id
 BATCH = 1000
 

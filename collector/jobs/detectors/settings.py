@@ -11,19 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fleetscope.proto.vocabulary import (
+    KIND_AGENT_OFFLINE,
+    KIND_GPU_STARVED,
+    KIND_GPU_THROTTLING,
+    KIND_LATENCY_REGRESSION,
+    KIND_LATENCY_SLO,
+    KIND_MEMORY_GROWTH,
+    KIND_REPEATED_OOM,
+)
+
 __all__ = ["DETECTOR_NAMES", "DetectorSettings", "SloObjective"]
 
 MIB = 1 << 20
 
-# The detectors a pass runs, in order; ``DetectorSettings.disabled`` turns some off.
+# The detectors a pass runs, in order, each named by the kind it derives (and "lifecycle", the
+# step that resolves quiet event incidents); ``DetectorSettings.disabled`` turns some off.
 DETECTOR_NAMES: tuple[str, ...] = (
-    "agent_offline",
-    "latency_slo",
-    "latency_regression",
-    "gpu_throttling",
-    "gpu_starved",
-    "memory_growth",
-    "repeated_oom",
+    KIND_AGENT_OFFLINE,
+    KIND_LATENCY_SLO,
+    KIND_LATENCY_REGRESSION,
+    KIND_GPU_THROTTLING,
+    KIND_GPU_STARVED,
+    KIND_MEMORY_GROWTH,
+    KIND_REPEATED_OOM,
     "lifecycle",
 )
 
@@ -78,6 +89,9 @@ class DetectorSettings:
     rollup_wait_s: float = 120.0
     # A first pass (or one after a long pause) reads at most this far back.
     lookback_s: float = 900.0
+    # A pass spends about this long at most reading first windows (a new database, a new holder,
+    # new devices): devices left over are read from the next pass on, in order, nothing skipped.
+    catchup_budget_s: float = 0.25
     # -- latency SLOs: from a rules file; none by default
     slos: tuple[SloObjective, ...] = ()
     slo_min_count: int = 20  # calls a window needs before its p99 is judged

@@ -3,8 +3,9 @@
 SDK's ``train_steps`` data-wait share, metric ``{name}.data_wait_ratio``, at least
 ``starved_wait_ratio``) or the host CPU averages at least ``starved_cpu_percent``.
 
-New samples are read incrementally and folded into per-device sums per quarter of the window
-(kept in the progress state), so a pass never re-reads the window. The data-wait metric is read
+New samples are read incrementally, summed in the database per device and quarter of the window
+(one GROUP BY over all devices, ``read_new_sums``) and added to the sums kept in the progress
+state, so a pass never re-reads the window and fetches a few rows per device. The data-wait metric is read
 by name (``{name}.data_wait_ratio`` for each ``{name}.data_wait`` operation the device times,
 and ``train.data_wait_ratio``), which the (device, name, ts) index serves.
 """
@@ -12,6 +13,8 @@ and ``train.data_wait_ratio``), which the (device, name, ts) index serves.
 from __future__ import annotations
 
 from typing import Any
+
+from sqlalchemy import func
 
 from fleetscope.collector.jobs.detectors import hints as hint_math
 from fleetscope.collector.jobs.detectors._common import (
@@ -21,15 +24,15 @@ from fleetscope.collector.jobs.detectors._common import (
     PassContext,
     Refresh,
     Resolve,
-    add_sum,
-    read_new_rows,
+    add_sums,
+    read_new_sums,
     sum_pairs,
 )
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey
 from fleetscope.collector.storage.schema import gpu_samples, host_samples, metric_points
 from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, KIND_GPU_STARVED, SEVERITY_WARNING
 
-NAME = "gpu_starved"
+NAME = KIND_GPU_STARVED
 WAIT_SUFFIX = ".data_wait_ratio"
 
 
@@ -38,30 +41,34 @@ def detect(ctx: PassContext) -> Changes:
     s = ctx.settings
     window_ns = int(s.starved_window_s * NS)
     sub_ns = max(1, window_ns // 4)
-    gpu_rows, gpu_marks = read_new_rows(ctx, NAME, gpu_samples, ["gpu_index", "util_gpu_percent"],
-                                         first_lookback_s=s.starved_window_s)
-    host_rows, host_marks = read_new_rows(ctx, NAME, host_samples, ["cpu_percent"], key="host",
-                                          device_ids=list(gpu_rows), first_lookback_s=s.starved_window_s)
+    def mean_sums(col: str) -> Any:
+        return lambda c, x: [func.count(c[col]), func.sum(c[col])]
+
+    gpu_sums, gpu_marks = read_new_sums(ctx, NAME, gpu_samples, ["gpu_index"], mean_sums("util_gpu_percent"), sub_ns,
+                                        where=[gpu_samples.c.util_gpu_percent.is_not(None)],
+                                        first_lookback_s=s.starved_window_s)
+    ids = list(gpu_marks)
+    host_sums, host_marks = read_new_sums(ctx, NAME, host_samples, [], mean_sums("cpu_percent"), sub_ns, key="host",
+                                          device_ids=ids, where=[host_samples.c.cpu_percent.is_not(None)],
+                                          first_lookback_s=s.starved_window_s)
     wait_names = {"train" + WAIT_SUFFIX}
-    for d in gpu_rows:
+    for d in ids:
         for op in ctx.operations(d):
             if op.endswith(".data_wait"):
                 wait_names.add(op[: -len(".data_wait")] + WAIT_SUFFIX)
-    wait_rows, wait_marks = read_new_rows(ctx, NAME, metric_points, ["value"], key="wait", device_ids=list(gpu_rows),
-                                          where=[metric_points.c.name.in_(sorted(wait_names))],
+    wait_sums, wait_marks = read_new_sums(ctx, NAME, metric_points, [], mean_sums("value"), sub_ns, key="wait",
+                                          device_ids=ids, where=[metric_points.c.name.in_(sorted(wait_names))],
                                           first_lookback_s=s.starved_window_s)
     keep_from = ctx.now_ns - window_ns - sub_ns
-    for d in gpu_rows:
+    for d in gpu_marks:
         _, state = ctx.mark(NAME, d)
         series: dict[str, list] = state.get("series", {})
-        for _dev, ts, gpu, util in gpu_rows[d]:
-            if util is not None:
-                add_sum(series.setdefault(f"g{gpu}", []), ts, float(util), sub_ns)
-        for _dev, ts, cpu in host_rows.get(d, []):
-            if cpu is not None:
-                add_sum(series.setdefault("cpu", []), ts, float(cpu), sub_ns)
-        for _dev, ts, value in wait_rows.get(d, []):
-            add_sum(series.setdefault("wait", []), ts, float(value), sub_ns)
+        for _dev, gpu, start, n, total, _newest in gpu_sums.get(d, []):
+            add_sums(series.setdefault(f"g{gpu}", []), start, (n, total))
+        for _dev, start, n, total, _newest in host_sums.get(d, []):
+            add_sums(series.setdefault("cpu", []), start, (n, total))
+        for _dev, start, n, total, _newest in wait_sums.get(d, []):
+            add_sums(series.setdefault("wait", []), start, (n, total))
         series = {k: [x for x in v if x[0] >= keep_from] for k, v in series.items()}
         series = {k: v for k, v in series.items() if v}
         _judge(ctx, ch, d, series, window_ns, sub_ns)

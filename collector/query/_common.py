@@ -13,25 +13,71 @@ from fleetscope.collector.storage.schema import Device
 NS = 10**9
 
 
-def device_row(session: Session, name: str) -> Device:
-    """The device named ``name`` (or with that agent id); ``UnknownDevice`` lists some known names."""
-    device = session.scalars(
-        select(Device).where((Device.name == name) | (Device.agent_id == name)).options(undefer_group("clock_steps"))
+def device_rows(session: Session, name: str) -> list[Device]:
+    """Every device ``name`` reaches, newest install first: the one device with that agent id, else
+    every device registered under that name. A device reinstalled with a fresh state directory (a
+    reflashed drone) registers again under its name with a new agent id; its name reaches its whole
+    history, its agent id one install. ``UnknownDevice`` lists some known names when none."""
+    by_agent = session.scalars(
+        select(Device).where(Device.agent_id == name).options(undefer_group("clock_steps"))
     ).first()
-    if device is None:
-        known = session.scalars(select(Device.name).order_by(Device.name).limit(20)).all()
+    if by_agent is not None:
+        return [by_agent]
+    rows = list(
+        session.scalars(
+            select(Device)
+            .where(Device.name == name)
+            .order_by(Device.first_seen_ns.desc(), Device.id.desc())
+            .options(undefer_group("clock_steps"))
+        )
+    )
+    if not rows:
+        known = session.scalars(select(Device.name).distinct().order_by(Device.name).limit(20)).all()
         hint = f" (known: {', '.join(known)})" if known else " (no devices have registered yet)"
         raise UnknownDevice(f"no device named {name!r}{hint}")
-    return device
+    return rows
+
+
+def device_row(session: Session, name: str) -> Device:
+    """The device ``name`` names now (with that agent id, or the newest install of that name);
+    ``UnknownDevice`` lists some known names. ``device_rows`` gives every install of the name."""
+    return device_rows(session, name)[0]
 
 
 def device_ids(session: Session, names: Iterable[str]) -> dict[str, int]:
-    """{name: id} of the named devices; names nobody registered are left out (a scope, not a lookup)."""
+    """The ids of the devices ``names`` reach (names or agent ids; names nobody registered are left
+    out: a scope, not a lookup), so that ``.values()`` covers every install of each name.
+
+    Keys: the newest install of a name under its name, each earlier install (reinstalled with a
+    fresh state directory, a new agent id) under its agent id, the way to pick that one alone."""
     names = list(dict.fromkeys(names))
     if not names:
         return {}
-    rows = session.execute(select(Device.name, Device.id).where(Device.name.in_(names))).all()
-    return {n: i for n, i in rows}
+    rows = session.execute(
+        select(Device.name, Device.agent_id, Device.id, Device.first_seen_ns).where(
+            Device.name.in_(names) | Device.agent_id.in_(names)
+        )
+    ).all()
+    newest: dict[str, tuple[int, int]] = {}  # name -> (first_seen, id) of its newest install
+    for name, first_seen, i in session.execute(
+        select(Device.name, Device.first_seen_ns, Device.id).where(Device.name.in_({r.name for r in rows}))
+    ):
+        if name not in newest or (first_seen, i) > newest[name]:
+            newest[name] = (first_seen, i)
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r.name if newest[r.name][1] == r.id else r.agent_id] = r.id
+    return out
+
+
+def install_groups(session: Session) -> dict[str, list[int]]:
+    """{name: ids of every install of that name, newest first}, for readers that show one row per name."""
+    out: dict[str, list[int]] = {}
+    for name, i in session.execute(
+        select(Device.name, Device.id).order_by(Device.name, Device.first_seen_ns.desc(), Device.id.desc())
+    ):
+        out.setdefault(name, []).append(i)
+    return out
 
 
 def floor_to(x: int, step: int) -> int:

@@ -17,6 +17,7 @@ from fleetscope.collector.query.devices import list_devices
 from fleetscope.collector.query.incidents import search_incidents
 from fleetscope.collector.query.latency import LatencyStats, latency_stats
 from fleetscope.collector.query.series import fetch_samples
+from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.rollups import GPU
 from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK
 
@@ -80,7 +81,13 @@ def compare_groups(
                 power_by_device[d] = power_by_device.get(d, 0.0) + v["power_avg"]
         total_power = sum(power_by_device.values()) if power_by_device else None
         energy = sum_of(v.get("energy_delta_j") for _n, _s, v in gpu_acc.values())
-        summaries = {d.name: d for d in list_devices(session=session, now_ns=until_ns) if d.name in ids}
+        # One summary per name (its newest install: a reinstalled device's GPUs counted once).
+        summaries: dict[str, DeviceSummary] = {}
+        for d in list_devices(session=session, now_ns=until_ns):
+            if (d.name in ids or d.agent_id in ids) and (
+                d.name not in summaries or d.first_seen_ns > summaries[d.name].first_seen_ns
+            ):
+                summaries[d.name] = d
         mem_totals = [
             float(g.get("memory_total_bytes") or 0)
             for s in summaries.values()
@@ -90,7 +97,7 @@ def compare_groups(
         out.append(
             GroupComparison(
                 group=group,
-                devices=sorted(ids),
+                devices=sorted(summaries),
                 gpu_count=gpus or sum(s.gpu_count for s in summaries.values()),
                 latency=lat,
                 util_avg=wavg("util_avg") if n_all else None,

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, undefer_group
 
-from fleetscope.collector.query._common import device_row
+from fleetscope.collector.query._common import device_row, device_rows
 from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.schema import Device
 from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, DEVICE_KIND_SERVER
@@ -54,9 +54,43 @@ def list_devices(
     return out
 
 
+# What a device is, beyond online and offline (``device_state``).
+STATE_ONLINE = "online"
+STATE_OFFLINE = "offline"
+STATE_IMPORTED = "imported"  # made by `fleetscope scan --db`: history from files, never an agent
+STATE_REPLACED = "replaced"  # an earlier install of a name that registered again (new agent id)
+IMPORTED_LABEL = "imported"  # the label `scan --db` gives the devices it creates (ingest.scan_import)
+
+
+def is_imported(d: DeviceSummary) -> bool:
+    """A device `fleetscope scan --db` created: it holds imported incidents and no agent ever sent."""
+    return d.labels.get(IMPORTED_LABEL) == "true" and d.agent_id.startswith("imported-")
+
+
+def device_state(d: DeviceSummary, devices: Sequence[DeviceSummary] = ()) -> str:
+    """``online``, ``offline``, ``imported`` (neither: it never had an agent), or ``replaced``: an
+    earlier install of a name among ``devices`` that fell silent before a newer install of the name
+    first registered (a reinstalled device: new state directory, new agent id). Not offline: its
+    name's newest install speaks for it, and the name reaches both. Two devices that run at once
+    under one name are not replaced: each is online or offline."""
+    if is_imported(d):
+        return STATE_IMPORTED
+    if any(o.name == d.name and o.agent_id != d.agent_id and not is_imported(o)
+           and o.first_seen_ns >= d.last_seen_ns for o in devices):
+        return STATE_REPLACED
+    return STATE_ONLINE if d.online else STATE_OFFLINE
+
+
 def get_device(*, session: Session, device: str, now_ns: int) -> DeviceSummary:
-    """One device by name or agent id; ``UnknownDevice`` (naming some known devices) when none."""
+    """One device by agent id, or the newest install of a name; ``UnknownDevice`` (naming some known
+    devices) when none. ``device_installs`` gives every install of a name."""
     return summary_of(device_row(session, device), now_ns)
+
+
+def device_installs(*, session: Session, device: str, now_ns: int) -> list[DeviceSummary]:
+    """Every install ``device`` reaches, newest first: a name reaches each device registered under
+    it (a reinstalled device gets a new agent id), an agent id its one install."""
+    return [summary_of(d, now_ns) for d in device_rows(session, device)]
 
 
 def count_devices(*, session: Session) -> int:

@@ -8,15 +8,17 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, mean_of, sum_of
-from fleetscope.collector.query.devices import device_model, list_devices
+from fleetscope.collector.query._common import NS, floor_to, max_of, mean_of, sum_of
+from fleetscope.collector.query.devices import STATE_REPLACED, device_model, device_state, list_devices
 from fleetscope.collector.query.incidents import search_incidents
 from fleetscope.collector.query.series import fetch_samples
 from fleetscope.collector.query.types import DeviceSummary, IncidentView
 from fleetscope.collector.storage.rollups import GPU
-from fleetscope.collector.storage.schema import Incident, gpu_samples, host_samples
+from fleetscope.collector.storage.schema import Device, Incident, gpu_samples, host_samples
 from fleetscope.proto.vocabulary import (
+    INCIDENT_OPEN,
     KIND_TRT_BENCHMARK,
+    ORIGIN_IMPORT,
     SEVERITY_INFO,
     SEVERITY_WARNING,
     severities_at_least,
@@ -49,6 +51,11 @@ class FleetDevice:
     spark_power: list[float | None]
     open_incidents: int
     worst_severity: str  # "" when none
+    # devices.device_state: "online", "offline", or "imported" (made by `scan --db`: history from
+    # files, never an agent; neither online nor offline). Earlier installs of a name that registered
+    # again under a new agent id ("replaced") are not rows: their open incidents count on the newest.
+    state: str = "online"
+    agent_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,19 @@ def fleet_overview(
 ) -> FleetOverview:
     """Every device with its state, current readings, sparklines and open incidents.
 
-    Open incidents are the last ``open_window_ns`` of warnings and worse (benchmark records
-    excluded): incidents have no closed state yet, and a day is what an operator scans.
+    Open incidents are those still open that started in the last ``open_window_ns``, warnings and
+    worse (benchmark records and imported incidents, stored resolved, excluded).
     """
-    devices = list_devices(session=session, now_ns=now_ns)
-    ids = device_ids(session, [d.name for d in devices])
-    by_id = {ids[d.name]: d for d in devices if d.name in ids}
+    every = list_devices(session=session, now_ns=now_ns)
+    id_of = {str(a): int(i) for a, i in session.execute(select(Device.agent_id, Device.id))}
+    states = {d.agent_id: device_state(d, every) for d in every}
+    devices = [d for d in every if states[d.agent_id] != STATE_REPLACED and d.agent_id in id_of]
+    by_id = {id_of[d.agent_id]: d for d in devices}
+    # A replaced install's incidents count on the newest install of its name.
+    newest_of_name: dict[str, int] = {}
+    for shown in sorted(devices, key=lambda x: (x.first_seen_ns, id_of[x.agent_id])):
+        newest_of_name[shown.name] = id_of[shown.agent_id]
+    row_of = {id_of[x.agent_id]: newest_of_name.get(x.name, id_of[x.agent_id]) for x in every if x.agent_id in id_of}
     step_ns = spark_step_s * NS
     lo = floor_to(now_ns - spark_window_ns, step_ns) + step_ns
     spark_ts = list(range(lo, now_ns + 1, step_ns))
@@ -116,10 +130,13 @@ def fleet_overview(
             Incident.ts_ns >= now_ns - open_window_ns,
             Incident.kind != KIND_TRT_BENCHMARK,
             Incident.severity != SEVERITY_INFO,
+            Incident.state == INCIDENT_OPEN,
+            Incident.origin != ORIGIN_IMPORT,
         )
         .group_by(Incident.device_id, Incident.severity)
     )
-    for d, sev, c in session.execute(q):
+    for dev, sev, c in session.execute(q):
+        d = row_of.get(dev, dev)
         n, worst = open_counts.get(d, (0, ""))
         open_counts[d] = (n + c, worst_severity(sev, worst) if worst else sev)
     out = []
@@ -154,6 +171,8 @@ def fleet_overview(
                 spark_power=spark[d]["power"],
                 open_incidents=n,
                 worst_severity=worst,
+                state=states[summary.agent_id],
+                agent_id=summary.agent_id,
             )
         )
     recent = search_incidents(
@@ -162,6 +181,7 @@ def fleet_overview(
         until_ns=now_ns + 1,
         severities=severities_at_least(SEVERITY_WARNING),
         exclude_kinds=[KIND_TRT_BENCHMARK],
+        open_only=True,
         limit=50,
     )
     return FleetOverview(

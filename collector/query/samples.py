@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query._common import device_row
+from fleetscope.collector.query._common import device_rows
 from fleetscope.collector.query.types import GpuPoint, GpuStatePoint, HostPoint
 from fleetscope.collector.storage.schema import (
     GPU_SAMPLE_COLUMNS,
@@ -38,16 +38,156 @@ class DeviceMetrics:
 def device_metrics(
     *, session: Session, device: str, since_ns: int, until_ns: int, limit: int = 200_000
 ) -> DeviceMetrics:
-    """A device's samples in [since, until), at most ``limit`` rows per table, oldest first."""
-    d = device_row(session, device)
-    return DeviceMetrics(
-        device=d.name,
-        since_ns=since_ns,
-        until_ns=until_ns,
-        host=list(host_points(session, d.id, since_ns, until_ns, limit)),
-        gpu=list(gpu_points(session, d.id, since_ns, until_ns, limit)),
-        gpu_state=list(gpu_state_points(session, d.id, since_ns, until_ns, limit)),
-    )
+    """A device's samples in [since, until), at most ``limit`` rows per table, oldest first. A name
+    reads every install of that name (a device reinstalled under a new agent id) as one history."""
+    rows = device_rows(session, device)
+    if len(rows) == 1:
+        d = rows[0]
+        return DeviceMetrics(
+            device=d.name,
+            since_ns=since_ns,
+            until_ns=until_ns,
+            host=list(host_points(session, d.id, since_ns, until_ns, limit)),
+            gpu=list(gpu_points(session, d.id, since_ns, until_ns, limit)),
+            gpu_state=list(gpu_state_points(session, d.id, since_ns, until_ns, limit)),
+        )
+    host = sorted((p for d in rows for p in host_points(session, d.id, since_ns, until_ns, limit)), key=lambda p: p.ts_ns)
+    gpu = sorted((p for d in rows for p in gpu_points(session, d.id, since_ns, until_ns, limit)),
+                 key=lambda p: (p.ts_ns, p.gpu_index))
+    state = sorted((p for d in rows for p in gpu_state_points(session, d.id, since_ns, until_ns, limit)),
+                   key=lambda p: (p.ts_ns, p.gpu_index))
+    return DeviceMetrics(device=rows[0].name, since_ns=since_ns, until_ns=until_ns,
+                         host=host[:limit], gpu=gpu[:limit], gpu_state=state[:limit])
+
+
+# What ``metrics_summary`` sums up: (column, unit, the column or GPU-state column of its total).
+HOST_SUMMARY: tuple[tuple[str, str, str | None], ...] = (
+    ("cpu_percent", "%", None),
+    ("load1", "", None),
+    ("mem_used_bytes", "bytes", "mem_total_bytes"),
+    ("swap_used_bytes", "bytes", "swap_total_bytes"),
+    ("disk_used_bytes", "bytes", "disk_total_bytes"),
+)
+GPU_SUMMARY: tuple[tuple[str, str, str | None], ...] = (
+    ("util_gpu_percent", "%", None),
+    ("memory_used_bytes", "bytes", "memory_total_bytes"),
+    ("temp_c", "C", None),
+    ("power_w", "W", "power_limit_w"),
+    ("sm_clock_mhz", "MHz", "sm_clock_max_mhz"),
+    ("fan_percent", "%", None),
+)
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    """One metric over a window: ``scope`` is "host" or "GPU n"; ``total`` what it is a part of
+    (memory's total, the power limit, the clock's maximum), None when not known."""
+
+    scope: str
+    metric: str
+    unit: str
+    samples: int
+    min: float | None
+    mean: float | None
+    max: float | None
+    last: float | None
+    last_ts_ns: int | None
+    total: float | None = None
+
+
+@dataclass(frozen=True)
+class MetricsSummary:
+    device: str
+    since_ns: int
+    until_ns: int
+    host_samples: int
+    gpu_samples: int
+    metrics: list[MetricSummary] = field(default_factory=list)
+
+
+def metrics_summary(*, session: Session, device: str, since_ns: int, until_ns: int) -> MetricsSummary:
+    """min, mean, max and last of each metric of a device (every install of a name) in [since,
+    until), host and per GPU, computed in SQL over every sample of the window (no row limit)."""
+    rows = device_rows(session, device)
+    ids = [d.id for d in rows]
+    out: list[MetricSummary] = []
+    host_n = _aggregate(session, host_samples, ids, since_ns, until_ns, None, HOST_SUMMARY, out)
+    gpu_n = _aggregate(session, gpu_samples, ids, since_ns, until_ns, gpu_samples.c.gpu_index, GPU_SUMMARY, out)
+    return MetricsSummary(device=rows[0].name, since_ns=since_ns, until_ns=until_ns, host_samples=host_n,
+                          gpu_samples=gpu_n, metrics=out)
+
+
+def _aggregate(
+    session: Session, table: Any, ids: list[int], lo: int, hi: int, key: Any,
+    metrics: tuple[tuple[str, str, str | None], ...], out: list[MetricSummary],
+) -> int:
+    c = table.c
+    where = (c.device_id.in_(ids), c.ts_ns >= lo, c.ts_ns < hi)
+    cols: list[Any] = [func.count()]
+    for name, _unit, _of in metrics:
+        col = c[name]
+        cols += [func.count(col), func.min(col), func.avg(col), func.max(col)]
+    q = select(*([key] if key is not None else []), *cols).where(*where)
+    if key is not None:
+        q = q.group_by(key).order_by(key)
+    total_n = 0
+    for row in session.execute(q).all():
+        r = tuple(row)
+        index = r[0] if key is not None else None
+        vals = r[1:] if key is not None else r
+        n = int(vals[0] or 0)
+        if not n:
+            continue
+        total_n += n
+        scope = "host" if index is None else f"GPU {index}"
+        for i, (name, unit, total_col) in enumerate(metrics):
+            count, lo_v, mean_v, hi_v = vals[1 + 4 * i : 5 + 4 * i]
+            if not count:
+                continue
+            last_ts, last_v = _last(session, table, ids, lo, hi, key, index, name)
+            total = _total(session, table, ids, lo, hi, key, index, total_col) if total_col else None
+            out.append(MetricSummary(scope, name, unit, int(count), _f(lo_v), _f(mean_v), _f(hi_v), _f(last_v),
+                                     last_ts, total))
+    return total_n
+
+
+def _f(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _last(session: Session, table: Any, ids: list[int], lo: int, hi: int, key: Any, index: Any,
+          name: str) -> tuple[int | None, Any]:
+    c = table.c
+    q = select(c.ts_ns, c[name]).where(c.device_id.in_(ids), c.ts_ns >= lo, c.ts_ns < hi, c[name].is_not(None))
+    if key is not None:
+        q = q.where(key == index)
+    row = session.execute(q.order_by(c.ts_ns.desc()).limit(1)).first()
+    return (None, None) if row is None else (int(row[0]), row[1])
+
+
+def _total(session: Session, table: Any, ids: list[int], lo: int, hi: int, key: Any, index: Any,
+           total_col: str) -> float | None:
+    """The total in force over the window: host totals ride on the samples, GPU ones on the GPU state
+    (the latest row up to the window's end, else its first after)."""
+    if key is None:
+        c = table.c
+        v = session.execute(select(func.max(c[total_col])).where(c.device_id.in_(ids), c.ts_ns >= lo, c.ts_ns < hi)).scalar()
+        return _f(v) or None
+    s = gpu_state.c
+    base = select(s[total_col]).where(s.device_id.in_(ids), s.gpu_index == index, s[total_col].is_not(None))
+    v = session.execute(base.where(s.ts_ns < hi).order_by(s.ts_ns.desc()).limit(1)).scalar()
+    if v is None:
+        v = session.execute(base.where(s.ts_ns >= hi).order_by(s.ts_ns).limit(1)).scalar()
+    return _f(v) or None
+
+
+def last_sample_ns(*, session: Session, device: str) -> int | None:
+    """When the newest host or GPU sample of a device (every install of a name) was taken; None: none."""
+    ids = [d.id for d in device_rows(session, device)]
+    times = [session.execute(select(func.max(t.c.ts_ns)).where(t.c.device_id.in_(ids))).scalar()
+             for t in (host_samples, gpu_samples)]
+    present = [int(t) for t in times if t is not None]
+    return max(present) if present else None
 
 
 def count_samples(*, session: Session, device: str | None = None) -> dict[str, int]:
@@ -56,7 +196,7 @@ def count_samples(*, session: Session, device: str | None = None) -> dict[str, i
     for name, table in (("host", host_samples), ("gpu", gpu_samples)):
         q = select(func.count()).select_from(table)
         if device is not None:
-            q = q.where(table.c.device_id == device_row(session, device).id)
+            q = q.where(table.c.device_id.in_([d.id for d in device_rows(session, device)]))
         out[name] = int(session.execute(q).scalar_one())
     return out
 

@@ -8,8 +8,9 @@ DEMO_ARGS ?=
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[all,dev,torch]'
+	@echo 'Setting up $(VENV): the first time downloads a few hundred MB (torch included) and takes a few minutes.'
+	$(VENV)/bin/pip install --progress-bar on --upgrade pip
+	$(VENV)/bin/pip install --progress-bar on -c constraints.txt -e '.[all,dev,torch]'
 	touch $@
 
 .PHONY: setup demo test lint bench

@@ -51,6 +51,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from fleetscope.agent.daemon.runner import Agent, AgentSettings
     from fleetscope.agent.samplers.host import HostSampler
     from fleetscope.agent.tools.simulate import build_fleet, wait_progress
+    from fleetscope.cli import demo_guide as guide
     from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
     root = args.dir.resolve()
@@ -61,8 +62,17 @@ def run_demo(args: argparse.Namespace) -> int:
     token = secrets.token_urlsafe(16)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
-    say(f"[1/4] collector: SQLite at {root / 'fleetscope.db'}")
-    collector = Collector(CollectorSettings(listen=f"127.0.0.1:{args.port}", db_url=db_url, tokens=frozenset([token])))
+    # TLS, as a newcomer's own fleet should run: a CA and certificates made in the demo's folder.
+    from fleetscope.agent.daemon.credentials import ChannelTLS
+    from fleetscope.collector.certs import init_certs
+    from fleetscope.collector.ingest.tls import ServerTLS
+
+    certs = root / "certs"
+    init_certs(certs)
+    agent_tls = ChannelTLS(ca=certs / "ca.pem")
+    say(f"[1/4] collector: SQLite at {root / 'fleetscope.db'}, TLS with certificates in {certs}")
+    collector = Collector(CollectorSettings(listen=f"127.0.0.1:{args.port}", db_url=db_url, tokens=frozenset([token]),
+                                            tls=ServerTLS(certs / "collector.pem", certs / "collector.key")))
     port = collector.start()
     address = f"127.0.0.1:{port}"
     say(f"      listening on {address}")
@@ -72,7 +82,7 @@ def run_demo(args: argparse.Namespace) -> int:
     demo_log.touch()
     agent = Agent(
         AgentSettings(collectors=(address,), spool_dir=root / "agent", token=token, name=os.uname().nodename,
-                      labels={"site": "local", "role": "demo-host"}, log_files=(str(demo_log),)),
+                      labels={"site": "local", "role": "demo-host"}, log_files=(str(demo_log),), tls=agent_tls),
         samplers=[HostSampler()],
         classify=classify_event,
     )
@@ -80,27 +90,29 @@ def run_demo(args: argparse.Namespace) -> int:
 
     say(f"[3/4] {args.devices} simulated devices (label simulated=true)")
     fleet = build_fleet(collectors=[address], token=token, devices=args.devices, state_dir=root / "simulated",
-                        incident_every_s=60.0, classify=classify_event, name_prefix="demo")
+                        incident_every_s=2400.0, first_incident_s=90.0, classify=classify_event, name_prefix="demo",
+                        tls=agent_tls)
     fleet.start()
 
     dashboard = None
+    exe = guide.fleetscope_command()
     if args.no_dashboard:
         say("[4/4] dashboard: skipped (--no-dashboard)")
     elif _dashboard_available():
-        dashboard = subprocess.Popen(
-            [sys.executable, "-m", "fleetscope.dashboard", "--db", db_url, "--port", str(args.dashboard_port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        say(f"[4/4] dashboard: http://127.0.0.1:{args.dashboard_port}")
+        try:
+            dashboard, dashboard_url, moved = guide.start_dashboard(db_url, args.dashboard_port, root / "dashboard.log")
+            say(f"[4/4] dashboard: {dashboard_url}" + (f"  ({moved})" if moved else ""))
+        except guide.DashboardFailed as exc:
+            say(f"[4/4] dashboard: FAILED: {exc}")
     else:
         say("[4/4] dashboard: not installed (pip install 'fleetscope[dashboard]')")
 
     say(f"""
 fleetscope is running. In another terminal:
-  fleetscope devices --db {db_url}
-  fleetscope metrics --db {db_url} --device {agent.settings.name} --since 5m
-  fleetscope incidents --db {db_url}
-  echo 'RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity)' >> {demo_log}
+{guide.hints_text(exe=exe, db_url=db_url, device=agent.settings.name, demo_log=demo_log,
+                  latency_device=fleet.agents[-1].settings.name if fleet.agents else None)}
+{guide.join_text(exe=exe, address=address, token_file=guide.write_token_file(root, token), root=root,
+                 tls_ca=agent_tls.ca if agent_tls is not None else None)}
 {"Stopping after " + str(int(args.duration)) + " s." if args.duration else "Ctrl-C stops everything."}
 """)
     stop = threading.Event()

@@ -52,7 +52,9 @@ def _time_format(domain: tuple[int, int] | None) -> str | None:
 
 
 def _x(domain: tuple[int, int] | None, field: str = "t") -> dict[str, Any]:
-    axis: dict[str, Any] = {"labelOverlap": True, "grid": False}
+    # At most ~8 ticks: finer ticks than the label's unit (30 s ticks under an %H:%M label)
+    # would print the same label twice.
+    axis: dict[str, Any] = {"labelOverlap": True, "grid": False, "tickCount": 8}
     if _time_format(domain):
         axis["format"] = _time_format(domain)
     x: dict[str, Any] = {"field": field, "type": "temporal", "title": None, "axis": axis}
@@ -68,7 +70,8 @@ def _iso(ms: float) -> str:
 
 
 def _legend() -> dict[str, Any]:
-    return {"orient": "top", "direction": "horizontal", "title": None, "symbolSize": 60, "labelLimit": 260}
+    # Wrapped in rows of four: a single row is clipped by the chart's width (eight GPUs showed five).
+    return {"orient": "top", "direction": "horizontal", "columns": 4, "title": None, "symbolSize": 60, "labelLimit": 260}
 
 
 def time_chart(
@@ -226,6 +229,8 @@ def incident_strip(
         layers += alert_layers(domain)
     if markers.empty:  # alerts only: an empty point layer still sets the axis
         height = 40
+    else:  # a row per kind, and room for them: the legend sits at the right, not above the points
+        height = max(height, 28 * int(markers["kind"].nunique()))
     return {
         "height": height,
         "title": {
@@ -251,7 +256,7 @@ def _strip_points(domain: tuple[int, int] | None) -> dict[str, Any]:
                 "type": "nominal",
                 "title": None,
                 "scale": {"domain": list(fmt.SEVERITY_COLORS), "range": list(fmt.SEVERITY_COLORS.values())},
-                "legend": _legend(),
+                "legend": {"orient": "right", "title": None},
             },
             "tooltip": [
                 {"field": "when", "title": "time"},

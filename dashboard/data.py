@@ -318,3 +318,15 @@ def alert_notifications(db_url: str, alert_id: int) -> list[q.NotificationRow]:
 def alert_periods(db_url: str, device: str, since_ns: int, until_ns: int) -> list[q.AlertPeriod]:
     with _session(db_url) as s:
         return q.alert_periods(device, since_ns, until_ns, session=s)
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def gpu_hardware(db_url: str, device: str, until_ns: int) -> list[q.GpuHardware]:
+    with _session(db_url) as s:
+        return q.gpu_hardware(session=s, device=device, until_ns=until_ns)
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def jetson_view(db_url: str, device: str, until_ns: int) -> q.JetsonView | None:
+    with _session(db_url) as s:
+        return q.jetson_view(session=s, device=device, until_ns=until_ns)

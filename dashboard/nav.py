@@ -29,14 +29,19 @@ def _render(name: str) -> Callable[[], None]:
     return module.render
 
 
-def page(name: str, *, default: bool = False) -> Any:
+def page(name: str) -> Any:
     _module, title, icon = PAGES[name]
-    return st.Page(_render(name), title=title, icon=icon, url_path=name, default=default)
+    return st.Page(_render(name), title=title, icon=icon, url_path=name)
 
 
 def pages(default: str | None = None) -> list[Any]:
+    """Every page at its own path (``/fleet``, ``/device``...), plus the root URL: a hidden page
+    that draws the start page. (Streamlit serves a default page only at the root, so a page
+    marked default would answer "Page not found" at its own path.)"""
     start = default if default in PAGES else DEFAULT
-    return [page(name, default=(name == start)) for name in PAGES]
+    _module, title, icon = PAGES[start]
+    home = st.Page(_render(start), title=title, icon=icon, url_path="home", default=True, visibility="hidden")
+    return [home, *(page(name) for name in PAGES)]
 
 
 def go(name: str, **params: str) -> None:

@@ -20,7 +20,7 @@ from fleetscope.collector.query import (
     describe_resolution,
     device_model,
 )
-from fleetscope.dashboard import charts, data, fmt, frames, nav, timerange
+from fleetscope.dashboard import charts, data, device_hardware, fmt, frames, nav, timerange
 from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK, LOG_LEVELS
 
 
@@ -36,6 +36,24 @@ def _pick_device(devices: list[DeviceSummary]) -> DeviceSummary:
     st.query_params["device"] = name
     st.session_state["_device_from_url"] = name
     return devices[names.index(name)]
+
+
+GPU_PICK_FROM = 5  # with more GPUs than this, a picker: eight lines in one chart are hard to read
+
+
+def _pick_gpus(gpu: pd.DataFrame) -> pd.DataFrame:
+    """With many GPUs, a picker (kept in the URL as ``?gpus=0,3``); every GPU by default."""
+    if gpu.empty or gpu["gpu"].nunique() < GPU_PICK_FROM:
+        return gpu
+    names = sorted(gpu["gpu"].unique(), key=lambda n: int(str(n).split()[-1]) if str(n).split()[-1].isdigit() else 0)
+    wanted = [f"GPU {x}" for x in st.query_params.get("gpus", "").split(",") if x.strip()]
+    default = [n for n in names if n in wanted] or names
+    picked = st.pills("GPUs", names, selection_mode="multi", default=default, key="gpu_pick") or names
+    if set(picked) == set(names):
+        st.query_params.pop("gpus", None)
+    else:
+        st.query_params["gpus"] = ",".join(str(p).split()[-1] for p in picked)
+    return gpu[gpu["gpu"].isin(picked)]
 
 
 def _header(d: DeviceSummary, now_ns: int) -> None:
@@ -349,7 +367,15 @@ def _logs(device: str, since_ns: int, until_ns: int) -> None:
             for ln in reversed(lines)
         ]
     )
-    st.dataframe(df, hide_index=True, width="stretch", height=min(38 + 35 * len(df), 420), key="device_logs")
+    st.dataframe(
+        df, hide_index=True, width="stretch", height=min(38 + 35 * len(df), 420), key="device_logs",
+        column_config={
+            "Time": st.column_config.TextColumn(width=150),
+            "Level": st.column_config.TextColumn(width=70),
+            "Source": st.column_config.TextColumn(width=160),
+            "Message": st.column_config.TextColumn(width=max(600, min(2400, 7 * int(df["Message"].str.len().max())))),
+        },
+    )
     st.caption(f"{len(lines)} newest lines shown (at most 500), newest first.")
 
 
@@ -374,11 +400,16 @@ def render() -> None:
         st.error(str(exc))
         return
     incidents = data.incidents(data.url(), tr.since_ns, tr.until_ns, devices=(device.name,))
-    domain = (tr.since_ns // 10**6, tr.until_ns // 10**6)
+    # A preset longer than the device's life starts at its first data, not squeezed at the right.
+    start_ns = tr.since_ns
+    if tr.key != "custom" and tr.since_ns < device.first_seen_ns < tr.until_ns:
+        start_ns = max(tr.since_ns, device.first_seen_ns - 30 * 10**9)
+    domain = (start_ns // 10**6, tr.until_ns // 10**6)
     markers = frames.incident_markers([i for i in incidents if i.kind != KIND_TRT_BENCHMARK])
     periods = data.alert_periods(data.url(), device.name, tr.since_ns, tr.until_ns)
     alerts = frames.alert_spans(periods, tr.since_ns, min(now, tr.until_ns))
     gpu, host = frames.gpu_frame(s), frames.host_frame(s)
+    gpu = _pick_gpus(gpu)
     _now_metrics(gpu, host)
     marks = "dashed lines are incidents"
     if periods:
@@ -387,7 +418,7 @@ def render() -> None:
         )
     st.caption(f"{tr.label}: {describe_resolution(s.step_s, s.sources)} · {marks}")
     # Only the open tab runs (and only its charts go to the browser); the tab is in the URL.
-    names = ["GPU", "Host", "Latency", "Incidents", "Logs"]
+    names = ["GPU", "Host", "Latency", "Incidents", "Logs", "Hardware"]
     tabs = st.tabs(names, key="tab", on_change="rerun", bind="query-params")
     sections = [
         lambda: _gpu_charts(s, gpu, markers, alerts, domain),
@@ -395,6 +426,7 @@ def render() -> None:
         lambda: _latency(s, markers, alerts, domain),
         lambda: _incidents(incidents, periods, markers, alerts, domain, now),
         lambda: _logs(device.name, tr.since_ns, tr.until_ns),
+        lambda: device_hardware.render(device.name, min(now, tr.until_ns), now),
     ]
     for tab, draw in zip(tabs, sections):
         with tab:

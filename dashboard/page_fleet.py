@@ -122,6 +122,12 @@ def table(devices: Sequence[FleetDevice], now_ns: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _labels_width(devices: Sequence[FleetDevice]) -> int:
+    """Pixels for the Labels column: each label a chip of ~7 px a character plus padding."""
+    widest = max((sum(7 * len(f"{k}={v}") + 22 for k, v in d.labels.items()) for d in devices), default=0)
+    return max(200, min(900, widest + 16))
+
+
 def _columns(devices: Sequence[FleetDevice]) -> dict[str, ColumnConfig]:
     cc = st.column_config
     incident_values = sorted({f"{d.open_incidents} {d.worst_severity}" for d in devices if d.open_incidents})
@@ -149,7 +155,8 @@ def _columns(devices: Sequence[FleetDevice]) -> dict[str, ColumnConfig]:
             help="warnings and worse in the last 24 h, with the worst severity",
             color=[fmt.SEVERITY_COLORS.get(v.split(" ", 1)[1], "#888") for v in incident_values],
         ),
-        "Labels": cc.MultiselectColumn(width="large", color="auto"),
+        # Wide enough for every device's labels (a fixed "large" cut the longer ones).
+        "Labels": cc.MultiselectColumn(width=_labels_width(devices), color="auto"),
         "GPUs": cc.NumberColumn(width=50, format="%d"),
         "CPU": cc.NumberColumn(format="%.0f %%", width=56),
     }

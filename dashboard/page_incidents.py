@@ -98,7 +98,10 @@ def _chart(tr: timerange.TimeRange, kinds: list[str], sev: list[str], scope: tup
         ],
         columns=["t", "end", "kind", "count"],
     )
-    domain = (tr.since_ns // 10**6, tr.until_ns // 10**6)
+    # The axis spans whole buckets: the current one (today, on a week) is a full-width bar, not a
+    # sliver cut at "now".
+    step_ms = step * 1000
+    domain = (tr.since_ns // 10**6 // step_ms * step_ms, -(-(tr.until_ns // 10**6) // step_ms) * step_ms)
     charts.show(
         charts.count_bars(df, domain=domain, title=f"Incidents per {fmt.duration(step)}"), key="c_counts"
     )

@@ -47,7 +47,7 @@ def test_fleet_lists_every_device_with_state_kind_and_sparklines(pipeline: Pipel
     assert f"1 device offline: **{pipeline.lost}**" in texts(at)
     rows = table.set_index("Device")
     assert (
-        rows.loc[pipeline.drones[0], "Kind"] == "Jetson Orin Nano"
+        rows.loc[pipeline.drones[0], "Kind"] == "Jetson Orin NX Engineering Reference"
         and rows.loc[pipeline.drones[0], "GPUs"] == 1
     )
     assert (
@@ -224,12 +224,12 @@ def test_compare_jetson_against_the_server(pipeline: Pipeline) -> None:
     at = app(pipeline.url, "compare").run()
     no_errors(at)
     # By default: the Jetson model against the first server GPU.
-    assert at.multiselect(key="keep_cmp_group_0").value == ["model: Jetson Orin Nano Developer Kit"]
+    assert at.multiselect(key="keep_cmp_group_0").value == ["model: Jetson Orin NX Engineering Reference Developer Kit"]
     assert at.multiselect(key="keep_cmp_group_1").value == ["GPU: NVIDIA A100-SXM4-80GB"]
     assert at.selectbox(key="keep_cmp_op").value == "infer"
     table = frame(at, "Metric").set_index("Metric")
     a, b = table.columns
-    assert a.startswith("A · Jetson Orin Nano") and b.startswith("B · NVIDIA A100")
+    assert a.startswith("A · Jetson Orin NX") and b.startswith("B · NVIDIA A100")
     drone = sorted(pipeline.latency_ms[pipeline.drones[0]])
     server = sorted(pipeline.latency_ms[pipeline.servers[0]])
     assert (

@@ -2,7 +2,8 @@
 
 Settings precedence, one rule for every key: a flag beats its environment variable
 (``FLEETSCOPE_COLLECTOR``, ``FLEETSCOPE_TOKEN``, ``FLEETSCOPE_NAME``, ``FLEETSCOPE_SPOOL``), which
-beats the default.
+beats the ``[agent]`` table of a ``--config`` file, which beats the default (``fleetscope.cli.config``
+applies the environment and the file after parsing).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetscope.cli.args import duration_s, label, size_bytes
+from fleetscope.cli.args import duration_s, label, listen_address, size_bytes
 
 if TYPE_CHECKING:
     from fleetscope.agent.samplers.registry import SamplerSettings
@@ -45,8 +46,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--collector", action="append", default=None, metavar="HOST:PORT",
                    help="collector address; repeat for failover (env FLEETSCOPE_COLLECTOR, comma-separated)")
-    p.add_argument("--token", default=os.environ.get("FLEETSCOPE_TOKEN", ""), help="token the collector expects (env FLEETSCOPE_TOKEN)")
+    p.add_argument("--token", default=os.environ.get("FLEETSCOPE_TOKEN", ""),
+                   help="enrolment or collector token (env FLEETSCOPE_TOKEN); as a flag it shows in /proc/PID/cmdline: prefer --token-file")
     p.add_argument("--name", default=os.environ.get("FLEETSCOPE_NAME", ""), help="device name users query by (default: hostname)")
+    from fleetscope.agent.daemon.credentials import add_agent_arguments
+
+    add_agent_arguments(p)  # --token-file, --tls-ca, --tls-cert, --tls-key
     p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE",
                    help="a label such as site=lab, fleet=drones, drone_id=D12 (repeatable)")
     p.add_argument("--interval", type=duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
@@ -71,7 +76,12 @@ def register(sub: Any) -> None:
     p.add_argument("--jetson-source", choices=["sysfs", "tegrastats"], default="sysfs",
                    help="on a Jetson, read sysfs (cheaper, the default) or run tegrastats (adds EMC load and engines)")
     p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: run until stopped)")
+    p.add_argument("--metrics-listen", type=listen_address, default=None, metavar="HOST:PORT",
+                   help="serve the agent's own Prometheus metrics (/metrics) and /healthz here, e.g. 127.0.0.1:9465 (default: off)")
     p.set_defaults(func=run_agent)
+    from fleetscope.agent.tools.install import register_subcommands
+
+    register_subcommands(p)  # agent install | uninstall | bundle
 
     p = sub.add_parser(
         "simulate",
@@ -138,10 +148,14 @@ def run_agent(args: argparse.Namespace) -> int:
     if not collectors:
         print("fleetscope agent: give at least one --collector HOST:PORT (or FLEETSCOPE_COLLECTOR)", file=sys.stderr)
         return 2
+    from fleetscope.agent.daemon.credentials import agent_credentials
+
+    token, tls = agent_credentials(args)  # exits 2 with one line for an unreadable file
     settings = AgentSettings(
         collectors=tuple(collectors),
         spool_dir=args.spool,
-        token=args.token,
+        token=token,
+        tls=tls,
         name=args.name,
         labels=dict(args.label),
         interval_s=args.interval,
@@ -161,7 +175,17 @@ def run_agent(args: argparse.Namespace) -> int:
     print(f"fleetscope agent {agent.agent_id} ({settings.name or 'hostname'}) -> {', '.join(collectors)}; spool {agent.spool.path}",
           file=sys.stderr)
     agent.start()
+    metrics = None
+    if args.metrics_listen:
+        from fleetscope.agent.daemon.metrics import AgentMetricsServer
+
+        try:
+            metrics = AgentMetricsServer(agent, args.metrics_listen).start()
+        except (OSError, ValueError) as exc:  # the agent's work matters more than its metrics
+            print(f"fleetscope agent: metrics not served on {args.metrics_listen}: {exc}", file=sys.stderr)
     stop.wait(args.duration)
+    if metrics is not None:
+        metrics.stop()
     agent.stop()
     if agent.fatal is not None:
         # A supervisor (systemd Restart=on-failure, a container runtime) restarts a failed agent;

@@ -55,10 +55,67 @@ def time_ns(text: str, *, now_ns: int | None = None) -> int:
             return int(text) * 10**9
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (ISO 8601 like 2026-12-01T10:00, epoch seconds, or 2h for two hours ago)") from None
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} ({TIME_FORMS})") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp() * 10**9)
+
+
+TIME_FORMS = ("accepted: a duration ago (30s, 15m, 2h, 7d, 1w), ISO 8601 (2026-12-01, 2026-12-01T10:00, "
+              "2026-12-01T10:00:00Z, +02:00 for a zone; UTC when none), epoch seconds (1764583200), or now")
+
+
+def time_text(text: str) -> str:
+    """An argparse ``type=`` for ``--since``/``--until``: checks the text (see ``time_ns``) and keeps
+    it, so that "now" and "2h" are read when the command runs; a mistake is a usage error."""
+    time_ns(text)
+    return text
+
+
+DB_URL_FORMS = ("accepted: sqlite:///RELATIVE/PATH.db, sqlite:////ABSOLUTE/PATH.db, a plain file path, "
+                "postgresql+psycopg://USER[:PASSWORD]@HOST[:PORT]/DB (postgresql:// means the same)")
+
+
+def db_url_problem(url: str) -> str | None:
+    """What is wrong with a ``--db`` value, as one line naming the accepted forms; None when its
+    form is right (whether the database can be reached is found out when it is opened).
+    Plain text checks: this runs before SQLAlchemy is imported, on any install."""
+    text = url.strip()
+    url = hide_url_password(text)
+    if not text:
+        return f"--db is empty; {DB_URL_FORMS}"
+    if "://" not in text:
+        return None  # a file path: SQLite
+    scheme, rest = text.split("://", 1)
+    backend, _, driver = scheme.lower().partition("+")
+    if backend == "sqlite":
+        if driver:
+            return f"cannot use {url}: SQLite takes no driver ('{scheme}'); {DB_URL_FORMS}"
+        if rest and not rest.startswith("/"):
+            host = rest.split("/", 1)[0]
+            return (f"not a database URL: {url!r}: one slash missing: 'sqlite://{host}/...' names a host; write sqlite:///{rest} "
+                    f"(relative) or sqlite:////{rest} (absolute); {DB_URL_FORMS}")
+        if rest in ("", "/"):
+            return f"not a database URL: {url!r}: no file named (an in-memory database would hold nothing); {DB_URL_FORMS}"
+        return None
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "psycopg"):
+            return f"cannot use {url}: the PostgreSQL driver is psycopg (version 3), not {driver!r}; {DB_URL_FORMS}"
+        hostpart = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+        port = hostpart.rsplit(":", 1)[1] if ":" in hostpart and not hostpart.endswith("]") else ""
+        if port and not port.isdigit():
+            return f"not a database URL: {url!r}: the port {port!r} is not a number; {DB_URL_FORMS}"
+        return None
+    return f"unsupported database {backend!r} in --db {url}; {DB_URL_FORMS}"
+
+
+def hide_url_password(url: str) -> str:
+    """``scheme://user:secret@host/db`` as ``scheme://user:***@host/db``: for messages."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hostpart = rest.partition("@")
+    if not sep or not at or ":" not in userinfo or "/" in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{hostpart}"
 
 
 def format_ns(ts_ns: int) -> str:
@@ -83,3 +140,15 @@ def format_bytes(n: float | None) -> str:
         if abs(n) >= div:
             return f"{n / div:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def listen_address(text: str) -> str | None:
+    """A ``--metrics-listen`` value: ``HOST:PORT`` (``[::1]:PORT`` for IPv6, ``:PORT`` for every
+    interface), or ``off`` (None)."""
+    value = text.strip()
+    if value.lower() in ("off", "none", "no", ""):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535 or (":" in host and not (host.startswith("[") and host.endswith("]"))):
+        raise argparse.ArgumentTypeError(f"not an address: {text!r} (examples: 127.0.0.1:9464, :9464, [::1]:9464, off)")
+    return value

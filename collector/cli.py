@@ -16,8 +16,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetscope.cli.args import duration_ns, format_ago, format_bytes, format_ns, label, size_bytes, time_ns
+from fleetscope.cli.args import (
+    duration_ns,
+    format_ago,
+    format_bytes,
+    format_ns,
+    label,
+    listen_address,
+    size_bytes,
+    time_ns,
+    time_text,
+)
 from fleetscope.cli.terminal import visible
+from fleetscope.collector import query_output
 from fleetscope.proto.vocabulary import LOG_LEVELS
 
 if TYPE_CHECKING:  # the parser is built without SQLAlchemy; only type checkers see these
@@ -30,6 +41,8 @@ def _db_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=DEFAULT_DB, metavar="URL",
                    help="database URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB (env FLEETSCOPE_DB; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON document (for jq) instead of a table")
+    if p.prog.split()[1:2] != ["db"]:  # every query command; `db upgrade|current` print no table
+        query_output.add_csv_flag(p)
 
 
 def register(sub: Any) -> None:
@@ -60,6 +73,9 @@ def register(sub: Any) -> None:
     p.add_argument("--dashboard-url", metavar="URL", help="the dashboard's address, for the links in notifications")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
+    p.add_argument("--metrics-listen", type=listen_address, default="127.0.0.1:9464", metavar="HOST:PORT",
+                   help="Prometheus endpoints /metrics (self), /metrics/fleet (every device, DCGM names), /healthz, /readyz "
+                        "(default %(default)s; 'off' for none; with --workers, the first worker to bind it)")
     limits = p.add_argument_group("connection limits", "what one collector process gives its clients (per worker)")
     limits.add_argument("--max-connections", type=int, metavar="N",
                         help="most connections at once; more are closed on arrival (default 10000, lowered to keep 128 "
@@ -73,51 +89,57 @@ def register(sub: Any) -> None:
     limits.add_argument("--keepalive-timeout", type=duration_ns, default=20 * 10**9, metavar="DURATION",
                         help="drop a connection whose ping is not answered within this time, such as a client that "
                              "stopped half-way through a batch (default 20s)")
+    from fleetscope.collector import security_cli  # TLS, limits per agent; `certs`, `token`, `device`
+
+    security_cli.add_collector_arguments(p)
     p.set_defaults(func=_needs_collector(run_collector))
 
     p = sub.add_parser("devices", help="list registered devices", description="Every device that registered, with its state.")
     _db_arg(p)
-    p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE", help="only devices with this label")
+    p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE",
+                   help="only devices with this label (repeat: every key must match, any value of one key will do)")
     p.set_defaults(func=_needs_collector(run_devices))
 
     p = sub.add_parser("metrics", help="a device's host and GPU samples over a time range")
     _db_arg(p)
-    p.add_argument("--device", required=True, help="device name (or agent id)")
-    p.add_argument("--since", default="1h", help="start: a duration ago (1h, 7d) or a time (ISO 8601); default 1h")
-    p.add_argument("--until", default="now", help="end: a time or a duration ago; default now")
+    p.add_argument("--device", required=True, help="device name (every install of it) or agent id (one install)")
+    p.add_argument("--since", default="1h", type=time_text, help="start: a duration ago (1h, 7d) or a time (ISO 8601); default 1h")
+    p.add_argument("--until", default="now", type=time_text, help="end: a time or a duration ago; default now")
     p.add_argument("--limit", type=int, default=200_000, help="most rows per table (default %(default)s)")
+    p.add_argument("--raw", action="store_true", help="every sample too, not only min/mean/max/last per metric")
     p.set_defaults(func=_needs_collector(run_metrics))
 
     p = sub.add_parser("logs", help="a device's log events")
     _db_arg(p)
-    p.add_argument("--device", required=True, help="device name (or agent id)")
+    p.add_argument("--device", required=True, help="device name (every install of it) or agent id (one install)")
     p.add_argument("--grep", help="only lines containing this text")
     p.add_argument("--level", choices=list(LOG_LEVELS), help="only this level")
-    p.add_argument("--since", default="24h", help="start (default 24h ago)")
-    p.add_argument("--until", default="now", help="end (default now)")
+    p.add_argument("--since", default="24h", type=time_text, help="start (default 24h ago)")
+    p.add_argument("--until", default="now", type=time_text, help="end (default now)")
     p.add_argument("--limit", type=int, default=1000, help="most lines, newest kept (default %(default)s)")
+    p.add_argument("-f", "--follow", action="store_true", help="then print new events as they arrive, until Ctrl-C")
     p.set_defaults(func=_needs_collector(run_logs))
 
     p = sub.add_parser("latency", help="latency percentiles per operation, from merged histograms")
     _db_arg(p)
-    p.add_argument("--device", required=True, help="device name (or agent id)")
+    p.add_argument("--device", required=True, help="device name (every install of it) or agent id (one install)")
     p.add_argument("--name", help="only this operation (as named in the SDK's latency())")
-    p.add_argument("--since", default="1h", help="start (default 1h ago)")
-    p.add_argument("--until", default="now", help="end (default now)")
+    p.add_argument("--since", default="1h", type=time_text, help="start (default 1h ago)")
+    p.add_argument("--until", default="now", type=time_text, help="end (default now)")
     p.set_defaults(func=_needs_collector(run_latency))
 
     p = sub.add_parser("incidents", help="OOM, Xid, TensorRT, latency and other incidents",
                        description="Incidents whose span (start to last occurrence) overlaps the range, newest first. "
                                    "Repeats of one failure are one incident with a count.")
     _db_arg(p)
-    p.add_argument("--device", help="only this device")
+    p.add_argument("--device", help="only this device (a name: every install of it; an agent id: one)")
     p.add_argument("--kind", action="append", default=[], metavar="KIND",
                    help="only this kind (cuda_oom, host_oom, gpu_xid, tensorrt_error, ...); repeat for several")
     p.add_argument("--open", action="store_true", help="only open incidents (not yet resolved)")
     p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE",
                    help="only devices with this label (repeat: all must match)")
-    p.add_argument("--since", default="7d", help="start (default 7d ago)")
-    p.add_argument("--until", default="now", help="end (default now)")
+    p.add_argument("--since", default="7d", type=time_text, help="start (default 7d ago)")
+    p.add_argument("--until", default="now", type=time_text, help="end (default now)")
     p.add_argument("--limit", type=int, default=1000, help="most incidents, newest first (default %(default)s)")
     p.set_defaults(func=_needs_collector(run_incidents))
 
@@ -135,6 +157,11 @@ def register(sub: Any) -> None:
     from fleetscope.collector import alerts_cli  # `alerts` and `silence`: in their own module
 
     alerts_cli.register(sub)
+    query_output.register_compare(sub, _db_arg, _needs_collector)  # `compare`
+    from fleetscope.collector import status_cli  # `status`: in its own module
+
+    status_cli.register(sub)
+    security_cli.register(sub)
 
 
 # ---------------------------------------------------------------- handlers
@@ -147,9 +174,16 @@ def _needs_collector(handler: Any) -> Any:
         from fleetscope.cli.extras import require
 
         require("collector", "sqlalchemy")
+        _OUTPUT["csv"] = bool(getattr(args, "csv", False))  # _table prints CSV for every query command
+        if _OUTPUT["csv"] and getattr(args, "json", False):
+            print(f"fleetscope {args.command}: --json and --csv: choose one", file=sys.stderr)
+            return 2
         return handler(args)
 
     return run
+
+
+_OUTPUT = {"csv": False}
 
 
 @contextmanager
@@ -157,6 +191,11 @@ def _session(url: str) -> Iterator[Any]:
     """A read-only session on the database at ``url``; exits with a hint when it holds no fleetscope data."""
     from fleetscope.collector import query
 
+    missing = query.missing_sqlite_file(url)
+    if missing is not None:  # opening it would create an empty file
+        print(f"no database file at {missing}: start a collector with --db {url} first, or give the --db "
+              "the collector writes to", file=sys.stderr)
+        raise SystemExit(1)
     engine = query.open_database(url)
     try:
         if not query.has_schema(engine):
@@ -180,7 +219,10 @@ def _print_json(doc: Any) -> None:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> None:
-    """Rows of text, every cell made visible: names, labels and titles come from devices."""
+    """Rows of text, every cell made visible: names, labels and titles come from devices (CSV with --csv)."""
+    if _OUTPUT["csv"]:
+        query_output.print_csv(headers, rows)
+        return
     rows = [[visible(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
@@ -194,6 +236,7 @@ def _unknown_device(exc: Exception) -> int:
 
 
 def run_collector(args: argparse.Namespace) -> int:
+    from fleetscope.collector import security_cli
     from fleetscope.collector.errors import StoreUnavailable
     from fleetscope.collector.ingest.server import Collector, CollectorSettings, read_tokens_file
 
@@ -207,8 +250,8 @@ def run_collector(args: argparse.Namespace) -> int:
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
                                  handshake_timeout_s=args.handshake_timeout / 1e9, keepalive_time_s=args.keepalive_time / 1e9,
                                  keepalive_timeout_s=args.keepalive_timeout / 1e9,
-                                 alerts_file=args.alerts, dashboard_url=args.dashboard_url,
-                                 **_detector_args(args))
+                                 alerts_file=args.alerts, dashboard_url=args.dashboard_url, metrics_listen=args.metrics_listen,
+                                 **_detector_args(args), **security_cli.collector_security(args))
     if args.alerts is not None:
         from fleetscope.collector.alerting.rules import RulesError, load_rules
 
@@ -222,7 +265,9 @@ def run_collector(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _run_workers(args)
     try:
-        Collector(settings).serve()
+        collector = Collector(settings)
+        security_cli.print_warnings(args)
+        collector.serve()
     except StoreUnavailable as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
@@ -285,82 +330,199 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 def run_devices(args: argparse.Namespace) -> int:
     from fleetscope.collector import query
+    from fleetscope.collector.query.devices import device_state, labels_match
 
     now = time.time_ns()
+    wanted = [f"{k}={v}" for k, v in args.label]  # keys must all match; several values of one key: any
     with _session(args.db) as session:
-        devices = query.list_devices(session=session, now_ns=now, label=dict(args.label) or None)
+        everyone = query.list_devices(session=session, now_ns=now)
+    devices = [d for d in everyone if labels_match(d.labels, wanted)]
+    states = {d.agent_id: device_state(d, everyone) for d in everyone}
     if args.json:
         _print_json({"devices": devices})
         return 0
+    headers = ["DEVICE", "KIND", "STATE", "LAST SEEN", "GPUS", "LABELS", "BATCHES", "REJECTED", "DROPPED", "SPOOLED"]
     if not devices:
-        print("no devices yet: start an agent with 'fleetscope agent --collector HOST:PORT --name NAME'")
+        if not everyone:
+            _empty("no devices yet: start an agent with 'fleetscope agent --collector HOST:PORT --name NAME'", headers)
+        else:
+            _empty(_label_miss(everyone, wanted), headers)
         return 0
     rows = []
     for d in devices:
         c = d.counters
+        st = states[d.agent_id]
         rows.append([
-            d.name, d.kind, "online" if d.online else "OFFLINE", format_ago(d.last_seen_ns, now), str(d.gpu_count),
+            d.name, d.kind, "OFFLINE" if st == "offline" else st, format_ago(d.last_seen_ns, now), str(d.gpu_count),
             ",".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "-",
             str(d.batches_stored), str(d.batches_rejected),
             str(c.get("dropped_samples", 0)), str(c.get("spool_batches", 0)),
         ])
-    _table(["DEVICE", "KIND", "STATE", "LAST SEEN", "GPUS", "LABELS", "BATCHES", "REJECTED", "DROPPED", "SPOOLED"], rows)
+    _table(headers, rows)
+    if not _OUTPUT["csv"]:
+        names = [d.name for d in devices]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            ids = ", ".join(d.agent_id for d in devices if d.name == name)
+            print(f"{visible(name)}: {names.count(name)} installs (agent ids {visible(ids)}): --device {visible(name)} "
+                  "reads them all as one history; --device AGENT_ID reads one")
     return 0
+
+
+def _label_miss(everyone: list[Any], wanted: list[str]) -> str:
+    """Which --label emptied the device list, with the values that key has."""
+    from fleetscope.collector.query.devices import labels_match
+
+    for i in range(len(wanted)):
+        if not [d for d in everyone if labels_match(d.labels, wanted[: i + 1])]:
+            key = wanted[i].partition("=")[0]
+            values = sorted({d.labels[key] for d in everyone if key in d.labels})
+            known = f"values of {key!r}: {', '.join(values)}" if values else f"no device has a label {key!r}"
+            before = f" with {' '.join('--label ' + w for w in wanted[:i])}" if i else ""
+            return visible(f"no devices: --label {wanted[i]} matched none of the {len(everyone)} devices{before} ({known})")
+    return "no devices match"
+
+
+def _empty(message: str, headers: list[str]) -> None:
+    """An empty result: CSV gets its header row (and the reason on stderr), a table the reason."""
+    if _OUTPUT["csv"]:
+        _table(headers, [])
+        print(message, file=sys.stderr)
+    else:
+        print(message)
 
 
 def run_metrics(args: argparse.Namespace) -> int:
     from fleetscope.collector import query
     from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.query.devices import device_installs
+    from fleetscope.collector.query.samples import metrics_summary
 
     since, until = time_ns(args.since), time_ns(args.until)
     with _session(args.db) as session:
         try:
-            m = query.device_metrics(session=session, device=args.device, since_ns=since, until_ns=until, limit=args.limit)
+            installs = device_installs(session=session, device=args.device, now_ns=until)
+            summary = metrics_summary(session=session, device=args.device, since_ns=since, until_ns=until)
+            m = None
+            if args.raw or args.json:
+                m = query.device_metrics(session=session, device=args.device, since_ns=since, until_ns=until, limit=args.limit)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:
-        _print_json(m)
+        assert m is not None
+        # An ISO 8601 time (UTC) beside every *_ns time: "ts" beside "ts_ns".
+        query_output.print_json({**query.to_jsonable(m), "installs": [d.agent_id for d in installs], "summary": summary.metrics})
         return 0
-    print(f"{visible(m.device)}: {len(m.host)} host samples, {len(m.gpu)} GPU samples from {format_ns(since)} to {format_ns(until)} UTC")
-    if m.host:
-        rows = [[format_ns(p.ts_ns), _fmt(p.values["cpu_percent"], "%"), _fmt(p.values["load1"]),
-                 format_bytes(p.values["mem_used_bytes"]), format_bytes(p.values["swap_used_bytes"])] for p in m.host[-20:]]
-        print("\nhost (last 20)")
-        _table(["TIME", "CPU", "LOAD1", "MEM USED", "SWAP USED"], rows)
-    if m.gpu:
-        rows = [[format_ns(p.ts_ns), str(p.gpu_index), _fmt(p.values["util_gpu_percent"], "%"),
-                 format_bytes(p.values["memory_used_bytes"]), _fmt(p.values["temp_c"], " C"),
-                 _fmt(p.values["power_w"], " W"), _fmt(p.values["sm_clock_mhz"], " MHz")] for p in m.gpu[-20:]]
-        print("\nGPU (last 20)")
-        _table(["TIME", "GPU", "UTIL", "MEM USED", "TEMP", "POWER", "SM CLOCK"], rows)
+    if args.csv:
+        if args.raw:
+            assert m is not None
+            _metrics_raw_csv(m)
+        else:
+            query_output.metrics_summary_csv(summary)
+        if not summary.host_samples and not summary.gpu_samples:
+            print(_no_samples(args, installs, since, until), file=sys.stderr)
+        return 0
+    label_ = installs[0].name + (f" ({len(installs)} installs)" if len(installs) > 1 else "")
+    query_output.print_metrics_summary(summary, label_)
+    if not summary.host_samples and not summary.gpu_samples:
+        print(_no_samples(args, installs, since, until))
+        return 0
+    if m is not None:
+        if m.host:
+            rows = [[format_ns(p.ts_ns), _fmt(p.values["cpu_percent"], "%"), _fmt(p.values["load1"]),
+                     format_bytes(p.values["mem_used_bytes"]), format_bytes(p.values["mem_total_bytes"]),
+                     format_bytes(p.values["swap_used_bytes"])] for p in m.host]
+            print(f"\nhost ({len(m.host)} samples)")
+            _table(["TIME", "CPU", "LOAD1", "MEM USED", "MEM TOTAL", "SWAP USED"], rows)
+        if m.gpu:
+            rows = [[format_ns(p.ts_ns), str(p.gpu_index), _fmt(p.values["util_gpu_percent"], "%"),
+                     format_bytes(p.values["memory_used_bytes"]), _fmt(p.values["temp_c"], " C"),
+                     _fmt(p.values["power_w"], " W"), _fmt(p.values["sm_clock_mhz"], " MHz")] for p in m.gpu]
+            print(f"\nGPU ({len(m.gpu)} samples)")
+            _table(["TIME", "GPU", "UTIL", "MEM USED", "TEMP", "POWER", "SM CLOCK"], rows)
+    else:
+        print("\n--raw lists every sample; --json and --csv give the figures to programs")
     return 0
+
+
+def _no_samples(args: argparse.Namespace, installs: list[Any], since: int, until: int) -> str:
+    """Why ``metrics`` found nothing: the range (the device's samples end or start elsewhere), or no samples at all."""
+    from fleetscope.collector.query.samples import last_sample_ns
+
+    with _session(args.db) as session:
+        last = last_sample_ns(session=session, device=args.device)
+    name = installs[0].name
+    if last is None:
+        return visible(f"no samples from {name} at all (an agent started with --no-host --no-gpu sends none)")
+    if last < since:
+        return visible(f"no samples from {name} in that range: its newest sample is from {format_ns(last)} UTC "
+                       f"(try --since {format_ns(last - 600 * 10**9).replace(' ', 'T')})")
+    return visible(f"no samples from {name} between {format_ns(since)} and {format_ns(until)} UTC "
+                   f"(it has some from before and after)")
+
+
+def _metrics_raw_csv(m: Any) -> None:
+    """Every sample as one row per reading: ts_ns, ts, scope, metric, value."""
+    rows: list[list[Any]] = []
+    for p in m.host:
+        rows += [[p.ts_ns, query_output.iso(p.ts_ns), "host", k, v] for k, v in p.values.items() if v is not None]
+    for p in m.gpu:
+        rows += [[p.ts_ns, query_output.iso(p.ts_ns), f"GPU {p.gpu_index}", k, v] for k, v in p.values.items() if v is not None]
+    rows.sort(key=lambda r: r[0])
+    query_output.print_csv(["ts_ns", "ts", "scope", "metric", "value"], rows)
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
     return "-" if v is None else f"{v:.1f}{unit}"
 
 
-def run_logs(args: argparse.Namespace) -> int:
-    from fleetscope.collector import query
-    from fleetscope.collector.errors import UnknownDevice
+def _print_log_line(ln: Any) -> None:
+    # A multi-line event (a traceback) keeps its line breaks; its continuation lines are
+    # indented so that no line of a message can pass for a log line of its own.
+    message = visible(ln.message, keep_line_breaks=True).replace("\n", "\n    ")
+    print(f"{format_ns(ln.ts_ns)} {visible(ln.level.upper()):8} {visible(ln.source)}: {message}")
 
+
+def run_logs(args: argparse.Namespace) -> int:
+    from fleetscope.collector.errors import UnknownDevice
+    from fleetscope.collector.query.installs import search_logs_all_installs
+
+    since, until = time_ns(args.since), time_ns(args.until)
+    flags = [f for f in (f"--level {args.level}" if args.level else "", f"--grep {args.grep!r}" if args.grep else "") if f]
     with _session(args.db) as session:
         try:
-            lines = query.search_logs(session=session, device=args.device, since_ns=time_ns(args.since),
-                                      until_ns=time_ns(args.until), levels=[args.level] if args.level else None,
-                                      text=args.grep, limit=args.limit)
+            lines = search_logs_all_installs(session=session, device=args.device, since_ns=since, until_ns=until,
+                                      levels=[args.level] if args.level else None, text=args.grep, limit=args.limit)
+
+            def has_rows(k: int) -> bool:
+                level = args.level if k >= 1 and args.level else None
+                grep = args.grep if (k >= 2 or (k >= 1 and not args.level)) and args.grep else None
+                return bool(search_logs_all_installs(session=session, device=args.device, since_ns=since, until_ns=until,
+                                              levels=[level] if level else None, text=grep, limit=1))
+
+            empty = None if lines else query_output.explain_empty(
+                "log events", flags, has_rows, hint="an agent sends its device's kernel log, journal and --log-file files")
         except UnknownDevice as exc:
             return _unknown_device(exc)
-    if args.json:
+    if args.json and not args.follow:
         _print_json({"logs": lines})
         return 0
+    if args.csv and not args.follow:
+        query_output.print_csv(["ts_ns", "ts", "device", "level", "source", "message"],
+                               [[ln.ts_ns, query_output.iso(ln.ts_ns), ln.device, ln.level, ln.source, ln.message] for ln in lines])
+        if empty:
+            print(visible(empty), file=sys.stderr)
+        return 0
+    if args.follow:
+        if args.csv:
+            query_output.print_csv(["ts_ns", "ts", "device", "level", "source", "message"], [])
+        try:
+            return query_output.follow_logs(args, _session, _print_log_line)
+        except KeyboardInterrupt:
+            return 0
     for ln in lines:
-        # A multi-line event (a traceback) keeps its line breaks; its continuation lines are
-        # indented so that no line of a message can pass for a log line of its own.
-        message = visible(ln.message, keep_line_breaks=True).replace("\n", "\n    ")
-        print(f"{format_ns(ln.ts_ns)} {visible(ln.level.upper()):8} {visible(ln.source)}: {message}")
-    if not lines:
-        print("no log events in that range")
+        _print_log_line(ln)
+    if empty:
+        print(visible(empty))
     return 0
 
 
@@ -368,22 +530,30 @@ def run_latency(args: argparse.Namespace) -> int:
     from fleetscope.collector import query
     from fleetscope.collector.errors import UnknownDevice
 
+    since, until = time_ns(args.since), time_ns(args.until)
     with _session(args.db) as session:
         try:
             device = query.get_device(session=session, device=args.device, now_ns=time.time_ns())
-            views = query.latency_stats(session=session, devices=[device.name], since_ns=time_ns(args.since),
-                                        until_ns=time_ns(args.until), name=args.name)
+            # The device as typed: a name reads every install of it, an agent id one.
+            views = query.latency_stats(session=session, devices=[args.device], since_ns=since, until_ns=until, name=args.name)
+            timed = [] if views else query.latency_operations(session=session, devices=[args.device], since_ns=since,
+                                                              until_ns=until)
         except UnknownDevice as exc:
             return _unknown_device(exc)
     if args.json:
         _print_json({"latency": [_latency_json(device.name, v) for v in views]})
         return 0
+    headers = ["OPERATION", "LABELS", "CALLS", "ERRORS", "MEAN", "P50", "P90", "P99", "P99.9", "CALLS/S"]
     if not views:
-        print("no latency data in that range: time code with fleetscope.agent.sdk.latency(...)")
+        if args.name and timed:
+            _empty(visible(f"no latency data: --name {args.name} matched none of the operations "
+                           f"{device.name} timed in that range ({', '.join(timed[:20])})"), headers)
+        else:
+            _empty("no latency data in that range: time code with fleetscope.agent.sdk.latency(...)", headers)
         return 0
-    _table(["OPERATION", "LABELS", "CALLS", "ERRORS", "MEAN", "P50", "P90", "P99", "P99.9"],
+    _table(headers,
            [[v.name, ",".join(f"{k}={x}" for k, x in sorted(v.labels.items())) or "-", str(v.count), str(v.errors),
-             *[_fmt(x, " ms") for x in (v.mean_ms, v.p50_ms, v.p90_ms, v.p99_ms, v.p999_ms)]] for v in views])
+             *[_fmt(x, " ms") for x in (v.mean_ms, v.p50_ms, v.p90_ms, v.p99_ms, v.p999_ms)], _fmt(v.qps)] for v in views])
     return 0
 
 
@@ -399,20 +569,46 @@ def run_incidents(args: argparse.Namespace) -> int:
     from fleetscope.collector.errors import UnknownDevice, UnknownIncidentKind
 
     now = time.time_ns()
+    kinds = list(dict.fromkeys(args.kind)) or None
+    labels: dict[str, str] = dict(args.label) or {}
     with _session(args.db) as session:
         try:
             devices = None
             if args.device:  # a name or an agent id, as typed: unknown is an error, not an empty list
-                devices = [query.get_device(session=session, device=args.device, now_ns=now).name]
+                query.get_device(session=session, device=args.device, now_ns=now)
+                devices = [args.device]  # a name reaches every install of it, an agent id one
             filters: dict[str, Any] = dict(
                 since_ns=time_ns(args.since), until_ns=time_ns(args.until), devices=devices,
-                kinds=list(dict.fromkeys(args.kind)) or None, open_only=args.open, labels=dict(args.label) or None,
+                kinds=kinds, open_only=args.open, labels=labels or None,
                 limit=args.limit,
             )
             if args.json:  # JSON carries each incident's context (the device's samples a minute either side)
                 contexts = query.incidents_with_context(session=session, **filters)
+                found = bool(contexts)
             else:
                 incidents = query.search_incidents(session=session, **filters)
+                found = bool(incidents)
+            empty = None
+            if not found:
+                steps: list[tuple[str, dict[str, Any]]] = []
+                if args.device:
+                    steps.append((f"--device {args.device}", {"devices": devices}))
+                if kinds:
+                    steps.append((" ".join(f"--kind {k}" for k in kinds), {"kinds": kinds}))
+                acc: dict[str, str] = {}
+                for k, v in labels.items():
+                    acc = {**acc, k: v}  # each step keeps the labels before it
+                    steps.append((f"--label {k}={v}", {"labels": acc}))
+                if args.open:
+                    steps.append(("--open", {"open_only": True}))
+
+                def has_rows(k: int) -> bool:
+                    f: dict[str, Any] = dict(since_ns=filters["since_ns"], until_ns=filters["until_ns"], limit=1)
+                    for _flag, part in steps[:k]:
+                        f.update(part)
+                    return bool(query.search_incidents(session=session, **f))
+
+                empty = query_output.explain_empty("incidents", [s[0] for s in steps], has_rows)
         except UnknownDevice as exc:
             return _unknown_device(exc)
         except UnknownIncidentKind as exc:
@@ -421,12 +617,14 @@ def run_incidents(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"incidents": [_incident_json(c) for c in contexts]})
         return 0
-    if not incidents:
-        print("no open incidents in that range" if args.open else "no incidents in that range")
+    headers = ["ID", "STARTED", "LAST SEEN", "DEVICE", "KIND", "STATE", "COUNT", "SEVERITY", "TITLE"]
+    if empty:
+        _empty(visible(empty), headers)
         return 0
-    _table(["ID", "STARTED", "LAST SEEN", "DEVICE", "KIND", "STATE", "COUNT", "SEVERITY", "TITLE"],
+    _table(headers,
            [[str(i.id), format_ns(i.ts_ns), format_ago(max(i.last_seen_ns, i.ts_ns), now), i.device, i.kind,
-             i.state, str(i.count), i.severity, i.title[:100]] for i in incidents])
+             i.state + (" (imported)" if i.origin == "import" else ""), str(i.count), i.severity, i.title[:100]]
+            for i in incidents])
     return 0
 
 

@@ -61,18 +61,21 @@ SURFACES: dict[str, list[str]] = {
     "fleetscope.agent.daemon": [
         "Agent", "AgentSettings", "LogPipeline",
     ],
+    "fleetscope.collector.observability": [
+        "CollectorSelfMetrics", "DatabaseProbe", "FleetExposition", "Observability", "render_fleet",
+    ],
     "fleetscope.collector.query": [
-        "AlertPeriod", "AlertRow", "BenchmarkRecord", "ContextSummary", "DeviceMetrics", "DeviceSeries", "DeviceSummary",
-        "Engine", "FleetDevice", "FleetOverview", "GpuAtIncident", "GpuLimits", "GpuPoint",
+        "AlertPeriod", "AlertRow", "BenchmarkRecord", "ContextSummary", "DeviceCredentialRow", "DeviceMetrics", "DeviceSeries", "DeviceSummary",
+        "Engine", "EnrolmentTokenRow", "FleetDevice", "FleetHealth", "FleetOverview", "GpuAtIncident", "GpuHardware", "GpuLimits", "GpuPoint", "GpuProcess",
         "GpuStatePoint", "GroupComparison", "HostAtIncident", "HostPoint", "IncidentContext",
-        "IncidentCount", "IncidentView", "LatencySeries", "LatencyStats", "LogLine", "MAX_POINTS",
+        "IncidentCount", "IncidentView", "JetsonReading", "JetsonView", "JobLag", "LatencySeries", "LatencyStats", "LatestReadings", "LogLine", "MAX_POINTS",
         "NotificationAttempt", "NotificationRow", "ONLINE_WITHIN_NS", "POINTS_PER_CHART", "SeriesTable", "Session", "SilenceRow", "UnknownDevice",
         "UnknownIncident", "UnknownIncidentKind", "alert_notifications", "alert_periods", "benchmark_records", "compare_groups", "count_devices", "count_samples",
         "describe_resolution", "device_groups", "device_metrics", "device_model", "device_series",
-        "fleet_overview", "get_device", "get_incident", "group_latency_series", "has_schema",
+        "fleet_health", "fleet_overview", "get_device", "get_incident", "gpu_hardware", "group_latency_series", "has_schema",
         "hide_password", "incident_counts", "incident_kinds", "incident_with_context",
-        "incidents_with_context", "labels_match", "latency_operations", "latency_stats",
-        "list_alerts", "list_devices", "list_silences", "missing_sqlite_file", "normalise_url", "open_database", "resolution_for",
+        "incidents_with_context", "jetson_view", "job_lags", "labels_match", "latency_operations", "latency_stats",
+        "latest_readings", "list_alerts", "list_device_credentials", "list_devices", "list_enrolment_tokens", "list_silences", "missing_sqlite_file", "normalise_url", "open_database", "resolution_for",
         "schema_problem", "search_incidents", "search_logs", "session_scope", "silence_matches", "to_jsonable",
     ],
     "fleetscope.collector.jobs.detectors": [

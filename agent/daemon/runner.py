@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from fleetscope.agent import __version__
 from fleetscope.agent.daemon.batcher import CLASS_INCIDENTS, BuiltBatch, Pending, build_batches
 from fleetscope.agent.daemon.clocks import boot_clock_ns
+from fleetscope.agent.daemon.credentials import ChannelTLS, load_or_create_device_key
 from fleetscope.agent.daemon.footprint import release_free_memory
 from fleetscope.agent.daemon.identity import (
     detect_kind,
@@ -57,6 +58,10 @@ class AgentSettings:
     labels: dict[str, str] = field(default_factory=dict)
     interval_s: float = 1.0
     batch_interval_s: float = 1.0
+    # Followed logs are also polled this often between samples, and a batch holding an incident
+    # is flushed at once: an OOM line reaches the collector in well under a second. A poll of
+    # logs that did not grow is a stat or an empty read.
+    log_poll_s: float = 0.25
     spool_max_bytes: int = 256 << 20
     log_files: tuple[str, ...] = ()
     kernel_log: bool = False
@@ -67,6 +72,8 @@ class AgentSettings:
     max_rows_per_batch: int = 5000
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
+    tls: ChannelTLS | None = None  # None: plaintext (loopback and tests only)
+    device_key: bool = True  # make and present a device key (agent/daemon/credentials.py); False: token only
 
     @property
     def log_sources(self) -> LogSourceSettings:
@@ -119,6 +126,9 @@ class Agent:
             clock=clock,
             mono_clock=mono_clock,
             clock_boot_id=self._clock_boot_id,
+            tls=settings.tls,
+            agent_id=self.agent_id,
+            device_key=load_or_create_device_key(settings.spool_dir) if settings.device_key else "",
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -275,6 +285,10 @@ class Agent:
             self._reported_drops = drops
         return drops != self._reported_drops
 
+    def counters(self) -> pb.AgentCounters:
+        """The counters the agent reports in its batches, read now (the self-metrics read them too)."""
+        return self._counters()
+
     def _counters(self) -> pb.AgentCounters:
         st = self.spool.stats()
         c = st.counters
@@ -294,6 +308,29 @@ class Agent:
             cpu_seconds=usage.ru_utime + usage.ru_stime,
         )
 
+    def _incidents_pending(self) -> bool:
+        with self._pending_lock:
+            return bool(self._pending.incidents or self._pending.sdk_incidents)
+
+    def _wait_polling_logs(self, until_monotonic: float) -> None:
+        """Wait for the next sample, reading the logs every ``log_poll_s`` meanwhile and
+        flushing at once when they brought an incident."""
+        poll = self.settings.log_poll_s
+        while not self._stop.is_set():
+            remaining = until_monotonic - time.monotonic()
+            if remaining <= 0:
+                return
+            if poll <= 0 or poll >= remaining:
+                self._stop.wait(remaining)
+                return
+            if self._stop.wait(poll):
+                return
+            records = self._logs.read(self._read_clocks_flushing_on_step())
+            if records.logs or records.incidents:
+                self.add(records)
+            if records.incidents:
+                self.flush()
+
     def run(self) -> None:
         """Sample and flush until ``stop``; then flush, drain the spool for a moment and close."""
         self._start_local_server()
@@ -310,7 +347,7 @@ class Agent:
                     raise RuntimeError("the uplink thread died: nothing spooled would be sent")
                 self.tick()
                 now = time.monotonic()
-                if now >= next_flush:
+                if now >= next_flush or self._incidents_pending():
                     self.flush()
                     next_flush = now + self.settings.batch_interval_s
                 if now >= next_trim:
@@ -319,7 +356,7 @@ class Agent:
                 next_sample += interval
                 if next_sample < now:  # fell behind (a slow source, a suspended VM): don't burst
                     next_sample = now + interval
-                self._stop.wait(max(0.0, next_sample - time.monotonic()))
+                self._wait_polling_logs(next_sample)
         except BaseException as exc:
             # A process whose loop is dead but which stays alive is the worst outcome: no
             # supervisor restarts it and nothing is sampled. Say it in one line and let the

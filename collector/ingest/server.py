@@ -27,8 +27,10 @@ from typing import Any
 
 import grpc
 
+from fleetscope.collector.ingest.agent_limits import AgentLimits
 from fleetscope.collector.ingest.gc_policy import tune_for_ingest
 from fleetscope.collector.ingest.service import IngestService, add_ingest_service
+from fleetscope.collector.ingest.tls import ServerTLS
 from fleetscope.collector.ingest.validation import Limits
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
 from fleetscope.collector.storage.engine import ensure_schema, make_engine
@@ -81,6 +83,16 @@ class CollectorSettings:
     detectors: DetectorSettings | Callable[[], DetectorSettings] | None = field(default_factory=DetectorSettings)
     detector_overrides: Mapping[str, Any] = field(default_factory=dict)
     detectors_interval_s: float = 10.0
+    # Observability (fleetscope.collector.observability): the metrics listener ("HOST:PORT" for
+    # /metrics, /metrics/fleet, /healthz, /readyz; None: none), and how often the database is
+    # probed for the gRPC health service and /readyz.
+    metrics_listen: str | None = None
+    health_probe_interval_s: float = 2.0
+    # TLS (collector/ingest/tls.py): set, the port speaks only TLS (mutual TLS with a client CA).
+    tls: ServerTLS | None = None
+    # Limits per agent (collector/ingest/agent_limits.py); how often revocations are looked for.
+    agent_limits: AgentLimits = field(default_factory=AgentLimits)
+    revocation_poll_s: float = 1.0
 
 
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -175,6 +187,8 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._service: IngestService | None = None
         self._error: BaseException | None = None
+        self.jobs: dict[str, Any] = {}  # the jobs this collector runs, by name (read by the self-metrics)
+        self.observability: Any = None  # fleetscope.collector.observability.Observability, once serving
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -203,6 +217,7 @@ class Collector:
             detector_job = DetectorJob(self.engine, settings=self._detector_settings,
                                        interval_s=self.settings.detectors_interval_s)
             detector_job.start()
+        self.jobs = {k: j for k, j in (("rollup", rollup_job), ("detectors", detector_job), ("alerts", alert_job)) if j is not None}
         server = grpc.aio.server(
             options=server_options(self.settings, self.max_connections),
             # Each agent holds one stream; the rest of the calls are registrations in passing.
@@ -215,18 +230,30 @@ class Collector:
             limits=self.settings.limits,
             max_batch_bytes=self.settings.max_batch_bytes,
             max_unacked_bytes_per_stream=self.settings.max_unacked_bytes_per_stream,
+            agent_limits=self.settings.agent_limits,
+            revocation_poll_s=self.settings.revocation_poll_s,
         )
         add_ingest_service(self._service, server)  # its deserialisers turn bad bytes into INVALID_ARGUMENT
-        self.port = server.add_insecure_port(self.settings.listen)
+        from fleetscope.collector.observability import Observability
+
+        self.observability = Observability(engine=self.engine, writer=self.writer, jobs=self.jobs, max_connections=self.max_connections,
+                                           metrics_listen=self.settings.metrics_listen, probe_interval_s=self.settings.health_probe_interval_s)
+        self.observability.attach(server, self._service)  # grpc.health.v1.Health
+        if self.settings.tls is not None:  # no plaintext port at all
+            self.port = server.add_secure_port(self.settings.listen, self.settings.tls.credentials())
+        else:
+            self.port = server.add_insecure_port(self.settings.listen)
         if not self.port:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await server.start()
+        await self.observability.start()
         log.info("collector listening on %s, storing into %s, at most %d connections", self.settings.listen.rsplit(":", 1)[0] + f":{self.port}",
                  self.engine.url.render_as_string(hide_password=True), self.max_connections)
         self._ready.set()
         await self._stop_event.wait()
         log.info("collector stopping: acknowledging in-flight batches")
         self._service.begin_shutdown()
+        await self.observability.begin_shutdown()  # health: NOT_SERVING
         await server.stop(self.settings.grace_s)
         await asyncio.to_thread(self.writer.stop)
         if rollup_job is not None:
@@ -236,6 +263,7 @@ class Collector:
         if alert_job is not None and sender is not None:
             await asyncio.to_thread(alert_job.stop)
             await asyncio.to_thread(sender.stop)
+        await self.observability.stop()
         self.engine.dispose()
         log.info("collector stopped")
 

@@ -16,24 +16,27 @@ before the device's clock stepped lands where its rows were sampled, not hours a
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf.message import DecodeError
 from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
 
 from fleetscope.collector.errors import BatchInvalid, StoreUnavailable
+from fleetscope.collector.ingest.agent_limits import AgentLimiter, AgentLimits
 from fleetscope.collector.ingest.clocks import BootAnchors, place_batch
+from fleetscope.collector.ingest.identity import Authenticator, IdentityRefused, Presented, grpc_code
 from fleetscope.collector.ingest.validation import (
     Limits,
     check_batch_identity,
     validate_batch,
     validate_registration,
 )
+from fleetscope.collector.storage.credentials import revoked_since
 from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem, WriteOutcome
 from fleetscope.proto import vocabulary
@@ -57,8 +60,17 @@ class IngestService(pb_grpc.IngestServicer):
         max_batch_bytes: int = 32 << 20,
         skew_tolerance_ns: int = 2 * 10**9,
         max_unacked_bytes_per_stream: int = 64 << 20,
+        agent_limits: AgentLimits | None = None,
+        revocation_poll_s: float = 1.0,
     ) -> None:
         self._engine = engine
+        # Identity (ingest/identity.py), limits per agent (ingest/agent_limits.py), and the open
+        # streams by agent id, each with the event that ends it when its device is revoked.
+        self._auth = Authenticator(engine, tokens)
+        self.limiter = AgentLimiter(agent_limits or AgentLimits())
+        self._streams_by_agent: dict[str, set[asyncio.Event]] = {}
+        self._revocation_poll_s = revocation_poll_s
+        self._revocations: asyncio.Task | None = None
         self._writer = writer
         self._tokens = tokens
         self._limits = limits or Limits()
@@ -71,23 +83,39 @@ class IngestService(pb_grpc.IngestServicer):
         self._device_ids: dict[str, int] = {}
         self._closing = asyncio.Event()
         self.rejected = 0
+        self._refusals_logged: set[tuple[str, str]] = set()  # (agent or peer, reason): each logged once
+        # Read by the self-metrics at scrape time: acknowledgements by status, rows stored, open streams.
+        self.acks = {"stored": 0, "duplicate": 0, "rejected": 0}
+        self.rows_stored = 0
+        self.streams_open = 0
 
     def begin_shutdown(self) -> None:
         """Stop reading new batches; in-flight ones are still acknowledged."""
         self._closing.set()
+        if self._revocations is not None:
+            self._revocations.cancel()
 
-    async def _authorize(self, context: grpc.aio.ServicerContext) -> None:
-        if self._tokens is None:
-            return
-        token = ""
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization" and value.startswith("Bearer "):
-                token = value[len("Bearer ") :]
-        if not any(hmac.compare_digest(token, t) for t in self._tokens):
+    async def _authorize(self, context: grpc.aio.ServicerContext, agent_id: str = "") -> Presented:
+        presented = Presented.of(context.invocation_metadata())
+        if not self._auth.admits_call(presented):
+            self._log_refusal(context, presented.agent_id or agent_id, "no token" if not presented.bearer else "a wrong token")
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token (metadata 'authorization: Bearer <token>')")
+        return presented
+
+    def _log_refusal(self, context: grpc.aio.ServicerContext, agent_id: str, reason: str) -> None:
+        """One warning per agent (or address, before an agent names itself) and reason; never the token."""
+        peer = (context.peer() or "").rsplit(":", 1)[0]
+        key = (agent_id or peer, reason)
+        if key in self._refusals_logged:
+            return
+        if len(self._refusals_logged) >= 10_000:  # a scan of many addresses: memory stays bounded
+            self._refusals_logged.clear()
+        self._refusals_logged.add(key)
+        who = f"agent {agent_id!r} ({peer})" if agent_id else f"a client at {peer} (no agent id yet)"
+        log.warning("refused %s: %s (said once per agent and reason)", who, reason)  # the reason never holds a token
 
     async def Register(self, request: pb.RegisterRequest | Undecodable, context: grpc.aio.ServicerContext) -> pb.RegisterResponse:
-        await self._authorize(context)
+        presented = await self._authorize(context, "" if isinstance(request, Undecodable) else request.agent_id)
         received = time.time_ns()
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
@@ -96,8 +124,18 @@ class IngestService(pb_grpc.IngestServicer):
             validate_registration(request, self._limits)
         except BatchInvalid as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"registration: {exc}")
+        retry_after = self.limiter.registration_retry_after(request.agent_id)
+        if retry_after > 0:
+            context.set_trailing_metadata((("retry-after", f"{retry_after:.1f}"),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many registrations: retry after {retry_after:.1f} s")
         try:
-            reg = await asyncio.to_thread(register_device, self._engine, request, received_ns=received)
+            reg = await asyncio.to_thread(register_device, self._engine, request, received_ns=received,
+                                          authorize=self._auth.registration_check(presented, request))
+        except IdentityRefused as exc:
+            self._log_refusal(context, request.agent_id, str(exc))  # once per agent and reason
+            await context.abort(grpc_code(exc), f"registration refused: {exc}")
+        except IntegrityError:  # another client enrolled this agent id at the same moment
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"agent {request.agent_id!r} was just enrolled by another client")
         except Exception as exc:
             log.warning("registration of %s failed: %s", request.agent_id, exc)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"device registry unavailable: {exc}")
@@ -120,7 +158,45 @@ class IngestService(pb_grpc.IngestServicer):
                 self._device_ids[agent_id] = device_id
         return device_id
 
-    async def _accept(self, batch: pb.Batch, context: grpc.aio.ServicerContext) -> asyncio.Future:
+    async def _bind(self, binding: _StreamBinding, batch: pb.Batch, context: grpc.aio.ServicerContext) -> None:
+        """Refuse a batch for any agent id but the stream's (PERMISSION_DENIED, nothing stored)."""
+        if binding.agent_id is None:  # key-less: bound by its first batch, to an agent id nobody enrolled
+            if not await asyncio.to_thread(self._auth.keyless_may_write, batch.agent_id):
+                raise _Refused(grpc.StatusCode.PERMISSION_DENIED, f"agent {batch.agent_id!r} is enrolled: only its own device key may write as it")
+            binding.agent_id = batch.agent_id
+            self._streams_by_agent.setdefault(batch.agent_id, set()).add(binding.revoked)
+        elif batch.agent_id != binding.agent_id:
+            log.warning("stream of agent %r sent a batch as %r: refused", binding.agent_id, batch.agent_id)
+            raise _Refused(grpc.StatusCode.PERMISSION_DENIED, f"this stream belongs to agent {binding.agent_id!r}, not {batch.agent_id!r}")
+
+    def revoke_streams(self, agent_id: str) -> int:
+        """End the open streams of ``agent_id`` now (PERMISSION_DENIED); returns how many."""
+        events = self._streams_by_agent.pop(agent_id, set())
+        for event in events:
+            event.set()
+        self._device_ids.pop(agent_id, None)
+        return len(events)
+
+    async def _watch_revocations(self) -> None:
+        """Poll the database for revoked devices (``fleetscope device revoke`` runs elsewhere)."""
+        seen: set[tuple[str, int]] = set()
+        since = time.time_ns() - 60 * 10**9
+        while True:
+            await asyncio.sleep(self._revocation_poll_s)
+            try:
+                rows = await asyncio.to_thread(revoked_since, self._engine, since)
+            except Exception as exc:  # the database is away: the next poll tries again
+                log.debug("revocation poll failed: %s", exc)
+                continue
+            for agent_id, revoked_ns in rows:
+                if (agent_id, revoked_ns) not in seen:
+                    seen.add((agent_id, revoked_ns))
+                    if self.revoke_streams(agent_id):
+                        log.warning("agent %r revoked: its streams are closed", agent_id)
+            if rows:
+                since = max(since, rows[-1][1] - 60 * 10**9)  # a minute back: clocks of other hosts
+
+    async def _accept(self, batch: pb.Batch, context: grpc.aio.ServicerContext, binding: _StreamBinding | None = None) -> asyncio.Future:
         """Validate and hand to the writer; returns a future of the Ack."""
         received = time.time_ns()
         loop = asyncio.get_running_loop()
@@ -132,6 +208,9 @@ class IngestService(pb_grpc.IngestServicer):
             done = loop.create_future()
             done.set_result(_rejected_ack(batch.seq, str(exc)))
             return done
+        if binding is not None:
+            await self._bind(binding, batch, context)
+        self.limiter.trim_series(batch)  # points of series beyond the agent's cap are dropped, counted
         device_id = await self._device_id(batch.agent_id)
         if device_id is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"agent {batch.agent_id!r} is not registered: call Register first")
@@ -175,9 +254,18 @@ class IngestService(pb_grpc.IngestServicer):
                      batch.agent_id, batch.boot_id, step_ns / 1e9, batch.seq)
 
     async def Stream(self, request_iterator: AsyncIterator[pb.Batch | Undecodable], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Ack]:
-        await self._authorize(context)
+        presented = await self._authorize(context)
+        try:
+            binding = _StreamBinding(await asyncio.to_thread(self._auth.stream_agent, presented))
+        except IdentityRefused as exc:
+            await context.abort(grpc_code(exc), str(exc))
+        if binding.agent_id is not None:
+            self._streams_by_agent.setdefault(binding.agent_id, set()).add(binding.revoked)
+        if self._revocations is None:
+            self._revocations = asyncio.create_task(self._watch_revocations())
         pending: asyncio.Queue = asyncio.Queue()
         unacked = _UnackedBytes(self._max_unacked_bytes_per_stream)
+        self.streams_open += 1
 
         async def read() -> None:
             try:
@@ -188,9 +276,12 @@ class IngestService(pb_grpc.IngestServicer):
                         await pending.put(batch)
                         break
                     size = batch.ByteSize()
-                    accepted = await self._accept(batch, context)
+                    accepted = await self._accept(batch, context, binding)
                     unacked.hold(size, until=accepted)
                     await pending.put(accepted)
+                    pause = self.limiter.batch_delay(batch.agent_id, size)
+                    if pause > 0:  # over its rate: this agent's stream is not read meanwhile
+                        await asyncio.sleep(pause)
                     # Read the next batch only once the writer has caught up: HTTP/2 flow control
                     # then holds a fast client back, not this process's memory.
                     await unacked.wait_for_room()
@@ -205,10 +296,15 @@ class IngestService(pb_grpc.IngestServicer):
 
         reader = asyncio.create_task(read())
         closing = asyncio.create_task(self._closing.wait())
+        revoked = asyncio.create_task(binding.revoked.wait())
         try:
             while True:
                 getter = asyncio.create_task(pending.get())
-                done, _ = await asyncio.wait({getter, closing}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({getter, closing, revoked}, return_when=asyncio.FIRST_COMPLETED)
+                if revoked in done:
+                    getter.cancel()
+                    reader.cancel()
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"agent {binding.agent_id!r} was revoked")
                 if getter not in done:
                     getter.cancel()
                     reader.cancel()
@@ -220,13 +316,19 @@ class IngestService(pb_grpc.IngestServicer):
                     return
                 fut = getter.result()
                 if fut is None:
-                    if reader.done() and reader.exception() is not None:
-                        raise reader.exception()  # type: ignore[misc]
+                    try:
+                        await reader  # finishing: how it ended (a refusal, an abort) ends the call
+                    except _Refused as exc:
+                        await context.abort(exc.code, exc.message)
                     return
                 yield await self._ack(fut, context)
         finally:
+            self.streams_open -= 1
             reader.cancel()
             closing.cancel()
+            revoked.cancel()
+            if binding.agent_id is not None:
+                self._streams_by_agent.get(binding.agent_id, set()).discard(binding.revoked)
 
     async def _ack(self, fut: asyncio.Future | Undecodable, context: grpc.aio.ServicerContext) -> pb.Ack:
         if isinstance(fut, Undecodable):
@@ -237,16 +339,40 @@ class IngestService(pb_grpc.IngestServicer):
         except StoreUnavailable as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"storage unavailable, batch kept by the agent: {exc}")
         if isinstance(result, pb.Ack):
+            self.acks["rejected"] += 1
             return result
         assert isinstance(result, WriteOutcome)
         if result.rejection is not None:  # the database refused this batch's data: never resend it
+            self.acks["rejected"] += 1
             return _rejected_ack(result.seq, result.rejection)
-        status = pb.Ack.STATUS_DUPLICATE if result.duplicate else pb.Ack.STATUS_STORED
-        return pb.Ack(seq=result.seq, status=status, rows=result.rows)
+        if result.duplicate:
+            self.acks["duplicate"] += 1
+            return pb.Ack(seq=result.seq, status=pb.Ack.STATUS_DUPLICATE, rows=result.rows)
+        self.acks["stored"] += 1
+        self.rows_stored += result.rows
+        return pb.Ack(seq=result.seq, status=pb.Ack.STATUS_STORED, rows=result.rows)
 
 
 def _rejected_ack(seq: int, reason: str) -> pb.Ack:
     return pb.Ack(seq=seq, status=pb.Ack.STATUS_REJECTED, code=grpc.StatusCode.INVALID_ARGUMENT.value[0], reason=reason)
+
+
+class _Refused(Exception):
+    """Raised by a stream's reader; the handler ends the call with ``code`` (gRPC's abort only
+    works from the handler's own task)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass
+class _StreamBinding:
+    """The agent id a stream may write as (None until a key-less stream's first batch), and the
+    event that ends it when that agent is revoked."""
+
+    agent_id: str | None
+    revoked: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,11 @@ By subject:
   one incident;
 * ``compare``: groups of devices side by side, and benchmark records;
 * ``fleet``: the fleet overview;
-* ``alerts``: alerts (live and history), silences, notifications and their attempts.
+* ``hardware``: per GPU its processes, ECC, PCIe and limits; a Jetson's engines, rails, nvpmodel;
+* ``alerts``: alerts (live and history), silences, notifications and their attempts;
+* ``identity``: enrolment tokens and device credentials (digests only: never a secret);
+* ``latest``: the newest reading of every device (the Prometheus exposition) and the fleet's
+  health (``fleetscope status``).
 """
 
 from __future__ import annotations
@@ -72,6 +76,20 @@ from fleetscope.collector.query.devices import (
     list_devices,
 )
 from fleetscope.collector.query.fleet import FleetDevice, FleetOverview, fleet_overview
+from fleetscope.collector.query.hardware import (
+    GpuHardware,
+    GpuProcess,
+    JetsonReading,
+    JetsonView,
+    gpu_hardware,
+    jetson_view,
+)
+from fleetscope.collector.query.identity import (
+    DeviceCredentialRow,
+    EnrolmentTokenRow,
+    list_device_credentials,
+    list_enrolment_tokens,
+)
 from fleetscope.collector.query.incidents import (
     IncidentCount,
     get_incident,
@@ -86,6 +104,14 @@ from fleetscope.collector.query.latency import (
     group_latency_series,
     latency_operations,
     latency_stats,
+)
+from fleetscope.collector.query.latest import (
+    FleetHealth,
+    JobLag,
+    LatestReadings,
+    fleet_health,
+    job_lags,
+    latest_readings,
 )
 from fleetscope.collector.query.logs import search_logs
 from fleetscope.collector.query.planning import (
@@ -179,15 +205,34 @@ __all__ = [
     "silence_matches",
     "alert_notifications",
     "alert_periods",
+    # identity
+    "EnrolmentTokenRow",
+    "DeviceCredentialRow",
+    "list_enrolment_tokens",
+    "list_device_credentials",
     # comparisons
     "GroupComparison",
     "BenchmarkRecord",
     "compare_groups",
     "benchmark_records",
+    # hardware: processes, ECC, PCIe, limits; the Jetson board
+    "GpuHardware",
+    "GpuProcess",
+    "JetsonReading",
+    "JetsonView",
+    "gpu_hardware",
+    "jetson_view",
     # the fleet
     "FleetDevice",
     "FleetOverview",
     "fleet_overview",
+    # latest readings (the Prometheus exposition) and the fleet's health (`fleetscope status`)
+    "LatestReadings",
+    "latest_readings",
+    "FleetHealth",
+    "JobLag",
+    "fleet_health",
+    "job_lags",
     # output
     "to_jsonable",
 ]

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from sqlalchemy.exc import DBAPIError
+
 from fleetscope.agent.daemon.spool import Spool
 from tests.conftest import free_port, wait_until
 from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, table_count
@@ -130,12 +132,19 @@ def test_collector_workers_share_one_port_and_store_once(tmp_path: Path, db_url:
                              "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samplers = [CountingSampler(total=2_000, per_tick=40) for _ in range(4)]
     agents = [make_agent(tmp_path, [f"127.0.0.1:{port}"], s, name=f"w{i}") for i, s in enumerate(samplers)]
+
+    def stored(name: str) -> int:
+        try:
+            return len(gpu_sequence_numbers(db_url, name))
+        except DBAPIError:  # the workers have not created the schema yet (agents spool meanwhile)
+            return 0
+
     try:
         for a in agents:
             a.start()
         for i, s in enumerate(samplers):
             wait_until(s.done, timeout_s=60, message="sampling")
-            wait_until(lambda i=i: len(gpu_sequence_numbers(db_url, f"w{i}")) >= 2_000, timeout_s=60, message="stored")
+            wait_until(lambda i=i: stored(f"w{i}") >= 2_000, timeout_s=60, message="stored")
     finally:
         for a in agents:
             a.stop()

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from fleetscope.cli.args import format_bytes
@@ -30,16 +31,47 @@ def register(sub: Any) -> None:
     p.add_argument("--collector", metavar="HOST:PORT", default=None,
                    help="also ask this collector's gRPC health service (grpc.health.v1) whether it is serving")
     p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="how long to wait for the collector (default 3)")
+    p.add_argument("--tls-ca", type=Path, metavar="FILE", default=None,
+                   help="ask a TLS collector, trusting this CA (the ca.pem of `fleetscope certs init`)")
+    p.add_argument("--tls-cert", type=Path, metavar="FILE", default=None, help="client certificate, for mutual TLS")
+    p.add_argument("--tls-key", type=Path, metavar="FILE", default=None, help="its private key, for mutual TLS")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.set_defaults(func=run_status)
 
 
-def collector_health(address: str, timeout_s: float = 3.0) -> str:
-    """SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN, or ``unreachable: <reason>``."""
+class TLSFileError(Exception):
+    """A TLS file for ``status`` cannot be read: one line for the user."""
+
+
+def _channel_credentials(ca: Path | None, cert: Path | None, key: Path | None) -> Any:
+    import grpc
+
+    if (cert is None) != (key is None):
+        raise TLSFileError("--tls-cert and --tls-key go together (mutual TLS needs both)")
+
+    def read(path: Path | None, what: str) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise TLSFileError(f"cannot read the {what} {path}: {exc.strerror or exc}") from exc
+
+    return grpc.ssl_channel_credentials(root_certificates=read(ca, "CA certificate"),
+                                        private_key=read(key, "private key"), certificate_chain=read(cert, "certificate"))
+
+
+def collector_health(address: str, timeout_s: float = 3.0, *, tls_ca: Path | None = None,
+                     tls_cert: Path | None = None, tls_key: Path | None = None) -> str:
+    """SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN, or ``unreachable: <reason>``. With a CA (or a
+    client certificate) the collector is asked over TLS, as agents reach a collector that has it."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    tls = tls_ca is not None or tls_cert is not None
+    channel_of = (lambda: grpc.secure_channel(address, _channel_credentials(tls_ca, tls_cert, tls_key))) if tls else (
+        lambda: grpc.insecure_channel(address))
+    with channel_of() as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
         except grpc.RpcError as exc:
@@ -56,7 +88,8 @@ def _status_doc(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     ok = True
     doc: dict[str, Any] = {"collector": None}
     if args.collector:
-        health = collector_health(args.collector, args.timeout)
+        health = collector_health(args.collector, args.timeout, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                                  tls_key=args.tls_key)
         doc["collector"] = {"address": args.collector, "health": health}
         ok = health == "SERVING"
     now = time.time_ns()
@@ -125,7 +158,11 @@ def run_status(args: argparse.Namespace) -> int:
     from fleetscope.cli.extras import require
 
     require("collector", "sqlalchemy")
-    doc, ok = _status_doc(args)
+    try:
+        doc, ok = _status_doc(args)
+    except TLSFileError as exc:
+        print(f"fleetscope status: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:

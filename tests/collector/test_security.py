@@ -571,3 +571,22 @@ def test_registrations_beyond_the_limit_get_resource_exhausted_with_retry_after(
         assert register(address(c), "calm", token=STATIC) == grpc.StatusCode.OK
     finally:
         c.stop()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_status_asks_a_tls_collector_over_tls(tmp_path: Path, db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetscope.collector.status_cli import collector_health
+
+    certs = tmp_path / "certs"
+    init_certs(certs)
+    c = _tls_collector(db_url, certs)
+    try:
+        address = f"127.0.0.1:{c.port}"
+        assert collector_health(address, 3.0, tls_ca=certs / "ca.pem") == "SERVING"
+        assert collector_health(address, 3.0).startswith("unreachable"), "a plaintext check gets no answer"
+        capsys.readouterr()
+        assert main(["status", "--db", db_url, "--collector", address, "--tls-ca", str(certs / "nope.pem")]) == 2
+        err = capsys.readouterr().err
+        assert "cannot read the CA certificate" in err and "Traceback" not in err
+    finally:
+        c.stop()

@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.alerting.rules import Rule, Rules, RuleSet
+from fleetscope.collector.alerting.rules import Rule, Rules, RuleSet, rules_source
 from fleetscope.collector.query.alerts import SilenceRow, list_silences, silence_matches
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.schema import (
@@ -175,13 +175,7 @@ class AlertJob:
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.engine = engine
-        if isinstance(rules, RuleSet):
-            self._rules: Callable[[], Rules] = rules.current
-        elif isinstance(rules, Rules):
-            fixed = rules
-            self._rules = lambda: fixed
-        else:
-            self._rules = rules
+        self._rules: Callable[[], Rules] = rules_source(rules)
         self.owner = owner or default_owner()
         self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
         self.interval_s = interval_s

@@ -39,7 +39,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from fleetscope.collector.alerting.rules import Notifier, Rules, RuleSet
+from fleetscope.collector.alerting.rules import Notifier, Rules, RuleSet, rules_source
 from fleetscope.collector.storage.schema import notification_attempts, notifications
 from fleetscope.collector.storage.write_lock import WriteLock
 
@@ -177,13 +177,7 @@ class Sender:
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.engine = engine
-        if isinstance(rules, RuleSet):
-            self._rules: Callable[[], Rules] = rules.current
-        elif isinstance(rules, Rules):
-            fixed = rules
-            self._rules = lambda: fixed
-        else:
-            self._rules = rules
+        self._rules: Callable[[], Rules] = rules_source(rules)
         self.workers = max(1, workers)
         self.poll_s = poll_s
         self.backoff_initial_s = backoff_initial_s

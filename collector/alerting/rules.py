@@ -55,7 +55,7 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,7 @@ __all__ = [
     "load_rules",
     "parse_duration_s",
     "parse_rules",
+    "rules_source",
 ]
 
 NOTIFIER_TYPES = ("webhook", "slack", "alertmanager")
@@ -594,3 +595,13 @@ class RuleSet:
     def detector_settings(self) -> Any:
         """``DetectorSettings`` from the rules in force: pass the bound method to the detector job."""
         return self.current().detector_settings()
+
+
+def rules_source(rules: RuleSet | Rules | Callable[[], Rules]) -> Callable[[], Rules]:
+    """The rules in force as a callable, whether given as a reloading file, fixed rules or a callable."""
+    if isinstance(rules, RuleSet):
+        return rules.current
+    if isinstance(rules, Rules):
+        fixed = rules
+        return lambda: fixed
+    return rules

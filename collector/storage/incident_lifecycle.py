@@ -167,6 +167,26 @@ def open_incident(
     return int(pk[0]), True
 
 
+def _given(
+    *,
+    facts: Mapping[str, Any] | None,
+    hints: Sequence[Mapping[str, Any]] | None,
+    title: str | None,
+    severity: str | None = None,
+) -> dict[str, Any]:
+    """The column values of an update for the fields a caller gave (None: leave the column as it is)."""
+    values: dict[str, Any] = {}
+    if facts is not None:
+        values["facts"] = dict(facts)
+    if hints is not None:
+        values["hints"] = [dict(h) for h in hints]
+    if title is not None:
+        values["title"] = title
+    if severity is not None:
+        values["severity"] = severity
+    return values
+
+
 def refresh_incident(
     conn: Connection,
     incident_id: int,
@@ -182,14 +202,7 @@ def refresh_incident(
     ``count`` is left alone."""
     current = conn.execute(select(_C.last_seen_ns).where(_C.id == incident_id)).scalar()
     values: dict[str, Any] = {"updated_ns": now_ns, "last_seen_ns": max(last_seen_ns, current or 0)}
-    if facts is not None:
-        values["facts"] = dict(facts)
-    if hints is not None:
-        values["hints"] = [dict(h) for h in hints]
-    if title is not None:
-        values["title"] = title
-    if severity is not None:
-        values["severity"] = severity
+    values.update(_given(facts=facts, hints=hints, title=title, severity=severity))
     conn.execute(update(_T).where(_C.id == incident_id).values(**values))
 
 
@@ -206,12 +219,7 @@ def resolve_incident(
     """The condition cleared at ``ended_ns``: state resolved, with its final facts. False if it was
     not open (resolved already)."""
     values: dict[str, Any] = {"state": INCIDENT_RESOLVED, "ended_ns": ended_ns, "updated_ns": now_ns}
-    if facts is not None:
-        values["facts"] = dict(facts)
-    if hints is not None:
-        values["hints"] = [dict(h) for h in hints]
-    if title is not None:
-        values["title"] = title
+    values.update(_given(facts=facts, hints=hints, title=title))
     res = conn.execute(update(_T).where(_C.id == incident_id, _C.state == INCIDENT_OPEN).values(**values))
     return (res.rowcount or 0) > 0
 

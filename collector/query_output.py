@@ -137,6 +137,84 @@ def metrics_summary_csv(s: Any) -> None:
                 iso(m.last_ts_ns) if m.last_ts_ns is not None else ""] for m in s.metrics])
 
 
+# ------------------------------------------------------------------------------ metrics: hardware
+
+
+def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> None:
+    rows = [[visible(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    print(indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    for r in rows:
+        print(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _n(v: float | None) -> str:
+    return "-" if v is None else f"{int(v):,}"
+
+
+def _of(used: float | None, limit: float | None, f: Callable[[float | None], str]) -> str:
+    return "-" if used is None and limit is None else f"{f(used)} / {f(limit)}"
+
+
+def _watts(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} W"
+
+
+def _mib_s(v: float | None) -> str:
+    return "-" if v is None else f"{v / 2**20:,.1f} MiB/s"
+
+
+def hardware_doc(gpus: Sequence[Any], board: Any | None) -> dict[str, Any]:
+    """What ``metrics --json`` carries under "hardware": per GPU its processes, ECC, PCIe and
+    limits; a Jetson's nvpmodel, EMC, engines, rails and sensors (null when not a Jetson)."""
+    from fleetscope.collector import query
+
+    return {"gpus": query.to_jsonable(list(gpus)), "jetson": query.to_jsonable(board) if board is not None else None}
+
+
+def print_hardware(gpus: Sequence[Any], board: Any | None) -> None:
+    """The ``metrics`` hardware section: what nvitop and jtop users look at, as of the range's end."""
+    if not gpus and board is None:
+        print("\nhardware: no readings up to the end of the range")
+        return
+    if gpus:
+        newest = max(max(g.state_ts_ns or 0, g.sample_ts_ns or 0) for g in gpus)
+        print(f"\nhardware: GPUs as of {format_ns(newest)} UTC")
+        _text_table(
+            ["GPU", "MEMORY", "POWER / LIMIT", "FAN", "PCIE", "PCIE RX", "PCIE TX", "ECC CORR (VOL/TOTAL)",
+             "ECC UNCORR (VOL/TOTAL)", "RETIRED PAGES", "REMAPPED ROWS", "PROCESSES"],
+            [[str(g.gpu_index), _of(g.memory_used_bytes, g.memory_total_bytes, format_bytes),
+              _of(g.power_w, g.power_limit_w, _watts), "-" if g.fan_percent is None else f"{g.fan_percent:.0f}%",
+              "-" if g.pcie_gen is None and g.pcie_width is None else f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}",
+              _mib_s(g.pcie_rx_bytes_per_s), _mib_s(g.pcie_tx_bytes_per_s),
+              f"{_n(g.ecc_volatile_corrected)} / {_n(g.ecc_aggregate_corrected)}",
+              f"{_n(g.ecc_volatile_uncorrected)} / {_n(g.ecc_aggregate_uncorrected)}",
+              _n(g.retired_pages), _n(g.remapped_rows), "-" if g.processes is None else str(len(g.processes))]
+             for g in gpus])
+        procs = [p for g in gpus for p in (g.processes or ())]
+        if procs:
+            print("\n  compute processes (heaviest first on each GPU)")
+            _text_table(["GPU", "PID", "PROCESS", "GPU MEMORY"],
+                        [[str(p.gpu_index), str(p.pid), p.name, format_bytes(p.gpu_memory_bytes)] for p in procs])
+    if board is not None:
+        nvp = "-" if board.nvpmodel_id is None else str(board.nvpmodel_id) + (f" ({board.nvpmodel_mode})" if board.nvpmodel_mode else "")
+        clocks = "-" if board.jetson_clocks is None else ("on" if board.jetson_clocks else "off")
+        emc = "-" if board.emc_load_percent is None else f"{board.emc_load_percent:.0f}%"
+        emc += "" if board.emc_mhz is None else f" at {board.emc_mhz:.0f} MHz"
+        fan = "-" if board.fan_percent is None else f"{board.fan_percent:.0f}%"
+        print(f"\nhardware: Jetson board as of {format_ns(board.ts_ns)} UTC")
+        print(f"  nvpmodel {visible(nvp)} · jetson_clocks {clocks} · EMC {emc} · fan {fan}")
+        if board.engines:
+            print("  engines: " + ", ".join(
+                f"{visible(e.name)} {f'{e.value:.0f} MHz' if e.value > 0 else 'off'}" for e in board.engines))
+        if board.rails:
+            _text_table(["RAIL", "POWER", "AVERAGE"],
+                        [[r.name, f"{r.value:,.0f} mW", "-" if r.average is None else f"{r.average:,.0f} mW"]
+                         for r in board.rails])
+        if board.temps:
+            print("  temperatures: " + ", ".join(f"{visible(t.name)} {t.value:.1f} C" for t in board.temps))
+
+
 # ------------------------------------------------------------------------------ logs --follow
 
 

@@ -219,7 +219,7 @@ def incident_strip(
     *,
     domain: tuple[int, int] | None,
     alerts: pd.DataFrame | None = None,
-    height: int = 90,
+    row_px: int = 28,
 ) -> dict[str, Any]:
     """Incidents on the shared time axis: one row per kind, a dot per incident; alert periods shaded."""
     datasets: dict[str, Any] = {"markers": _records(markers)}
@@ -227,12 +227,15 @@ def incident_strip(
     if alerts is not None and not alerts.empty:
         datasets["alerts"] = _records(alerts)
         layers += alert_layers(domain)
+    size: int | dict[str, int]
     if markers.empty:  # alerts only: an empty point layer still sets the axis
-        height = 40
-    else:  # a row per kind, and room for them: the legend sits at the right, not above the points
-        height = max(height, 28 * int(markers["kind"].nunique()))
+        size = 40
+    else:
+        # A row of ``row_px`` per kind. Not a height in pixels: the stretch-to-width embedding
+        # ignores it, and every kind was drawn on one row, their names over each other.
+        size = {"step": row_px}
     return {
-        "height": height,
+        "height": size,
         "title": {
             "text": "Incidents and alerts" if layers else "Incidents",
             "anchor": "start",
@@ -277,7 +280,9 @@ def count_bars(
         "title": {"text": title, "anchor": "start", "fontSize": 13},
         "datasets": {"main": _records(df)},
         "data": {"name": "main"},
-        "mark": {"type": "bar", "tooltip": True},
+        # Vertical, said outright: with x and x2 (a bucket's start and end) and no y2, Vega-Lite
+        # takes a bar for a horizontal range, and each bucket was drawn as a thin line at its count.
+        "mark": {"type": "bar", "tooltip": True, "orient": "vertical"},
         "encoding": {
             "x": _x(domain),
             "x2": {"field": "end"},
@@ -373,4 +378,7 @@ def bars(
 
 
 def show(spec: dict[str, Any], *, key: str | None = None) -> None:
+    # Fit the width only: Streamlit's default ("fit" both ways) takes the title, the legend and
+    # the axis out of the spec's height, so eight GPUs' two legend rows left a plot ~40 px tall.
+    spec = {"autosize": {"type": "fit-x", "contains": "padding"}, **spec}
     st.vega_lite_chart(spec=spec, width="stretch", key=key)

@@ -136,19 +136,28 @@ def devices(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
         return q.list_devices(session=s, now_ns=now_ns)
 
 
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def installs(db_url: str, device: str, now_ns: int) -> list[q.DeviceSummary]:
+    """Every install a name reaches, newest first (a reflashed device: same name, new agent id)."""
+    with _session(db_url) as s:
+        return q.device_installs(session=s, device=device, now_ns=now_ns)
+
+
 @st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
 def device_series(db_url: str, device: str, since_ns: int, until_ns: int) -> q.DeviceSeries:
+    """The device's charts over every install of its name (its whole history across reinstalls)."""
     with _session(db_url) as s:
-        return q.device_series(session=s, device=device, since_ns=since_ns, until_ns=until_ns)
+        return q.device_series_all_installs(session=s, device=device, since_ns=since_ns, until_ns=until_ns)
 
 
 @st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
 def logs(
     db_url: str, device: str, since_ns: int, until_ns: int, min_level: str | None, text: str | None
 ) -> list[q.LogLine]:
-    """The newest 500 lines at ``min_level`` or worse (all levels when None) containing ``text``."""
+    """The newest 500 lines at ``min_level`` or worse (all levels when None) containing ``text``,
+    over every install of the device's name."""
     with _session(db_url) as s:
-        return q.search_logs(
+        return q.search_logs_all_installs(
             session=s,
             device=device,
             since_ns=since_ns,
@@ -316,17 +325,23 @@ def alert_notifications(db_url: str, alert_id: int) -> list[q.NotificationRow]:
 
 @st.cache_data(ttl=SERIES_TTL_S, show_spinner=False)
 def alert_periods(db_url: str, device: str, since_ns: int, until_ns: int) -> list[q.AlertPeriod]:
+    """The alerts of every install of the device's name active in [since, until), oldest first."""
     with _session(db_url) as s:
-        return q.alert_periods(device, since_ns, until_ns, session=s)
+        periods = [
+            p
+            for d in q.device_installs(session=s, device=device, now_ns=until_ns)
+            for p in q.alert_periods(d.agent_id, since_ns, until_ns, session=s)
+        ]
+    return sorted(periods, key=lambda p: p.start_ns)
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def gpu_hardware(db_url: str, device: str, until_ns: int) -> list[q.GpuHardware]:
     with _session(db_url) as s:
-        return q.gpu_hardware(session=s, device=device, until_ns=until_ns)
+        return q.gpu_hardware_all_installs(session=s, device=device, until_ns=until_ns)
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def jetson_view(db_url: str, device: str, until_ns: int) -> q.JetsonView | None:
     with _session(db_url) as s:
-        return q.jetson_view(session=s, device=device, until_ns=until_ns)
+        return q.jetson_view_all_installs(session=s, device=device, until_ns=until_ns)

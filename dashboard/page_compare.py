@@ -4,6 +4,10 @@ A group is any mix of ready-made selectors (a model, a GPU, a kind, a label, sin
 its devices' latency histograms are merged (histograms merge exactly, averages of percentiles
 would not), and their GPU readings aggregated over the same window. Normalised views divide
 by watts and by GPUs, because a drone and an 8-GPU server are not the same size.
+
+The selection is in the URL, so a copied link reopens the same comparison:
+``?a=model: Jetson Orin Nano&b=GPU: NVIDIA A100-SXM4-80GB&op=infer&range=24h`` (one repeated
+parameter per group, ``a`` to ``d``, each value one pick; ``view=Per watt`` for a normalised view).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from fleetscope.dashboard import charts, data, fmt, timerange
 from fleetscope.proto.vocabulary import DEVICE_KIND_SERVER
 
 LETTERS = "ABCD"
+URL_KEYS = "abcd"  # ?a=...&a=...&b=...: one repeated parameter per group
 NORMALISE = ("Absolute", "Per watt", "Per GPU")
 GIB = 1024**3
 
@@ -39,13 +44,15 @@ def _group_label(picks: list[str]) -> str:
 
 def _pickers(
     options: list[str], devices: list[DeviceSummary], n: int
-) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Groups by letter (what charts show) and what each letter stands for (what tables show)."""
+) -> tuple[dict[str, list[str]], dict[str, str], list[list[str]]]:
+    """Groups by letter (what charts show), what each letter stands for (what tables show), and
+    each group's picks (what the URL keeps)."""
     defaults = _defaults(options, devices)
     groups_map = device_groups(devices)
     cols = st.columns(n)
     out: dict[str, list[str]] = {}
     names: dict[str, str] = {}
+    all_picks: list[list[str]] = []
     for i in range(n):
         key = f"keep_cmp_group_{i}"
         if key not in st.session_state:
@@ -53,6 +60,7 @@ def _pickers(
         picks = cols[i].multiselect(
             f"Group {LETTERS[i]}", options, key=key, placeholder="models, GPUs, labels, devices…"
         )
+        all_picks.append(list(picks))
         members = sorted({m for p in picks for m in groups_map.get(p, [])})
         if picks and members:
             out[LETTERS[i]] = members
@@ -61,7 +69,48 @@ def _pickers(
                 f"{len(members)} device{'s' if len(members) != 1 else ''}: {', '.join(members[:6])}"
                 + (" …" if len(members) > 6 else "")
             )
-    return out, names
+    return out, names, all_picks
+
+
+def _from_url(options: list[str]) -> None:
+    """Seed the pickers from a link: when the URL's selection is not the one this page last wrote
+    (a link was opened, or edited by hand), it wins over what the session remembers."""
+    wanted = [list(st.query_params.get_all(k)) for k in URL_KEYS]
+    view = st.query_params.get("view")
+    state = (tuple(tuple(g) for g in wanted), st.query_params.get("op"), view)
+    if state == st.session_state.get("_cmp_from_url"):
+        return
+    st.session_state["_cmp_from_url"] = state
+    if view in NORMALISE:
+        st.session_state["keep_cmp_norm"] = view
+    if st.query_params.get("op"):
+        st.session_state["keep_cmp_op"] = st.query_params["op"]
+    if not any(wanted):
+        return
+    unknown = [v for g in wanted for v in g if v not in options]
+    if unknown:
+        st.warning(f"Not in this fleet any more, left out: {', '.join(unknown)}", icon=":material/search_off:")
+    for i, picks in enumerate(wanted):
+        st.session_state[f"keep_cmp_group_{i}"] = [v for v in picks if v in options]
+    used = max(i for i, g in enumerate(wanted) if g) + 1
+    st.session_state["keep_cmp_n"] = max(2, used)
+
+
+def _to_url(picks: list[list[str]], op: str | None, view: str) -> None:
+    """Write the selection into the URL (and remember it, so the next run knows it is ours)."""
+    for i, k in enumerate(URL_KEYS):
+        if i < len(picks) and picks[i]:
+            st.query_params[k] = picks[i]
+        elif k in st.query_params:
+            del st.query_params[k]
+    for k, v in (("op", op), ("view", None if view == NORMALISE[0] else view)):
+        if v:
+            st.query_params[k] = v
+        elif k in st.query_params:
+            del st.query_params[k]
+    st.session_state["_cmp_from_url"] = (
+        tuple(tuple(picks[i]) if i < len(picks) else () for i in range(len(URL_KEYS))), op, view if view != NORMALISE[0] else None
+    )
 
 
 def _table(results: list[GroupComparison], names: dict[str, str]) -> pd.DataFrame:
@@ -211,14 +260,16 @@ def render() -> None:
     now = timerange.now_ns()
     devices = data.devices(data.url(), now)
     options = list(device_groups(devices))
+    _from_url(options)
     top = st.columns([2, 1, 2])
     with top[0]:
         tr = timerange.picker("keep_cmp_range", default="24h")
     n = top[1].selectbox("Groups", [2, 3, 4], key="keep_cmp_n")
     st.session_state.setdefault("keep_cmp_norm", "Absolute")
     normalise = top[2].segmented_control("View", NORMALISE, key="keep_cmp_norm") or "Absolute"
-    groups, names = _pickers(options, devices, n)
+    groups, names, picks = _pickers(options, devices, n)
     if not groups:
+        _to_url(picks, None, normalise)
         st.info("Pick what to compare: a Jetson model in one group and a server GPU in the other, say.")
         return
     all_members = tuple(sorted({m for ms in groups.values() for m in ms}))
@@ -233,6 +284,7 @@ def render() -> None:
             "These devices timed no operations in this range; latency and throughput need the SDK's "
             "`sdk.latency(...)` in the program."
         )
+    _to_url(picks, op, normalise)
     results = data.compare(
         data.url(), tuple((g, tuple(m)) for g, m in groups.items()), tr.since_ns, tr.until_ns, op
     )

@@ -13,29 +13,46 @@ import streamlit as st
 
 from fleetscope.collector.errors import UnknownDevice
 from fleetscope.collector.query import (
+    STATE_IMPORTED,
     AlertPeriod,
     DeviceSeries,
     DeviceSummary,
     IncidentView,
     describe_resolution,
     device_model,
+    device_state,
 )
 from fleetscope.dashboard import charts, data, device_hardware, fmt, frames, nav, timerange
 from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK, LOG_LEVELS
 
 
-def _pick_device(devices: list[DeviceSummary]) -> DeviceSummary:
-    names = [d.name for d in devices]
+def _pick_device(devices: list[DeviceSummary]) -> tuple[DeviceSummary, list[DeviceSummary]]:
+    """The device the user picked, by name: its newest install and every install of the name
+    (a reflashed drone registers again under its name with a new agent id; the name reaches all)."""
+    installs: dict[str, list[DeviceSummary]] = {}
+    for d in devices:
+        installs.setdefault(d.name, []).append(d)
+    for same in installs.values():
+        same.sort(key=lambda d: d.first_seen_ns, reverse=True)
+    names = sorted(installs)
+    by_agent = {d.agent_id: d.name for d in devices}
     wanted = st.query_params.get("device")
+    wanted_name = by_agent.get(wanted, wanted) if wanted else None
     # A link (a fleet row, an incident) names a device in the URL: it wins over the last pick.
-    if wanted in names and wanted != st.session_state.get("_device_from_url"):
-        st.session_state["device_pick"] = wanted
+    if wanted_name in names and wanted_name != st.session_state.get("_device_from_url"):
+        st.session_state["device_pick"] = wanted_name
     if st.session_state.get("device_pick") not in names:
         st.session_state["device_pick"] = names[0]
+    unknown = wanted is not None and wanted_name not in names
     name = st.selectbox("Device", names, key="device_pick")
+    if unknown:
+        # Never show another device as if it were the one asked for.
+        known = ", ".join(names[:10]) + (" …" if len(names) > 10 else "")
+        st.warning(f"No device named **{wanted}** (known: {known}). Showing **{name}** instead; pick one above.",
+                   icon=":material/search_off:")
     st.query_params["device"] = name
     st.session_state["_device_from_url"] = name
-    return devices[names.index(name)]
+    return installs[name][0], installs[name]
 
 
 GPU_PICK_FROM = 5  # with more GPUs than this, a picker: eight lines in one chart are hard to read
@@ -56,12 +73,16 @@ def _pick_gpus(gpu: pd.DataFrame) -> pd.DataFrame:
     return gpu[gpu["gpu"].isin(picked)]
 
 
-def _header(d: DeviceSummary, now_ns: int) -> None:
-    state = (
-        ":green[● online]" if d.online else f":red[● offline] · last seen {fmt.ago(d.last_seen_ns, now_ns)}"
-    )
+def _header(d: DeviceSummary, installs: list[DeviceSummary], now_ns: int) -> None:
+    state = device_state(d)
+    if state == STATE_IMPORTED:
+        shown = ":gray[● imported] · history from log files (`fleetscope scan --db`), never an agent"
+    elif d.online:
+        shown = ":green[● online]"
+    else:
+        shown = f":red[● offline] · last seen {fmt.ago(d.last_seen_ns, now_ns)}"
     inv = d.inventory or {}
-    bits = [device_model(d), state]
+    bits = [device_model(d), shown]
     if inv.get("driver_version"):
         bits.append(f"driver {inv['driver_version']}")
     if inv.get("jetpack_version"):
@@ -72,6 +93,12 @@ def _header(d: DeviceSummary, now_ns: int) -> None:
     labels = " ".join(f"`{k}={v}`" for k, v in sorted(d.labels.items()))
     if labels:
         st.markdown(labels)
+    if len(installs) > 1:
+        ids = ", ".join(f"`{i.agent_id}` (from {fmt.when(i.first_seen_ns)})" for i in installs)
+        st.caption(
+            f"Reinstalled: {len(installs)} installs of this name (agent ids {ids}, newest first). "
+            "Charts, incidents, logs and alerts cover all of them; `--device AGENT_ID` on the command line picks one."
+        )
 
 
 def _now_metrics(gpu: pd.DataFrame, host: pd.DataFrame) -> None:
@@ -370,7 +397,7 @@ def _logs(device: str, since_ns: int, until_ns: int) -> None:
     st.dataframe(
         df, hide_index=True, width="stretch", height=min(38 + 35 * len(df), 420), key="device_logs",
         column_config={
-            "Time": st.column_config.TextColumn(width=150),
+            "Time": st.column_config.TextColumn(width=180),  # "2026-12-03 22:47:39 UTC" whole
             "Level": st.column_config.TextColumn(width=70),
             "Source": st.column_config.TextColumn(width=160),
             "Message": st.column_config.TextColumn(width=max(600, min(2400, 7 * int(df["Message"].str.len().max())))),
@@ -389,11 +416,11 @@ def render() -> None:
     devices = data.devices(data.url(), now)
     top = st.columns([3, 2])
     with top[0]:
-        device = _pick_device(devices)
+        device, installs = _pick_device(devices)
     with top[1]:
         tr = timerange.picker("keep_device_range", default="1h")
     st.title(device.name)
-    _header(device, now)
+    _header(device, installs, now)
     try:
         s = data.device_series(data.url(), device.name, tr.since_ns, tr.until_ns)
     except UnknownDevice as exc:
@@ -401,9 +428,14 @@ def render() -> None:
         return
     incidents = data.incidents(data.url(), tr.since_ns, tr.until_ns, devices=(device.name,))
     # A preset longer than the device's life starts at its first data, not squeezed at the right.
+    # Its first data: the name's first install registering, or earlier samples it had spooled
+    # while it could not reach the collector.
     start_ns = tr.since_ns
-    if tr.key != "custom" and tr.since_ns < device.first_seen_ns < tr.until_ns:
-        start_ns = max(tr.since_ns, device.first_seen_ns - 30 * 10**9)
+    first_ns = min(
+        [i.first_seen_ns for i in installs] + [int(t) for t in (*s.gpu.columns["ts_ns"][:1], *s.host.columns["ts_ns"][:1])]
+    )
+    if tr.key != "custom" and tr.since_ns < first_ns < tr.until_ns:
+        start_ns = max(tr.since_ns, first_ns - 30 * 10**9)
     domain = (start_ns // 10**6, tr.until_ns // 10**6)
     markers = frames.incident_markers([i for i in incidents if i.kind != KIND_TRT_BENCHMARK])
     periods = data.alert_periods(data.url(), device.name, tr.since_ns, tr.until_ns)

@@ -24,8 +24,10 @@ if TYPE_CHECKING:  # what st.column_config's helpers return; streamlit does not 
 
 REFRESH = {"5 s": 5, "10 s": 10, "30 s": 30, "1 min": 60, "Off": 0}
 SORTS = ("Offline first", "Name", "Last seen", "GPU utilisation", "Temperature", "Power", "Open incidents")
-STATES = ("All", "Online", "Offline")
-STATE_COLORS = {"online": "#21a366", "offline": "#d62728"}
+STATES = ("All", "Online", "Offline", "Imported")
+# "imported": made by `fleetscope scan --db` from log files, never an agent: neither online nor offline.
+STATE_COLORS = {"online": "#21a366", "offline": "#d62728", "imported": "#8c8c8c"}
+_STATE_ORDER = {"offline": 0, "online": 1, "imported": 2}
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def select_devices(devices: Sequence[FleetDevice], f: Filters) -> list[FleetDevi
             continue
         if f.labels and not labels_match(d.labels, f.labels):
             continue
-        if f.state == "Online" and not d.online or f.state == "Offline" and d.online:
+        if f.state != "All" and d.state != f.state.lower():
             continue
         if f.search:
             hay = " ".join(
@@ -74,7 +76,7 @@ def select_devices(devices: Sequence[FleetDevice], f: Filters) -> list[FleetDevi
                 continue
         out.append(d)
     keys = {
-        "Offline first": lambda d: (d.online, d.name),
+        "Offline first": lambda d: (_STATE_ORDER.get(d.state, 1), d.name),
         "Name": lambda d: d.name,
         "Last seen": lambda d: -d.last_seen_ns,
         "GPU utilisation": lambda d: -(d.util_percent or -1),
@@ -102,7 +104,7 @@ def table(devices: Sequence[FleetDevice], now_ns: int) -> pd.DataFrame:
                 "Device": d.name,
                 # One-element lists: shown as a coloured pill (MultiselectColumn), the only way to
                 # colour a cell without a Styler (which would flatten the sparklines to text).
-                "State": ["online" if d.online else "offline"],
+                "State": [d.state],
                 "Kind": _kind(d),
                 "Last seen": fmt.ago(d.last_seen_ns, now_ns),
                 "GPU util": d.util_percent,
@@ -163,7 +165,7 @@ def _columns(devices: Sequence[FleetDevice]) -> dict[str, ColumnConfig]:
 
 
 def _offline_notice(overview: FleetOverview) -> None:
-    offline = [d for d in overview.devices if not d.online]
+    offline = [d for d in overview.devices if d.state == "offline"]
     if not offline:
         return
     names = ", ".join(f"**{d.name}** ({fmt.ago(d.last_seen_ns, overview.now_ns)})" for d in offline[:8])
@@ -175,13 +177,15 @@ def _offline_notice(overview: FleetOverview) -> None:
 
 
 def _summary(overview: FleetOverview, shown: Sequence[FleetDevice]) -> None:
-    online = sum(d.online for d in overview.devices)
-    total = len(overview.devices)
+    online = sum(d.state == "online" for d in overview.devices)
+    offline = sum(d.state == "offline" for d in overview.devices)
+    imported = len(overview.devices) - online - offline
+    total = online + offline  # devices with an agent: imported ones never had one
     utils = [d.util_percent for d in shown if d.util_percent is not None]
     firing = data.alerts(data.url(), overview.now_ns, (ALERT_FIRING,))
     c = st.columns(6)
     c[0].metric("Online", f"{online} / {total}")
-    c[1].metric("Offline", total - online)
+    c[1].metric("Offline", offline, help=f"and {imported} imported from log files" if imported else None)
     c[2].metric("GPUs", sum(d.gpu_count for d in overview.devices))
     c[3].metric("Firing alerts", len(firing) if len(firing) < 500 else "500+")
     c[4].metric(

@@ -10,7 +10,9 @@ By subject:
 
 * ``database``: opening a database to read it;
 * ``devices``: the registered devices, one device, how people name and group them;
-* ``samples``: a device's raw samples over a window;
+* ``installs``: a name's whole history across reinstalls (a reflashed drone keeps its name and
+  gets a new agent id) for the readers that take one install: logs, series, hardware;
+* ``samples``: a device's raw samples over a window, and min/mean/max/last per metric;
 * ``series``: a device's readings in buckets at a resolution (``planning``: which resolution,
   and which source, rollups or raw rows, serves each stretch);
 * ``latency``: percentiles from merged histograms, per window or per bucket;
@@ -68,9 +70,15 @@ from fleetscope.collector.query.database import (
 )
 from fleetscope.collector.query.devices import (
     ONLINE_WITHIN_NS,
+    STATE_IMPORTED,
+    STATE_OFFLINE,
+    STATE_ONLINE,
+    STATE_REPLACED,
     count_devices,
     device_groups,
+    device_installs,
     device_model,
+    device_state,
     get_device,
     labels_match,
     list_devices,
@@ -97,6 +105,12 @@ from fleetscope.collector.query.incidents import (
     incident_kinds,
     search_incidents,
 )
+from fleetscope.collector.query.installs import (
+    device_series_all_installs,
+    gpu_hardware_all_installs,
+    jetson_view_all_installs,
+    search_logs_all_installs,
+)
 from fleetscope.collector.query.jsonable import to_jsonable
 from fleetscope.collector.query.latency import (
     LatencySeries,
@@ -120,7 +134,15 @@ from fleetscope.collector.query.planning import (
     describe_resolution,
     resolution_for,
 )
-from fleetscope.collector.query.samples import DeviceMetrics, count_samples, device_metrics
+from fleetscope.collector.query.samples import (
+    DeviceMetrics,
+    MetricsSummary,
+    MetricSummary,
+    count_samples,
+    device_metrics,
+    last_sample_ns,
+    metrics_summary,
+)
 from fleetscope.collector.query.series import DeviceSeries, GpuLimits, SeriesTable, device_series
 from fleetscope.collector.query.types import (
     DeviceSummary,
@@ -151,6 +173,12 @@ __all__ = [
     "DeviceSummary",
     "list_devices",
     "get_device",
+    "device_installs",
+    "device_state",
+    "STATE_ONLINE",
+    "STATE_OFFLINE",
+    "STATE_IMPORTED",
+    "STATE_REPLACED",
     "count_devices",
     "device_model",
     "device_groups",
@@ -162,6 +190,10 @@ __all__ = [
     "DeviceMetrics",
     "device_metrics",
     "count_samples",
+    "MetricSummary",
+    "MetricsSummary",
+    "metrics_summary",
+    "last_sample_ns",
     # series at a resolution
     "MAX_POINTS",
     "POINTS_PER_CHART",
@@ -171,6 +203,11 @@ __all__ = [
     "device_series",
     "resolution_for",
     "describe_resolution",
+    # every install of a name (a reinstalled device: same name, new agent id)
+    "device_series_all_installs",
+    "search_logs_all_installs",
+    "gpu_hardware_all_installs",
+    "jetson_view_all_installs",
     # latency
     "LatencySeries",
     "LatencyStats",

@@ -260,3 +260,58 @@ def test_logs_follow_prints_new_events_as_they_arrive(tmp_path: Path, sqlite_url
         if proc is not None and proc.poll() is None:
             proc.kill()
         c.stop()
+
+
+def _point(name: str, ts: int, value: float, **labels: str) -> pb.MetricPoint:
+    p = pb.MetricPoint(name=name, ts_ns=ts, value=value)
+    p.labels.update(labels)
+    return p
+
+
+def test_metrics_shows_the_hardware_readings(tmp_path: Path, db_url: str, collector, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``metrics`` shows what nvitop and jtop users look at: per GPU its processes, ECC, PCIe and
+    limits; a Jetson's nvpmodel, EMC, engines and rails (in the text and under "hardware" in --json)."""
+    from fleetscope.agent.records import ProcessUsage
+
+    t = (time.time_ns() - 300 * S) // S * S
+    _send(tmp_path / "srv", collector.port, "server-9", SampleSet(gpu=[GpuSample(
+        ts_ns=t, gpu_index=0, util_gpu_percent=80.0, memory_used_bytes=30 * GIB, memory_total_bytes=80 * GIB,
+        power_w=250.0, power_limit_w=400.0, fan_percent=41.0, pcie_gen=4, pcie_width=16,
+        pcie_rx_bytes_per_s=3.0 * 2**20, pcie_tx_bytes_per_s=1.5 * 2**20, ecc_volatile_corrected=2,
+        ecc_aggregate_corrected=17, ecc_volatile_uncorrected=0, ecc_aggregate_uncorrected=1, retired_pages=3,
+        remapped_rows=1, processes=(ProcessUsage(pid=4242, name="trainer.py", cpu_percent=None, rss_bytes=None,
+                                                 gpu_memory_bytes=29 * GIB),))]))
+    _send(tmp_path / "jet", collector.port, "drone-9", SampleSet(metrics=[
+        _point("jetson.nvpmodel_id", t, 0, mode="MAXN"), _point("jetson.jetson_clocks", t, 1),
+        _point("jetson.emc_load_percent", t, 37), _point("jetson.emc_mhz", t, 3199),
+        _point("jetson.engine_mhz", t, 704, engine="NVENC"), _point("jetson.engine_mhz", t, 0, engine="NVDEC"),
+        _point("jetson.power_mw", t, 9120, rail="VDD_IN"), _point("jetson.power_avg_mw", t, 8800, rail="VDD_IN"),
+        _point("jetson.temp_c", t, 51.5, sensor="gpu")],
+        host=[HostSample(ts_ns=t, cpu_percent=12.0)]))
+    out, _ = _cli(capsys, "metrics", "--db", db_url, "--device", "server-9", "--since", "1h")
+    hw = out.split("hardware: GPUs as of", 1)[1]
+    gpu0 = next(line for line in hw.splitlines() if line.strip().startswith("0 "))  # the GPU table's row
+    for shown in ("30.0 GiB / 80.0 GiB", "250 W / 400 W", "41%", "Gen4 x16", "3.0 MiB/s", "2 / 17", "0 / 1"):
+        assert shown in gpu0, (shown, gpu0)
+    assert gpu0.split()[-3:] == ["3", "1", "1"]  # retired pages, remapped rows, processes
+    assert "4242" in hw and "trainer.py" in hw and "29.0 GiB" in hw
+    doc = json.loads(_cli(capsys, "metrics", "--db", db_url, "--device", "server-9", "--since", "1h", "--json")[0])
+    (g,) = doc["hardware"]["gpus"]
+    assert (g["pcie_gen"], g["ecc_aggregate_corrected"], g["power_limit_w"]) == (4, 17, 400.0)
+    assert g["processes"][0]["pid"] == 4242 and g["state_ts"].endswith("Z") and doc["hardware"]["jetson"] is None
+    out, _ = _cli(capsys, "metrics", "--db", db_url, "--device", "drone-9", "--since", "1h")
+    board = out.split("hardware: Jetson board as of", 1)[1]
+    assert "nvpmodel 0 (MAXN) · jetson_clocks on · EMC 37% at 3199 MHz" in board
+    assert "NVDEC off" in board and "NVENC 704 MHz" in board and "temperatures: gpu 51.5 C" in board
+    (rail,) = [line for line in board.splitlines() if "VDD_IN" in line]
+    assert rail.split()[1:] == ["9,120", "mW", "8,800", "mW"]
+    doc = json.loads(_cli(capsys, "metrics", "--db", db_url, "--device", "drone-9", "--since", "1h", "--json")[0])
+    assert doc["hardware"]["jetson"]["nvpmodel_mode"] == "MAXN" and doc["hardware"]["gpus"] == []
+
+
+def test_simulate_says_what_incident_every_does(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        fleetscope(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--incident-every DURATION mean time between incidents, per device" in text
+    assert "CUDA OOM" in text and "Xid" in text and "Default: none" in text

@@ -23,6 +23,14 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     pipe.stop()
 
 
+@pytest.fixture(scope="session")
+def small_fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A reinstalled drone, an 8-GPU server, a Jetson and an imported device (about 15 s to build)."""
+    from tests.dashboard.small_fleet import build as build_small
+
+    return build_small(tmp_path_factory.mktemp("small-fleet"))
+
+
 def _entry(db_url: str, page: str, password_env: str | None) -> None:
     # Runs inside AppTest as the script: the real router, starting on `page`.
     from fleetscope.dashboard.app import main

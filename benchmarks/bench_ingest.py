@@ -181,6 +181,24 @@ def count_rolled_rows(db_url: str) -> int:
     )
 
 
+def print_bytes_per_row(db_url: str, stored: int) -> None:
+    """Disk per stored sample row: the sample tables, raw tail and compacted chunks, with their
+    indexes (measured as ``bench_storage.py`` does)."""
+    from bench_storage import table_bytes
+
+    from fleetscope.collector.storage.engine import make_engine
+
+    engine = make_engine(db_url, create=False)
+    try:
+        sizes = table_bytes(engine)
+    finally:
+        engine.dispose()
+    tail = sizes["gpu_samples"] + sizes["host_samples"]
+    chunks = sizes["gpu_chunks"] + sizes["host_chunks"]
+    print(f"bytes per stored row: {(tail + chunks) / max(stored, 1):.1f} (sample tables {(tail + chunks) / 2**20:,.1f} MiB: "
+          f"tail {tail / 2**20:,.1f} MiB, chunks {chunks / 2**20:,.1f} MiB)")
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="fleetscope-bench-")
     db_url = f"sqlite:///{tmp.name}/bench.db" if args.db == "sqlite" else args.db
@@ -242,6 +260,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         rolled = count_rolled_rows(db_url)
         print(f"minute rollups cover {rolled:,} of the stored rows ({rolled / max(stored, 1):.0%}; a pass runs every 30 s and "
               "leaves each device's newest 10 s)")
+    print_bytes_per_row(db_url, stored)
     tmp.cleanup()
     return 0 if stored == acked_rows else 1
 

@@ -61,6 +61,17 @@ def register(sub: Any) -> None:
                    help="do not maintain the minute/hour rollups the dashboard reads (another collector does)")
     p.add_argument("--no-db-upgrade", action="store_true",
                    help="refuse to start on a database at an older schema instead of upgrading it ('fleetscope db upgrade' does)")
+    compaction = p.add_mutually_exclusive_group()
+    compaction.add_argument("--fold-after", type=duration_ns, default=3600 * 10**9, metavar="DURATION",
+                            help="fold raw samples older than this (and already rolled up) into compressed chunks, "
+                                 "an hour per GPU (default 1h). One collector at a time does it")
+    compaction.add_argument("--no-compaction", action="store_true",
+                            help="keep raw samples uncompressed here (another collector may still fold them)")
+    retention = p.add_mutually_exclusive_group()
+    retention.add_argument("--retention", type=_retention_arg, metavar="TIER=DURATION,...",
+                           help="how long each tier is kept, e.g. raw=7d,minute=90d,hour=2y,incidents=2y,logs=30d,alerts=1y "
+                                "(the defaults; any subset; 'off' keeps a tier for ever). One collector at a time enforces it")
+    retention.add_argument("--no-retention", action="store_true", help="delete nothing, ever (another collector may still)")
     p.add_argument("--no-detectors", action="store_true",
                    help="do not run the detectors (agent offline, latency SLO and regression, throttling, starved GPU, "
                         "memory growth, repeated OOM) here; another collector does")
@@ -89,6 +100,10 @@ def register(sub: Any) -> None:
     limits.add_argument("--keepalive-timeout", type=duration_ns, default=20 * 10**9, metavar="DURATION",
                         help="drop a connection whose ping is not answered within this time, such as a client that "
                              "stopped half-way through a batch (default 20s)")
+    limits.add_argument("--max-unacked", type=size_bytes, default=64 << 20, metavar="SIZE",
+                        help="bytes of batches read from all streams and not yet stored; above it streams are not read, "
+                             "so a slow database slows the agents (their spools keep the rest) instead of growing this "
+                             "process (default 64MiB)")
     from fleetscope.collector import security_cli  # TLS, limits per agent; `certs`, `token`, `device`
 
     security_cli.add_collector_arguments(p)
@@ -230,6 +245,26 @@ def _table(headers: list[str], rows: list[list[str]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
+def _retention_arg(value: str) -> str:
+    """--retention's value, checked (a bad one is argparse's one error line) and kept as text, so
+    that `config show` prints it as given."""
+    from fleetscope.collector.jobs.retention import parse_retention
+
+    try:
+        parse_retention(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--retention: ").removeprefix("--retention ")) from None
+    return value
+
+
+def _retention_settings(args: argparse.Namespace) -> dict[str, Any]:
+    from fleetscope.collector.jobs.retention import parse_retention
+
+    if args.no_retention:
+        return {"retention": None}
+    return {} if args.retention is None else {"retention": parse_retention(args.retention)}
+
+
 def _unknown_device(exc: Exception) -> int:
     print(visible(str(exc)), file=sys.stderr)
     return 1
@@ -247,11 +282,12 @@ def run_collector(args: argparse.Namespace) -> int:
         tokens = frozenset([args.token])
     settings = CollectorSettings(listen=args.listen, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
                                  grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade,
+                                 compaction=not args.no_compaction, fold_after_s=args.fold_after / 1e9,
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
                                  handshake_timeout_s=args.handshake_timeout / 1e9, keepalive_time_s=args.keepalive_time / 1e9,
-                                 keepalive_timeout_s=args.keepalive_timeout / 1e9,
+                                 keepalive_timeout_s=args.keepalive_timeout / 1e9, max_unacked_bytes=args.max_unacked,
                                  alerts_file=args.alerts, dashboard_url=args.dashboard_url, metrics_listen=args.metrics_listen,
-                                 **_detector_args(args), **security_cli.collector_security(args))
+                                 **_detector_args(args), **_retention_settings(args), **security_cli.collector_security(args))
     if args.alerts is not None:
         from fleetscope.collector.alerting.rules import RulesError, load_rules
 
@@ -402,6 +438,9 @@ def run_metrics(args: argparse.Namespace) -> int:
         try:
             installs = device_installs(session=session, device=args.device, now_ns=until)
             summary = metrics_summary(session=session, device=args.device, since_ns=since, until_ns=until)
+            # What nvitop and jtop show (processes, ECC, PCIe, limits; rails, engines), as of --until.
+            hw_gpus = query.gpu_hardware_all_installs(session=session, device=args.device, until_ns=until)
+            hw_board = query.jetson_view_all_installs(session=session, device=args.device, until_ns=until)
             m = None
             if args.raw or args.json:
                 m = query.device_metrics(session=session, device=args.device, since_ns=since, until_ns=until, limit=args.limit)
@@ -410,7 +449,8 @@ def run_metrics(args: argparse.Namespace) -> int:
     if args.json:
         assert m is not None
         # An ISO 8601 time (UTC) beside every *_ns time: "ts" beside "ts_ns".
-        query_output.print_json({**query.to_jsonable(m), "installs": [d.agent_id for d in installs], "summary": summary.metrics})
+        query_output.print_json({**query.to_jsonable(m), "installs": [d.agent_id for d in installs], "summary": summary.metrics,
+                                 "hardware": query_output.hardware_doc(hw_gpus, hw_board)})
         return 0
     if args.csv:
         if args.raw:
@@ -426,6 +466,7 @@ def run_metrics(args: argparse.Namespace) -> int:
     if not summary.host_samples and not summary.gpu_samples:
         print(_no_samples(args, installs, since, until))
         return 0
+    query_output.print_hardware(hw_gpus, hw_board)
     if m is not None:
         if m.host:
             rows = [[format_ns(p.ts_ns), _fmt(p.values["cpu_percent"], "%"), _fmt(p.values["load1"]),

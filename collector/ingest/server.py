@@ -20,6 +20,7 @@ import logging
 import resource
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +34,7 @@ from fleetscope.collector.ingest.service import IngestService, add_ingest_servic
 from fleetscope.collector.ingest.tls import ServerTLS
 from fleetscope.collector.ingest.validation import Limits
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
+from fleetscope.collector.jobs.retention import RetentionSettings
 from fleetscope.collector.storage.engine import ensure_schema, make_engine
 from fleetscope.collector.storage.writer import BatchWriter
 
@@ -48,6 +50,13 @@ class CollectorSettings:
     grace_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
     rollups: bool = True  # maintain the minute/hour rollups the dashboard reads (one collector at a time, by lease)
+    # Fold raw samples older than ``fold_after_s`` (and already rolled up) into compressed chunks
+    # (fleetscope.collector.jobs.compaction; one collector at a time, by lease).
+    compaction: bool = True
+    fold_after_s: float = 3600.0
+    # Retention tiers (fleetscope.collector.jobs.retention; one collector at a time, by lease);
+    # None: keep everything. PostgreSQL's partitions ahead are created at start either way.
+    retention: RetentionSettings | None = field(default_factory=RetentionSettings)
     # Upgrade a database at an older schema revision on start; False refuses it (SchemaBehind)
     # so that an operator runs `fleetscope db upgrade` when they choose (after a backup, say).
     upgrade_db: bool = True
@@ -70,6 +79,10 @@ class CollectorSettings:
     # Bytes of batches a stream has accepted but not yet acknowledged; reading from the stream
     # pauses above it, so a client that outruns the writer is held back by HTTP/2 flow control.
     max_unacked_bytes_per_stream: int = 64 << 20
+    # The same across all streams (IngestBudget in ingest/service.py): the writer's backlog in
+    # bytes. A database slower than the fleet fills it; then no stream is read, flow control
+    # slows the agents and their spools keep the difference: nothing is refused or dropped.
+    max_unacked_bytes: int = 64 << 20
     # Alert rules: a TOML file, reloaded when it changes (fleetscope.collector.alerting.rules);
     # None: no alerts. Evaluated every ``alerts_interval_s`` by one collector at a time (lease);
     # ``dashboard_url`` (else the file's) makes the links in notifications.
@@ -217,7 +230,31 @@ class Collector:
             detector_job = DetectorJob(self.engine, settings=self._detector_settings,
                                        interval_s=self.settings.detectors_interval_s)
             detector_job.start()
-        self.jobs = {k: j for k, j in (("rollup", rollup_job), ("detectors", detector_job), ("alerts", alert_job)) if j is not None}
+        from fleetscope.collector.storage.partitions import ensure_partitions_ahead
+
+        # Before the first batch: today's partitions (PostgreSQL) exist, so rows do not start out in
+        # the default partition. Idempotent; the retention job repeats it every pass.
+        try:
+            tiers = self.settings.retention or RetentionSettings()
+            await asyncio.to_thread(lambda: ensure_partitions_ahead(self.engine, time.time_ns(), tiers.days_ahead,
+                                                                    days_behind=tiers.days_behind))
+        except Exception as exc:  # ingest works without them (the default partition takes the rows)
+            log.warning("could not create the partitions ahead: %s", exc)
+        retention_job = None
+        if self.settings.retention is not None:
+            from fleetscope.collector.jobs.retention import RetentionJob
+
+            retention_job = RetentionJob(self.engine, self.settings.retention)
+            retention_job.start()
+        compaction_job = None
+        if self.settings.compaction:
+            from fleetscope.collector.jobs.compaction import CompactionJob
+
+            compaction_job = CompactionJob(self.engine, fold_after_s=self.settings.fold_after_s,
+                                           keep_raw_s=self._detector_settings().lookback_s if self.settings.detectors else 0.0)
+            compaction_job.start()
+        self.jobs = {k: j for k, j in (("rollup", rollup_job), ("detectors", detector_job), ("alerts", alert_job),
+                                        ("retention", retention_job), ("compaction", compaction_job)) if j is not None}
         server = grpc.aio.server(
             options=server_options(self.settings, self.max_connections),
             # Each agent holds one stream; the rest of the calls are registrations in passing.
@@ -230,6 +267,7 @@ class Collector:
             limits=self.settings.limits,
             max_batch_bytes=self.settings.max_batch_bytes,
             max_unacked_bytes_per_stream=self.settings.max_unacked_bytes_per_stream,
+            max_unacked_bytes=self.settings.max_unacked_bytes,
             agent_limits=self.settings.agent_limits,
             revocation_poll_s=self.settings.revocation_poll_s,
         )
@@ -260,6 +298,10 @@ class Collector:
             await asyncio.to_thread(rollup_job.stop)
         if detector_job is not None:
             await asyncio.to_thread(detector_job.stop)
+        if retention_job is not None:
+            await asyncio.to_thread(retention_job.stop)
+        if compaction_job is not None:
+            await asyncio.to_thread(compaction_job.stop)
         if alert_job is not None and sender is not None:
             await asyncio.to_thread(alert_job.stop)
             await asyncio.to_thread(sender.stop)

@@ -24,6 +24,7 @@ dashboard's incident page draw one: all read it here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -37,7 +38,14 @@ from fleetscope.collector.query.logs import log_lines
 from fleetscope.collector.query.samples import gpu_points, gpu_state_points, host_points
 from fleetscope.collector.query.series import DeviceSeries, device_series
 from fleetscope.collector.query.types import GpuPoint, GpuStatePoint, HostPoint, IncidentView, LogLine
-from fleetscope.collector.storage.schema import Device, Incident
+from fleetscope.collector.storage.schema import (
+    GPU_SAMPLE_COLUMNS,
+    HOST_VALUE_COLUMNS,
+    Device,
+    Incident,
+    incident_gpu_samples,
+    incident_host_samples,
+)
 from fleetscope.proto.vocabulary import throttle_reason_names
 
 _S = 10**9
@@ -203,6 +211,7 @@ def _context(
     since, until = ts_ns - int(before_s * _S), last_ns + int(after_s * _S)
     host = host_points(session, device_id, since, until + 1, limit)
     gpu = gpu_points(session, device_id, since, until + 1, limit)
+    host, gpu = _with_kept_samples(session, device_id, since, until + 1, limit, host, gpu)
     state = gpu_state_points(session, device_id, since, until + 1, limit)
     log_from, log_to = ts_ns - int(log_window_s * _S), last_ns + int(log_window_s * _S)
     logs = log_lines(session, device_id, device, log_from, log_to + 1, limit=log_limit)
@@ -230,6 +239,35 @@ def _context(
         nearby=tuple(i for i in nearby if i.id != incident.id),
         series=series,
     )
+
+
+def _with_kept_samples(
+    session: Session, device_id: int, lo: int, hi: int, limit: int, host: tuple[HostPoint, ...], gpu: tuple[GpuPoint, ...]
+) -> tuple[tuple[HostPoint, ...], tuple[GpuPoint, ...]]:
+    """The window's samples with those the retention job kept for incidents
+    (``incident_*_samples``, ``jobs.retention``) where the raw tier no longer has them; a raw
+    sample wins over its kept copy."""
+    kh, kg = incident_host_samples.c, incident_gpu_samples.c
+    kept_host = session.execute(
+        select(incident_host_samples).where(kh.device_id == device_id, kh.ts_ns >= lo, kh.ts_ns < hi).order_by(kh.ts_ns).limit(limit)
+    ).all()
+    kept_gpu = session.execute(
+        select(incident_gpu_samples).where(kg.device_id == device_id, kg.ts_ns >= lo, kg.ts_ns < hi)
+        .order_by(kg.ts_ns, kg.gpu_index).limit(limit)
+    ).all()
+    if kept_host:
+        have = {p.ts_ns for p in host}
+        extra = [HostPoint(ts_ns=m["ts_ns"], values={c: m[c] for c in HOST_VALUE_COLUMNS},
+                           cpu_cores=json.loads(m["cpu_cores"]) if m["cpu_cores"] else None,
+                           top_processes=json.loads(m["top_processes"]) if m["top_processes"] else None)
+                 for m in (r._mapping for r in kept_host) if m["ts_ns"] not in have]
+        host = tuple(sorted((*host, *extra), key=lambda p: p.ts_ns))[:limit]
+    if kept_gpu:
+        have_gpu = {(p.ts_ns, p.gpu_index) for p in gpu}
+        extra_gpu = [GpuPoint(ts_ns=m["ts_ns"], gpu_index=m["gpu_index"], values={c: m[c] for c in GPU_SAMPLE_COLUMNS})
+                     for m in (r._mapping for r in kept_gpu) if (m["ts_ns"], m["gpu_index"]) not in have_gpu]
+        gpu = tuple(sorted((*gpu, *extra_gpu), key=lambda p: (p.ts_ns, p.gpu_index)))[:limit]
+    return host, gpu
 
 
 # ------------------------------------------------------------------------------ summary

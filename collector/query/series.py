@@ -20,6 +20,7 @@ from fleetscope.collector.query.devices import summary_of
 from fleetscope.collector.query.latency import LatencySeries, latency_series
 from fleetscope.collector.query.planning import MAX_POINTS, POINTS_PER_CHART, groups_by_plan, resolution_for
 from fleetscope.collector.query.types import DeviceSummary
+from fleetscope.collector.storage.chunk_reader import chunk_buckets
 from fleetscope.collector.storage.rollups import (
     GPU,
     HOST,
@@ -183,6 +184,15 @@ def fetch_samples(
                     old[2] = merge_values(src.aggs, old[0], old[2], n, vals)
                     old[0] += n
                     old[1] += span
+            if table_step == 0:  # raw rows the compaction job folded into chunks, aggregated the same way
+                for key, n, span, vals in chunk_buckets(session, src, ids, a, b, step_s, per_gpu):
+                    old = acc.get(key)
+                    if old is None:
+                        acc[key] = [n, span, vals]
+                    else:
+                        old[2] = merge_values(src.aggs, old[0], old[2], n, vals)
+                        old[0] += n
+                        old[1] += span
     return acc, used
 
 

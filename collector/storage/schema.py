@@ -28,6 +28,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -193,6 +194,39 @@ gpu_samples = Table(
     Column("gpu_index", SmallInteger, nullable=False),
     *[Column(name, Float) for name in GPU_SAMPLE_COLUMNS],
     Index("gpu_samples_device_ts", "device_id", "ts_ns"),
+)
+
+# Compacted raw samples (revision 0006): the compaction job (``fleetscope.collector.jobs.compaction``)
+# folds tail rows of ``gpu_samples`` / ``host_samples`` older than its fold boundary into one row
+# per device (and GPU) and time range, normally up to an hour, all columns encoded together by
+# ``storage.chunk_codec`` (about 1-2 bytes a value against about 10 in the tail). ``end_ns`` is the
+# time of the chunk's last row (inclusive). Chunks of one device may overlap (late rows folded
+# after their hour was): readers merge them (``storage.chunk_reader``).
+gpu_chunks = Table(
+    "gpu_chunks",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("gpu_index", SmallInteger, nullable=False),
+    Column("start_ns", BigInteger, nullable=False),
+    Column("end_ns", BigInteger, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("codec", SmallInteger, nullable=False),  # chunk_codec.CODEC_VERSION of ``data``
+    Column("data", LargeBinary, nullable=False),
+    Index("gpu_chunks_device_start", "device_id", "gpu_index", "start_ns"),
+    Index("gpu_chunks_start", "start_ns"),
+)
+
+host_chunks = Table(
+    "host_chunks",
+    metadata,
+    Column("device_id", Integer, nullable=False),
+    Column("start_ns", BigInteger, nullable=False),
+    Column("end_ns", BigInteger, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("codec", SmallInteger, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Index("host_chunks_device_start", "device_id", "start_ns"),
+    Index("host_chunks_start", "start_ns"),
 )
 
 GPU_STATE_COLUMNS = (
@@ -418,3 +452,42 @@ schema_info = Table(
     Column("key", String(64), primary_key=True),
     Column("value", String(200), nullable=False),
 )
+
+# ---------------------------------------------------------------------- retention (revision 0007)
+
+# The samples around each incident, copied here by the retention job (``jobs.retention``) before
+# the raw tier drops them, so that an incident's page keeps its context for as long as the
+# incident itself is kept. Same columns as the sample tables; never partitioned.
+incident_host_samples = Table(
+    "incident_host_samples",
+    metadata,
+    *[Column(c.name, c.type, nullable=c.nullable) for c in host_samples.columns],
+    Index("incident_host_samples_device_ts", "device_id", "ts_ns"),
+)
+incident_gpu_samples = Table(
+    "incident_gpu_samples",
+    metadata,
+    *[Column(c.name, c.type, nullable=c.nullable) for c in gpu_samples.columns],
+    Index("incident_gpu_samples_device_ts", "device_id", "ts_ns"),
+)
+
+
+def declare_partitioning() -> None:
+    """PostgreSQL: each table of ``partitions.PARTITIONED`` in this metadata is a parent
+    partitioned by range of its time key, with a default partition (see ``storage.partitions``;
+    revision 0007 does the same to an existing database). Called again when a module adds a
+    partitioned table to the metadata later; SQLite ignores both."""
+    from sqlalchemy import DDL, event
+
+    from fleetscope.collector.storage.partitions import PARTITIONED, default_partition_name
+
+    for name, key in PARTITIONED.items():
+        table = metadata.tables.get(name)
+        if table is None or table.dialect_options["postgresql"]["partition_by"]:
+            continue
+        table.dialect_kwargs["postgresql_partition_by"] = f"RANGE ({key})"
+        ddl = DDL(f"CREATE TABLE {default_partition_name(name)} PARTITION OF {name} DEFAULT")
+        event.listen(table, "after_create", ddl.execute_if(dialect="postgresql"))
+
+
+declare_partitioning()

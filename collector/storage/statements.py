@@ -2,7 +2,10 @@
 
 Sample rows go in as multi-row ``INSERT ... VALUES`` statements through sqlite3's
 ``executemany`` and as binary ``COPY`` through psycopg 3: SQLAlchemy's generic insert reaches
-well under half of either (see ``docs/benchmarks.md``). Everything here takes a DB-API cursor
+well under half of either (see ``docs/benchmarks.md``). On PostgreSQL the sample tables are
+partitioned by day (``storage.partitions``): COPY goes to the parent, which routes each row to its
+day's partition (or the default one), in the same transaction as the batch's claim, so
+exactly-once is unchanged and the writer never needs to know a partition. Everything here takes a DB-API cursor
 of the writer's own connection and runs inside a transaction the writer opened. Incidents are
 written by ``storage.incidents``, the one way every writer of incidents shares.
 """

@@ -1,0 +1,279 @@
+"""The compaction job: folds old rows of the raw tail tables (``gpu_samples``, ``host_samples``)
+into compressed chunks (``gpu_chunks``, ``host_chunks``; encoding in
+``fleetscope.collector.storage.chunk_codec``), about ten times smaller.
+
+Design, and why:
+
+* **Only what nobody reads raw any more.** A device's rows are folded only below its *fold
+  boundary*: the earliest of ``now - fold_after_s`` (default an hour), the device's minute
+  rollup progress (``rollup_progress``: the rollup job aggregates raw rows with SQL, so it must
+  still find them in the tail) and ``now - keep_raw_s`` (the detectors read raw rows of the
+  last ``lookback_s``, 15 minutes, with SQL too). A device never rolled up is not folded. The
+  newest rows of a device stay in the tail, so "latest reading" queries and the charts' raw
+  right edge never need a chunk. The raw readers (``query.samples``) read both.
+* **Whole windows.** Rows are folded by aligned windows of ``chunk_s`` (an hour), and a window
+  only once it lies wholly below the boundary, so a chunk normally holds a full hour of one GPU
+  (3,600 rows at 1 Hz) and compresses well. Rows that arrive later for a window already folded
+  (a drone replaying its spool days later, a clock correction) are folded into another chunk of
+  the same window on a later pass: chunks may overlap and readers merge them.
+* **Exactly once.** Each window of a device is one transaction: ``DELETE ... RETURNING`` takes
+  the window's rows out of the tail, the chunks are made from exactly the rows returned, and
+  inserted in the same transaction, which also renews the ``compaction`` lease. A row that an
+  ingest writer commits meanwhile is either returned (and folded) or not deleted; a crash rolls
+  back both the delete and the insert; a collector that lost the lease has its window rolled
+  back. Nothing is lost or doubled.
+* **One compactor at a time**, any number of collectors: the ``compaction`` lease
+  (``fleetscope.collector.storage.lease``), and SQLite's write lock between windows so ingest
+  is never kept waiting for a whole pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, select
+
+from fleetscope.collector.storage.chunk_codec import CODEC_VERSION, encode_chunk
+from fleetscope.collector.storage.chunk_reader import HOST_TEXT_COLUMNS
+from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
+from fleetscope.collector.storage.rollups import read_progress
+from fleetscope.collector.storage.schema import (
+    GPU_SAMPLE_COLUMNS,
+    HOST_VALUE_COLUMNS,
+    Device,
+    gpu_chunks,
+    gpu_samples,
+    host_chunks,
+    host_samples,
+)
+from fleetscope.collector.storage.write_lock import WriteLock
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "compaction"
+NS = 10**9
+DEFAULT_FOLD_AFTER_S = 3600.0
+DEFAULT_KEEP_RAW_S = 900.0  # the detectors' default lookback (DetectorSettings.lookback_s)
+
+
+@dataclass(frozen=True)
+class _Kind:
+    name: str
+    samples: Any
+    chunks: Any
+    values: Sequence[str]
+    texts: Sequence[str]
+    per_gpu: bool
+
+
+GPU = _Kind("gpu", gpu_samples, gpu_chunks, GPU_SAMPLE_COLUMNS, (), True)
+HOST = _Kind("host", host_samples, host_chunks, HOST_VALUE_COLUMNS, HOST_TEXT_COLUMNS, False)
+KINDS = (GPU, HOST)
+
+
+@dataclass
+class CompactionReport:
+    """What one run did."""
+
+    ran: bool
+    holder: str
+    devices: int = 0
+    windows: int = 0
+    chunks: int = 0
+    rows: int = 0
+    chunk_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+class CompactionJob:
+    """Folds every device's old tail rows on a thread (``start``/``stop``) or on demand
+    (``run_once``). A collector starts one; the lease makes one of several collectors fold."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        owner: str | None = None,
+        interval_s: float = 60.0,
+        fold_after_s: float = DEFAULT_FOLD_AFTER_S,
+        keep_raw_s: float = DEFAULT_KEEP_RAW_S,
+        chunk_s: int = 3600,
+        lease_s: float = 120.0,
+        clock: Callable[[], int] = time.time_ns,
+        progress: Callable[[CompactionReport], None] | None = None,
+    ) -> None:
+        if fold_after_s < 0 or keep_raw_s < 0:
+            raise ValueError("fold_after_s and keep_raw_s must be >= 0")
+        if not 60 <= chunk_s <= 86_400:
+            raise ValueError("chunk_s must be between 60 and 86400")
+        self.engine = engine
+        self.owner = owner or default_owner()
+        self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
+        self.interval_s = interval_s
+        self.fold_after_ns = int(fold_after_s * NS)
+        self.keep_raw_ns = int(keep_raw_s * NS)
+        self.chunk_ns = int(chunk_s) * NS
+        self._clock = clock
+        self._progress = progress
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._write_lock = WriteLock(engine)
+        self.last_report: CompactionReport | None = None
+
+    def release(self) -> None:
+        self.lease.release()
+
+    # -- one run ------------------------------------------------------------------------------
+
+    def boundaries(self, conn: Connection, now_ns: int) -> dict[int, int]:
+        """Each device's fold boundary: rows older than it may be folded (devices never rolled
+        up are left out)."""
+        limit = now_ns - max(self.fold_after_ns, self.keep_raw_ns)
+        rolled = {d: until for (d, step), until in read_progress(conn).items() if step == 60}
+        return {d: min(limit, until) for d, until in rolled.items()}
+
+    def run_once(self, now_ns: int | None = None) -> CompactionReport:
+        started = time.monotonic()
+        now_ns = self._clock() if now_ns is None else now_ns
+        if not self.lease.acquire(now_ns):
+            return CompactionReport(ran=False, holder=self.lease.holder(now_ns) or "?")
+        report = CompactionReport(ran=True, holder=self.owner)
+        with self.engine.connect() as conn:
+            device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
+            boundaries = self.boundaries(conn, now_ns)
+        try:
+            for device_id in device_ids:
+                if self._stop.is_set():
+                    break
+                boundary = boundaries.get(device_id)
+                if boundary is None:
+                    continue
+                for kind in KINDS:
+                    self._fold_device(kind, device_id, boundary, now_ns, report)
+                report.devices += 1
+                report.seconds = time.monotonic() - started
+                if self._progress is not None:
+                    self._progress(report)
+        except LeaseLost:
+            log.info("compaction lease lost; stopping this run")
+        report.seconds = time.monotonic() - started
+        self.last_report = report
+        if report.rows:
+            log.info("compaction: %d rows of %d devices into %d chunks (%d bytes) in %.1f s",
+                     report.rows, report.devices, report.chunks, report.chunk_bytes, report.seconds)
+        return report
+
+    def _fold_device(self, kind: _Kind, device_id: int, boundary: int, now_ns: int, report: CompactionReport) -> None:
+        """Fold the device's windows that lie wholly below ``boundary``, oldest first."""
+        t = kind.samples.c
+        after: int | None = None  # windows before this one were found empty or not yet foldable
+        while not self._stop.is_set():
+            with self.engine.connect() as conn:
+                q = select(func.min(t.ts_ns)).where(t.device_id == device_id)
+                if after is not None:
+                    q = q.where(t.ts_ns >= after)
+                oldest = conn.execute(q).scalar()
+            if oldest is None:
+                return
+            lo = int(oldest) // self.chunk_ns * self.chunk_ns
+            hi = lo + self.chunk_ns
+            if hi > boundary:
+                return
+            self._fold_window(kind, device_id, lo, hi, now_ns, report)
+            after = hi
+
+    def _fold_window(self, kind: _Kind, device_id: int, lo: int, hi: int, now_ns: int, report: CompactionReport) -> None:
+        """One transaction: take the window's rows out of the tail and put them in chunks."""
+        names = ["ts_ns", *(["gpu_index"] if kind.per_gpu else []), *kind.values, *kind.texts]
+        with self._write_lock, self.engine.begin() as conn:
+            taken = _delete_returning(conn, kind.samples.name, names, device_id, lo, hi)
+            chunks = make_chunks(kind, device_id, names, taken)
+            if chunks:
+                conn.execute(insert(kind.chunks), chunks)
+            self.lease.renew_in(conn, now_ns)
+        report.windows += 1
+        report.chunks += len(chunks)
+        report.rows += len(taken)
+        report.chunk_bytes += sum(len(c["data"]) for c in chunks)
+
+    # -- on a thread --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        # The first pass an interval after start: a starting collector has ingest and the rollup
+        # job's catch-up to do first, and nothing becomes foldable in a minute.
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.run_once()
+            except Exception as exc:  # a failed run (database busy, restarting) is retried next time
+                log.warning("compaction run failed: %s", exc)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fleetscope-compaction", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.release()
+
+
+def _delete_returning(conn: Connection, table: str, names: Sequence[str], device_id: int, lo: int, hi: int) -> list[tuple]:
+    """Delete a device's rows in [lo, hi) and return them (``names``' columns), through the
+    driver's cursor in the connection's transaction: an hour of an 8-GPU server is 30,000 rows,
+    and SQLAlchemy's result rows would cost more than the rest of the fold."""
+    ph = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    sql = (f"DELETE FROM {table} WHERE device_id = {ph} AND ts_ns >= {ph} AND ts_ns < {ph} "  # noqa: S608 - names are ours
+           f"RETURNING {', '.join(names)}")
+    dbapi: Any = conn.connection.dbapi_connection
+    # psycopg's binary results convert float8 in C, about 40 % faster to fetch than text.
+    cursor = dbapi.cursor(binary=True) if conn.dialect.name == "postgresql" else dbapi.cursor()
+    try:
+        cursor.execute(sql, (device_id, lo, hi))
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
+def make_chunks(kind: _Kind, device_id: int, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """The chunk rows (one per GPU for GPU samples) holding ``rows`` (tuples in ``names``'
+    order), each sorted by time."""
+    import numpy as np
+
+    if not rows:
+        return []
+    columns = list(zip(*rows))
+    ts = np.array(columns[0], dtype=np.int64)
+    gpu = np.array(columns[names.index("gpu_index")], dtype=np.int64) if kind.per_gpu else np.zeros(len(ts), np.int64)
+    values = {n: np.array(columns[i], dtype=np.float64) for i, n in enumerate(names) if n in kind.values}  # None: NaN
+    texts = {n: columns[i] for i, n in enumerate(names) if n in kind.texts}
+    order = np.lexsort((ts, gpu))  # by GPU, then time; stable for rows of equal time
+    groups, starts = np.unique(gpu[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    out = []
+    for gpu_index, start, end in zip(groups.tolist(), starts.tolist(), ends):
+        sel = order[start:end]
+        picked = sel.tolist()
+        chunk_ts = ts[sel]
+        chunk = {
+            "device_id": device_id,
+            "start_ns": int(chunk_ts[0]),
+            "end_ns": int(chunk_ts[-1]),
+            "rows": len(picked),
+            "codec": CODEC_VERSION,
+            "data": encode_chunk(chunk_ts, {n: v[sel] for n, v in values.items()},
+                                 {n: [t[i] for i in picked] for n, t in texts.items()} or None),
+        }
+        if kind.per_gpu:
+            chunk["gpu_index"] = gpu_index
+        out.append(chunk)
+    return out

@@ -7,6 +7,12 @@ sleeps (capped exponential backoff with full jitter, on an Event so shutdown int
 rebuilds the channel, moves to the next collector address and sends again every batch still in
 the spool: at-least-once on the wire, exactly-once in storage thanks to the collector's check.
 
+Failover: an address that fails without progress is followed by the next one after the
+shortest (jittered) pause; the backoff grows only when a whole round of addresses failed. An
+address may be a DNS name with several records: each session opens a new channel, so the name
+is resolved again, and gRPC's pick_first (shuffled) skips an address that refuses or does not
+answer within 250 ms.
+
 Retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL,
 UNKNOWN, CANCELLED by a collector shutting down) are retried quietly; UNAUTHENTICATED and
 PERMISSION_DENIED are logged as errors and retried slowly, since an operator must fix the token
@@ -52,6 +58,11 @@ CHANNEL_OPTIONS = [
     # Reconnect quickly once the collector is back; our own backoff paces attempts.
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 5_000),
+    # A name with several addresses (``collectors.fleet.internal:7070`` with an A record per
+    # collector): gRPC's pick_first tries them in turn, the next one 250 ms after an attempt
+    # that has not finished (happy eyeballs), so a dead collector is skipped at once. Shuffled,
+    # so that a fleet given one name spreads over the collectors instead of all taking the first.
+    ("grpc.service_config", '{"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": true}}]}'),
 ]
 
 
@@ -188,7 +199,8 @@ class Uplink:
     # -- the connection loop ----------------------------------------------------------------
 
     def _run(self) -> None:
-        attempt = 0
+        attempt = 0  # full rounds of the address list that failed: the backoff grows with them
+        failed_in_round = 0  # addresses tried in a row without progress
         while not self._stop.is_set():
             address = self._addresses[self._address_index % len(self._addresses)]
             acked_before = self.status.acked
@@ -206,7 +218,8 @@ class Uplink:
                 elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     self._retry_after_s = _retry_after(exc)
                     log.warning("collector %s: %s (%s); retrying after %.1f s", address, code.name, detail, self._retry_after_s)
-                elif code == grpc.StatusCode.UNAVAILABLE and self._tls is None and "Socket closed" in str(detail):
+                elif (code == grpc.StatusCode.UNAVAILABLE and self._tls is None and "Socket closed" in str(detail)
+                      and not self._connects):  # never registered anywhere: a collector that died mid-stream is not TLS
                     log.error("collector %s closed the connection at once (%s): does it use TLS? give --tls-ca", address, detail)
                     self.status.last_error += " (does the collector use TLS? give --tls-ca)"
                 elif code == grpc.StatusCode.UNAVAILABLE and "handshake" in str(detail).lower():
@@ -222,12 +235,22 @@ class Uplink:
                 self._call = None
             if self._stop.is_set():
                 break
-            if self.status.acked > acked_before:
-                attempt = 0  # the last session made progress: start the backoff afresh
             self._address_index += 1
-            delay = max(self._backoff.delay(attempt), self._retry_after_s)
+            if self.status.acked > acked_before:
+                attempt = failed_in_round = 0  # the last session made progress: start the backoff afresh
+                delay = self._backoff.delay(0)
+            else:
+                failed_in_round += 1
+                if failed_in_round < len(self._addresses):
+                    # Another address may be alive: try it after the shortest pause (jittered, so a
+                    # fleet leaving a dead collector does not reach the next one all at once).
+                    delay = self._backoff.delay(0)
+                else:  # every address failed: back off
+                    failed_in_round = 0
+                    delay = self._backoff.delay(attempt)
+                    attempt += 1
+            delay = max(delay, self._retry_after_s)
             self._retry_after_s = 0.0
-            attempt += 1
             self._stop.wait(delay)
 
     @property

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -60,6 +61,7 @@ class IngestService(pb_grpc.IngestServicer):
         max_batch_bytes: int = 32 << 20,
         skew_tolerance_ns: int = 2 * 10**9,
         max_unacked_bytes_per_stream: int = 64 << 20,
+        max_unacked_bytes: int = 64 << 20,
         agent_limits: AgentLimits | None = None,
         revocation_poll_s: float = 1.0,
     ) -> None:
@@ -80,6 +82,10 @@ class IngestService(pb_grpc.IngestServicer):
         self._logged_steps: dict[tuple[str, str], int] = {}  # per stream, the clock step last logged
         self.reanchored = 0  # batches placed by the monotonic clock after a step of the device's clock
         self._max_unacked_bytes_per_stream = max_unacked_bytes_per_stream
+        # Across all streams: batches read and not yet acknowledged (in the writer's queue or
+        # transaction). A slow database fills it; streams are then not read, and HTTP/2 flow
+        # control and the agents' windows hold the batches in their spools.
+        self.budget = IngestBudget(max_unacked_bytes)
         self._device_ids: dict[str, int] = {}
         self._closing = asyncio.Event()
         self.rejected = 0
@@ -268,15 +274,32 @@ class IngestService(pb_grpc.IngestServicer):
         self.streams_open += 1
 
         async def read() -> None:
+            batches = request_iterator.__aiter__()
+            estimate = _FIRST_BATCH_ESTIMATE
             try:
-                async for batch in request_iterator:
+                while True:
+                    # Wait for room in the collector-wide budget before reading: nothing is read
+                    # while the writer is behind, so the bytes held stay near the cap.
+                    reservation = await self.budget.admit(estimate)
+                    try:
+                        batch = await batches.__anext__()
+                    except BaseException:  # the stream ended (StopAsyncIteration), broke or was cancelled
+                        self.budget.unreserve(reservation)
+                        raise
                     if isinstance(batch, Undecodable):
                         # No seq to acknowledge it by: the batches before it are acknowledged, then
                         # the stream ends with INVALID_ARGUMENT (see ``_ack``).
+                        self.budget.unreserve(reservation)
                         await pending.put(batch)
                         break
-                    size = batch.ByteSize()
-                    accepted = await self._accept(batch, context, binding)
+                    size = estimate = batch.ByteSize()
+                    release = self.budget.hold(size, reservation)
+                    try:
+                        accepted = await self._accept(batch, context, binding)
+                    except BaseException:
+                        release()
+                        raise
+                    accepted.add_done_callback(_call_with_nothing(release))
                     unacked.hold(size, until=accepted)
                     await pending.put(accepted)
                     pause = self.limiter.batch_delay(batch.agent_id, size)
@@ -287,6 +310,8 @@ class IngestService(pb_grpc.IngestServicer):
                     await unacked.wait_for_room()
                     if self._closing.is_set():
                         break
+            except StopAsyncIteration:
+                pass
             except DecodeError as exc:
                 # The generated registration deserialises in gRPC's receive loop, which raises
                 # here; without this the stream would end with UNKNOWN "Unexpected DecodeError".
@@ -438,3 +463,92 @@ class _UnackedBytes:
 
     async def wait_for_room(self) -> None:
         await self._room.wait()
+
+
+def _call_with_nothing(release: Callable[[], None]) -> Callable[[asyncio.Future], None]:
+    """``release`` as a future's done callback (which is passed the future)."""
+
+    def on_done(done: asyncio.Future) -> None:
+        release()
+        if not done.cancelled():
+            # Seen here: when a stream ends on StoreUnavailable, the failures of the batches
+            # queued behind the first are never awaited, and asyncio would log each one as an
+            # error ("Future exception was never retrieved"); the agent resends them all.
+            done.exception()
+
+    return on_done
+
+
+_FIRST_BATCH_ESTIMATE = 64 << 10  # a stream's next batch is taken to be as large as its last; its first, this
+
+
+class IngestBudget:
+    """The bytes of batches read from all streams and not yet acknowledged, against ``cap``.
+
+    A reader asks ``admit`` for room before it reads a batch, with an estimate of its size (the
+    stream's previous batch), and turns the reservation into the batch's real size with ``hold``
+    once read. Readers are admitted in arrival order, each only while the bytes held and reserved
+    are under the cap, so the bytes held pass the cap by at most the misjudged part of the
+    batches admitted last, not by a batch per stream; a reader admitted that then waits for its
+    agent (which has nothing to send) holds back only its own estimate.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(1, cap)
+        self.held = 0
+        self.reserved = 0
+        self.peak = 0  # the most bytes held at once (read by tests and benchmarks)
+        self.waiting = 0  # readers waiting for room now
+        self._waiters: deque[tuple[asyncio.Future, int]] = deque()
+
+    def _has_room(self) -> bool:
+        return self.held + self.reserved < self.cap
+
+    async def admit(self, estimate: int) -> int:
+        """Wait for room for a batch of about ``estimate`` bytes; returns the reservation."""
+        if not self._waiters and self._has_room():
+            self.reserved += estimate
+            return estimate
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        entry = (fut, estimate)
+        self._waiters.append(entry)
+        self.waiting += 1
+        try:
+            await fut  # _wake reserved ``estimate`` for this reader when it set the result
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.unreserve(estimate)  # admitted and cancelled in one step
+            elif entry in self._waiters:
+                self._waiters.remove(entry)
+            raise
+        finally:
+            self.waiting -= 1
+        return estimate
+
+    def unreserve(self, reservation: int) -> None:
+        self.reserved -= reservation
+        self._wake()
+
+    def hold(self, size: int, reservation: int) -> Callable[[], None]:
+        """Count a read batch's ``size`` in place of its reservation; returns the release (idempotent)."""
+        self.reserved -= reservation
+        self.held += size
+        self.peak = max(self.peak, self.held)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.held -= size
+                self._wake()
+
+        self._wake()  # the batch may be smaller than its estimate
+        return release
+
+    def _wake(self) -> None:
+        while self._waiters and self._has_room():
+            fut, estimate = self._waiters.popleft()
+            if not fut.done():
+                self.reserved += estimate
+                fut.set_result(None)

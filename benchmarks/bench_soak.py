@@ -1,0 +1,507 @@
+"""Soak test: a simulated fleet into two collectors on PostgreSQL, through collector kills and a
+database outage; every sample stored exactly once, flat collector memory, bounded ingest lag.
+
+    python benchmarks/bench_soak.py                        # 1,000 devices, 10 minutes
+    python benchmarks/bench_soak.py --devices 300 --minutes 3
+    python benchmarks/bench_soak.py --pg-cluster "15 soak" --pg-port 5433   # a cluster of its own
+
+What runs, all real: ``--devices`` simulated devices (``agent/tools/simulate.py``'s samplers) at
+1 Hz, each a real ``Agent`` (on-disk spool, batcher, uplink, its own gRPC stream), spread over
+``--agent-processes`` processes; two ``fleetscope collector`` processes on one PostgreSQL
+database, on 127.0.0.1 and 127.0.0.2 with one port, which every agent reaches as one target
+with two addresses (``ipv4:127.0.0.1:P,127.0.0.2:P``: gRPC's pick_first over a shuffled list,
+what a DNS name with two A records gives). During the run: collector A is killed with SIGKILL
+and restarted twice (at 20 % and 70 % of the run), and the database is stopped once
+(``pg_ctlcluster --skip-systemctl-redirect VERSION NAME stop``, at 45 %) for ``--db-outage``;
+a ``finally`` starts it again whatever happens.
+
+At the end the samplers stop, the spools drain, and it prints: host and GPU rows sent and
+stored per device (every device must match exactly, no duplicates), each collector's RSS over
+the run (min/median/max and its least-squares slope in MiB/min after the first minute), and
+the ingest lag over time: every 5 s, how far the newest stored host sample of the worst device
+is behind now (a device's backlog is sent oldest first, so this is the age of what it has not
+delivered, plus up to a batch interval), against the longest outage plus a margin (the
+agents' backoff cap, 30 s, plus two batches).
+Exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TOKEN = "soak-token"
+BACKOFF_MAX_S = 30.0  # AgentSettings' default: the longest an agent waits between tries
+REPORT_EVERY_S = 5.0  # an agent process's reports: each costs every agent's spool lock, under a busy GIL
+LAG_EVERY_S = 5.0
+
+
+# -- the agent side (run with --worker) ------------------------------------------------------
+
+
+class CountedSampler:
+    """A simulated device's sampler that counts the host and GPU rows it hands to the agent,
+    and hands none once frozen (so that what was counted is what the agent spools)."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.name = inner, inner.name
+        self.host = self.gpu = 0
+        self.frozen = False
+
+    def inventory(self):  # type: ignore[no-untyped-def]
+        return self.inner.inventory()
+
+    def sample(self, now_ns: int):  # type: ignore[no-untyped-def]
+        from fleetscope.agent.samplers._base import SampleSet
+
+        if self.frozen:
+            return SampleSet()
+        s = self.inner.sample(now_ns)
+        self.host += len(s.host)
+        self.gpu += len(s.gpu)
+        return s
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    import logging
+
+    from fleetscope.agent.daemon.runner import Agent, AgentSettings
+    from fleetscope.agent.tools.simulate import SIMULATED_LABEL, SimulatedSampler
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    logging.basicConfig(level=logging.ERROR)  # reconnects during the kills are expected; errors are not
+    state = Path(args.state)
+    agents, samplers = [], []
+    for i in range(args.first, args.first + args.count):
+        kind = "jetson" if i % 2 else "server"
+        inner = SimulatedSampler(kind=kind, gpus=args.gpus_per_server, seed=i, latency=False)
+        sampler = CountedSampler(inner)
+        name = f"soak-{i:05d}"
+        settings = AgentSettings(collectors=(args.target,), spool_dir=state / name, token=TOKEN, name=name,
+                                 labels={SIMULATED_LABEL: "true", "soak": "true"}, interval_s=1.0, batch_interval_s=1.0,
+                                 drain_timeout_s=1.0)
+        kind_code = pb.DEVICE_KIND_JETSON if kind == "jetson" else pb.DEVICE_KIND_SERVER
+        agents.append(Agent(settings, samplers=[sampler], inventory=inner.inventory_message(), kind=kind_code))
+        samplers.append(sampler)
+    for a in agents:
+        a.start()
+        time.sleep(1.0 / max(1, len(agents)))  # spread the devices' ticks over the second
+    stop = threading.Event()
+
+    def wait_for_stop() -> None:
+        sys.stdin.readline()  # the orchestrator writes a line (or dies: end of file)
+        stop.set()
+
+    threading.Thread(target=wait_for_stop, daemon=True).start()
+
+    def report(**extra: object) -> None:
+        backlog = [a.spool.stats().batches for a in agents]
+        print(json.dumps({"t": time.time(), "connected": sum(a.uplink.status.connected for a in agents),
+                          "backlog": sum(backlog), "max_backlog": max(backlog),
+                          "host": sum(s.host for s in samplers), "gpu": sum(s.gpu for s in samplers),
+                          "rejected": sum(a.uplink.status.rejected for a in agents), **extra}), flush=True)
+
+    while not stop.wait(REPORT_EVERY_S):
+        report()
+    for s in samplers:
+        s.frozen = True
+    time.sleep(2.5)  # the last samples taken reach the spool with the next batch
+    deadline = time.monotonic() + args.drain_s
+    while time.monotonic() < deadline and any(a.spool.stats().batches for a in agents):
+        report(draining=True)
+        time.sleep(REPORT_EVERY_S)
+    undrained = sum(a.spool.stats().batches for a in agents)
+    dropped = sum(a.spool.stats().counters.get("dropped_batches", 0) for a in agents)
+    final = {a.settings.name: [s.host, s.gpu] for a, s in zip(agents, samplers, strict=True)}
+    report(final=final, undrained=undrained, dropped=dropped)
+    threads = [threading.Thread(target=a.stop, args=(10.0,)) for a in agents]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 0
+
+
+# -- the orchestrator ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class Collector:
+    """One ``fleetscope collector`` process slot: killed and restarted in place."""
+
+    def __init__(self, label: str, host: str, port: int, db_url: str, log_dir: Path) -> None:
+        self.label, self.host, self.port, self.db_url = label, host, port, db_url
+        self.log_path = log_dir / f"collector-{label}.log"
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.rss: list[tuple[float, float, int]] = []  # (time since start of run, MiB, incarnation)
+        self.incarnation = 0
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", f"{self.host}:{self.port}", "--db", self.db_url,
+                 "--token", TOKEN, "--grace", "5s", "--metrics-listen", "off", "--no-db-upgrade"],
+                stdout=log, stderr=subprocess.STDOUT)
+        self.started_at = time.monotonic()
+        self.incarnation += 1
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"collector {self.label} exited with {self.proc.returncode}; see {self.log_path}")
+            with socket.socket() as s:
+                if s.connect_ex((self.host, self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"collector {self.label} did not listen within 60 s")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def sample_rss(self, t: float) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            mib = rss_mib(self.proc.pid)
+            if mib is not None:
+                self.rss.append((t, mib, self.incarnation))
+
+
+class Worker:
+    """One agent process and the reports it prints."""
+
+    def __init__(self, args: argparse.Namespace, first: int, count: int, target: str, state: Path) -> None:
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--first", str(first), "--count", str(count),
+               "--target", target, "--state", str(state), "--gpus-per-server", str(args.gpus_per_server),
+               "--drain-s", str(args.drain_s)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.last: dict = {}
+        self.final: dict | None = None
+        self.reports: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                report = json.loads(line)
+            except ValueError:
+                continue
+            self.last = report
+            self.reports.append(report)
+            if "final" in report:
+                self.final = report
+
+    def finish(self) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write("stop\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+
+
+def pg(cluster: str, action: str) -> None:
+    version, name = cluster.split()
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, name, action, *(["-m", "fast"] if action == "stop" else [])],
+                   check=True, capture_output=True, timeout=120)
+
+
+def stored_rows(db_url: str) -> dict[str, list[int]]:
+    """Host and GPU rows stored per device name: the raw tables, plus the rows folded into
+    compressed chunks where the schema has them."""
+    from sqlalchemy import create_engine, inspect, text
+
+    from fleetscope.collector.storage.engine import normalise_url
+
+    engine = create_engine(normalise_url(db_url))
+    out: dict[str, list[int]] = {}
+    try:
+        tables = set(inspect(engine).get_table_names())
+        with engine.connect() as conn:
+            for col, raw, chunks in ((0, "host_samples", "host_chunks"), (1, "gpu_samples", "gpu_chunks")):
+                parts = [f"SELECT device_id, count(*) AS n FROM {raw} GROUP BY device_id"]
+                if chunks in tables:
+                    parts.append(f"SELECT device_id, sum(rows) AS n FROM {chunks} GROUP BY device_id")
+                q = (f"SELECT d.name, sum(x.n) FROM ({' UNION ALL '.join(parts)}) x "
+                     "JOIN devices d ON d.id = x.device_id GROUP BY d.name")
+                for name, n in conn.execute(text(q)):
+                    out.setdefault(name, [0, 0])[col] = int(n)
+    finally:
+        engine.dispose()
+    return out
+
+
+def duplicates(db_url: str) -> int:
+    """Raw rows stored twice (same device, GPU and timestamp)."""
+    from sqlalchemy import create_engine, text
+
+    from fleetscope.collector.storage.engine import normalise_url
+
+    engine = create_engine(normalise_url(db_url))
+    try:
+        with engine.connect() as conn:
+            host = conn.execute(text("SELECT count(*) - count(DISTINCT (device_id, ts_ns)) FROM host_samples")).scalar_one()
+            gpu = conn.execute(text("SELECT count(*) - count(DISTINCT (device_id, gpu_index, ts_ns)) FROM gpu_samples")).scalar_one()
+        return int(host) + int(gpu)
+    finally:
+        engine.dispose()
+
+
+def slope_mib_per_min(points: list[tuple[float, float]]) -> float:
+    if len(points) < 3:
+        return 0.0
+    ts = [t / 60 for t, _ in points]
+    ys = [m for _, m in points]
+    mt, my = statistics.fmean(ts), statistics.fmean(ys)
+    var = sum((t - mt) ** 2 for t in ts)
+    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else 0.0
+
+
+def run(args: argparse.Namespace) -> int:
+    import psycopg
+
+    duration = args.minutes * 60
+    admin_url = f"postgresql://postgres@127.0.0.1:{args.pg_port}/postgres"
+    db_name = "fleetscope_soak_" + secrets.token_hex(4)
+    db_url = f"postgresql+psycopg://postgres@127.0.0.1:{args.pg_port}/{db_name}"
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        print(f"bench_soak: PostgreSQL is not reachable at {admin_url}: {exc}", file=sys.stderr)
+        return 2
+    admin.execute(f'CREATE DATABASE "{db_name}"')
+    admin.close()
+    work = Path(tempfile.mkdtemp(prefix="fleetscope-soak-"))
+    subprocess.run([sys.executable, "-m", "fleetscope.cli", "db", "upgrade", "--db", db_url], check=True, capture_output=True)
+    port = free_port()
+    collectors = [Collector("A", "127.0.0.1", port, db_url, work), Collector("B", "127.0.0.2", port, db_url, work)]
+    target = f"ipv4:127.0.0.1:{port},127.0.0.2:{port}"
+    workers: list[Worker] = []
+    db_stopped = False
+    outages: list[tuple[str, float, float]] = []  # (what, start, end) in seconds since the start of the run
+    lag_series: list[tuple[float, float]] = []  # (t, worst device's lag s), read from the database
+    lag_stop = threading.Event()
+
+    def watch_lag() -> None:
+        url = f"postgresql://postgres@127.0.0.1:{args.pg_port}/{db_name}"
+        while not lag_stop.wait(LAG_EVERY_S):
+            try:
+                with psycopg.connect(url, connect_timeout=2) as conn:
+                    newest = conn.execute("SELECT min(mx) FROM (SELECT max(ts_ns) AS mx FROM host_samples GROUP BY device_id) x").fetchone()
+            except psycopg.Error:
+                continue  # the database is stopped: the next answer shows the lag it left
+            if newest and newest[0]:
+                lag_series.append((time.monotonic() - start, max(0.0, (time.time_ns() - newest[0]) / 1e9)))
+
+    lag_thread = threading.Thread(target=watch_lag, daemon=True)
+    failures: list[str] = []
+    print(f"soak: {args.devices} devices at 1 Hz in {args.agent_processes} processes -> 2 collectors "
+          f"({target}) on {db_url.rsplit('@', 1)[1]}, {args.minutes:g} min; work in {work}", flush=True)
+    try:
+        for c in collectors:
+            c.start()
+        per = -(-args.devices // args.agent_processes)
+        for first in range(0, args.devices, per):
+            workers.append(Worker(args, first, min(per, args.devices - first), target, work / "spools"))
+        events = [(0.20, "kill"), (0.45, "db"), (0.70, "kill")]
+        start = time.monotonic()
+        lag_thread.start()
+        next_print = 0.0
+        while (t := time.monotonic() - start) < duration:
+            if events and t >= events[0][0] * duration:
+                _, what = events.pop(0)
+                if what == "kill":
+                    print(f"  [{t:5.0f}s] SIGKILL collector A; restart in {args.restart_after_s:g} s", flush=True)
+                    collectors[0].kill()
+                    down = time.monotonic() - start
+                    time.sleep(args.restart_after_s)
+                    collectors[0].start()
+                    outages.append(("collector A killed", down, time.monotonic() - start))
+                else:
+                    print(f"  [{t:5.0f}s] stopping the database ({args.pg_cluster}) for {args.db_outage_s:g} s", flush=True)
+                    pg(args.pg_cluster, "stop")
+                    db_stopped = True
+                    down = time.monotonic() - start
+                    time.sleep(args.db_outage_s)
+                    pg(args.pg_cluster, "start")
+                    db_stopped = False
+                    outages.append(("database stopped", down, time.monotonic() - start))
+                continue
+            t = time.monotonic() - start
+            for c in collectors:
+                c.sample_rss(t)
+            reports = [w.last for w in workers if w.last]
+            if t >= next_print:
+                next_print += 15
+                rss = ", ".join(f"{c.label} {c.rss[-1][1]:.0f} MiB" for c in collectors if c.rss)
+                if reports:
+                    print(f"  [{t:5.0f}s] {sum(r['connected'] for r in reports)}/{args.devices} streaming, "
+                          f"{sum(r['host'] for r in reports)} host + {sum(r['gpu'] for r in reports)} GPU rows sampled, "
+                          f"spools hold {sum(r['backlog'] for r in reports)} batches; worst device's lag "
+                          f"{lag_series[-1][1] if lag_series else float('nan'):.1f} s; RSS {rss}", flush=True)
+            time.sleep(REPORT_EVERY_S)
+        print("  sampling stops; draining the spools", flush=True)
+        for w in workers:
+            w.finish()
+        drain_start = time.monotonic()
+        while any(w.final is None and w.proc.poll() is None for w in workers) and time.monotonic() - drain_start < args.drain_s + 60:
+            t = time.monotonic() - start
+            for c in collectors:
+                c.sample_rss(t)
+            time.sleep(1.0)
+        for w in workers:
+            try:
+                w.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+    finally:
+        lag_stop.set()
+        if db_stopped:
+            pg(args.pg_cluster, "start")  # never leave the database stopped
+        for w in workers:
+            if w.proc.poll() is None:
+                w.proc.kill()
+        for c in collectors:
+            c.stop()
+
+    # -- figures and checks -------------------------------------------------------------------
+    finals = [w.final for w in workers]
+    if any(f is None for f in finals):
+        failures.append("an agent process did not report its final counts")
+    sent: dict[str, list[int]] = {}
+    for f in finals:
+        if f is not None:
+            sent.update(f["final"])
+            if f["undrained"]:
+                failures.append(f"{f['undrained']} batches still in spools after {args.drain_s:g} s of draining")
+            if f["dropped"]:
+                failures.append(f"{f['dropped']} batches dropped by full spools")
+            if f["rejected"]:
+                failures.append(f"{f['rejected']} batches rejected by a collector")
+    stored = stored_rows(db_url)
+    dup = duplicates(db_url)
+    mismatched = [(name, s, stored.get(name, [0, 0])) for name, s in sorted(sent.items()) if stored.get(name, [0, 0]) != s]
+    sent_host, sent_gpu = sum(s[0] for s in sent.values()), sum(s[1] for s in sent.values())
+    stored_host = sum(stored.get(n, [0, 0])[0] for n in sent)
+    stored_gpu = sum(stored.get(n, [0, 0])[1] for n in sent)
+    print("\nexactly once")
+    print(f"  host rows: sent {sent_host}, stored {stored_host}; GPU rows: sent {sent_gpu}, stored {stored_gpu}")
+    print(f"  devices whose counts differ: {len(mismatched)} of {len(sent)}; raw rows stored twice: {dup}")
+    for name, s, got in mismatched[:10]:
+        print(f"    {name}: sent host/GPU {s}, stored {got}")
+    if mismatched:
+        failures.append(f"{len(mismatched)} devices' stored counts differ from what they sent")
+    if dup:
+        failures.append(f"{dup} rows stored twice")
+    print("\ncollector RSS (MiB), per process slot, after each incarnation's first minute")
+    for c in collectors:
+        settled = [(t, m) for t, m, inc in c.rss if t - min(tt for tt, _, i2 in c.rss if i2 == inc) >= 60]
+        values = [m for _, m in settled] or [m for _, m, _ in c.rss]
+        if not values:
+            continue
+        longest = max({inc for _, _, inc in c.rss}, key=lambda inc: sum(1 for *_, i2 in c.rss if i2 == inc))
+        trend = slope_mib_per_min([(t, m) for t, m, inc in c.rss if inc == longest and (t, m) in settled])
+        print(f"  {c.label}: min {min(values):.0f}, median {statistics.median(values):.0f}, max {max(values):.0f} "
+              f"({len(values)} samples, {c.incarnation} starts); slope of its longest run {trend:+.2f} MiB/min")
+    print("\ningest lag (how far the worst device's newest stored sample was behind, every 5 s)")
+    longest_outage = max((end - begin for _, begin, end in outages), default=0.0)
+    bound = longest_outage + BACKOFF_MAX_S + 2.0
+    worst = max((lag for _, lag in lag_series), default=0.0)
+    calm = [lag for t, lag in lag_series if all(not (b - 5 <= t <= e + BACKOFF_MAX_S + 5) for _, b, e in outages)]
+    for k, (what, b, e) in enumerate(outages):
+        until = min(outages[k + 1][1] if k + 1 < len(outages) else float("inf"), e + BACKOFF_MAX_S + 30)
+        peak = max((lag for t, lag in lag_series if b <= t < until), default=0.0)
+        print(f"  {what} at {b:.0f}-{e:.0f} s ({e - b:.1f} s): lag peaked at {peak:.1f} s")
+    if calm:
+        print(f"  away from outages: median {statistics.median(calm):.1f} s, max {max(calm):.1f} s")
+    print(f"  worst {worst:.1f} s; bound: the longest outage {longest_outage:.1f} s + backoff cap {BACKOFF_MAX_S:g} s + 2 s = {bound:.1f} s")
+    if worst > bound:
+        failures.append(f"ingest lag reached {worst:.1f} s, above {bound:.1f} s")
+    if not args.keep_db:
+        try:
+            admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=10)
+            admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+            admin.close()
+        except psycopg.OperationalError as exc:
+            print(f"(could not drop {db_name}: {exc})", file=sys.stderr)
+    else:
+        print(f"\ndatabase kept: {db_url}")
+    if failures:
+        print(f"\nlogs and spools kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    print("\nresult: " + ("PASS" if not failures else "FAIL: " + "; ".join(failures)))
+    return 0 if not failures else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="See the module docstring for what runs and what is checked.")
+    p.add_argument("--devices", type=int, default=1000, help="simulated devices, half GPU servers, half Jetsons (default 1000)")
+    p.add_argument("--minutes", type=float, default=10.0, help="length of the run before draining (default 10)")
+    p.add_argument("--agent-processes", type=int, default=4, help="processes the devices are spread over (default 4)")
+    p.add_argument("--gpus-per-server", type=int, default=8, help="GPUs of each simulated server (default 8)")
+    p.add_argument("--pg-cluster", default="15 main", metavar="'VERSION NAME'",
+                   help="the cluster pg_ctlcluster stops and starts (default '15 main')")
+    p.add_argument("--pg-port", type=int, default=5432, help="its port on 127.0.0.1, trust auth as postgres (default 5432)")
+    p.add_argument("--db-outage-s", type=float, default=15.0, help="how long the database stays stopped (default 15)")
+    p.add_argument("--restart-after-s", type=float, default=5.0, help="how long a killed collector stays down (default 5)")
+    p.add_argument("--drain-s", type=float, default=180.0, help="how long the spools get to drain at the end (default 180)")
+    p.add_argument("--keep-db", action="store_true", help="keep the soak's database (dropped by default)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--target", default="", help=argparse.SUPPRESS)
+    p.add_argument("--state", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return run_worker(args)
+    if args.devices < 1 or args.agent_processes < 1 or args.minutes <= 0:
+        p.error("--devices, --agent-processes and --minutes must be positive")
+    if len(args.pg_cluster.split()) != 2:
+        p.error("--pg-cluster is 'VERSION NAME', e.g. '15 main'")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,9 @@
-"""``fleetscope db``: the database's schema revision, and upgrading it.
+"""``fleetscope db``: the database's schema revision, upgrading it, and moving a fleet's database.
 
 ``db upgrade`` is what a collector does on start (unless ``--no-db-upgrade``), run on its own:
 before a fleet of collectors is restarted, after a backup, or from a deployment script.
+``db export``, ``db import`` and ``db copy`` move a fleet from one database to another (SQLite
+to PostgreSQL, typically); the work is in ``fleetscope.collector.db_transfer``.
 Parsers are built without importing SQLAlchemy, as for the other collector commands.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from fleetscope.collector.cli import DEFAULT_DB
@@ -18,9 +21,10 @@ EXIT_USAGE = 2  # the URL itself is wrong
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("db", help="the database's schema: show its revision, upgrade it",
+    p = sub.add_parser("db", help="the database: show its schema revision, upgrade it, export, import or copy it",
                        description="The collector's database schema is versioned by migrations (Alembic revisions). "
-                                   "A collector upgrades its database on start; these commands do it on their own.")
+                                   "A collector upgrades its database on start; these commands do it on their own, and move a "
+                                   "fleet's database to another (export, import, copy).")
     db_sub = p.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
 
     u = db_sub.add_parser("upgrade", help="upgrade the database's schema to this fleetscope's newest revision",
@@ -36,6 +40,38 @@ def register(sub: Any) -> None:
                                       "newest (head). Reads only; exits 0 whenever the database could be read.")
     _db_arg(c)
     c.set_defaults(func=_needs_collector(run_current))
+
+    e = db_sub.add_parser("export", help="write every table of a database to one portable file",
+                          description="Write the fleet in a database (every fleetscope table, with its schema revision and "
+                                      "row counts) to FILE: gzip-compressed JSON records, binary-safe, streamed. Reads one "
+                                      "snapshot, so a running collector may go on writing. Load it with 'fleetscope db "
+                                      "import'. Progress (rows per table) on stderr.")
+    _db_arg(e)
+    e.add_argument("--out", required=True, type=Path, metavar="FILE", help="the file to write (refused if it exists)")
+    e.set_defaults(func=_needs_collector(run_export))
+
+    i = db_sub.add_parser("import", help="load an export file into a database (e.g. a SQLite fleet into PostgreSQL)",
+                          description="Load FILE, written by 'fleetscope db export', into the database: in one transaction, "
+                                      "the schema is brought to the export's revision, every table is loaded with its ids "
+                                      "(COPY on PostgreSQL), sequences are moved past them, and the schema is upgraded to "
+                                      "this fleetscope's newest. A damaged or truncated file, or any error, leaves the "
+                                      "database as it was. A database that already holds a fleet is refused unless "
+                                      "--replace.")
+    _db_arg(i)
+    i.add_argument("--from", dest="source", required=True, type=Path, metavar="FILE", help="the export file to load")
+    i.add_argument("--replace", action="store_true",
+                   help="empty a database that already holds data, in the same transaction, before loading")
+    i.set_defaults(func=_needs_collector(run_import))
+
+    cp = db_sub.add_parser("copy", help="copy one database into another directly (export and import with no file)",
+                           description="Copy every fleetscope table from one database into another, as 'db export' then "
+                                       "'db import' would, with no file in between: one snapshot of the source, one "
+                                       "transaction on the target.")
+    cp.add_argument("--from", dest="source", required=True, metavar="URL", help="the database to read")
+    cp.add_argument("--to", dest="target", required=True, metavar="URL", help="the database to load")
+    cp.add_argument("--replace", action="store_true",
+                    help="empty a target that already holds data, in the same transaction, before loading")
+    cp.set_defaults(func=_needs_collector(run_copy))
 
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
@@ -131,4 +167,80 @@ def run_current(args: argparse.Namespace) -> int:
     print(f"{url}: {state.describe()}")
     if state.known and not state.at_head:
         print(f"run 'fleetscope db upgrade --db {url}' to upgrade it")
+    return 0
+
+
+def _source_engine(url: str) -> Any:
+    """An engine for a database to read: ``ValueError`` for a bad URL or a SQLite file that is not there."""
+    engine = _open(url)
+    missing = _missing_sqlite_file(engine)
+    if missing:  # connecting would create it
+        engine.dispose()
+        raise ValueError(f"no database at {missing}")
+    return engine
+
+
+def _print_result(url: str, result: Any, origin: str) -> None:
+    print(f"{url}: {result.total:,} rows in {len(result.rows)} tables loaded from {origin} (schema revision {result.revision})")
+    for line in result.upgrade_lines:
+        print(f"  {line}")
+    if result.upgraded_to:
+        print(f"{url}: now at schema revision {result.upgraded_to} (head)")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from fleetscope.collector import db_transfer
+
+    try:
+        engine = _source_engine(args.db)
+    except ValueError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    try:
+        totals = db_transfer.export_database(engine, args.out, progress=db_transfer.Progress())
+    except db_transfer.TransferError as exc:
+        return _fail(EXIT_UNAVAILABLE, str(exc))
+    finally:
+        engine.dispose()
+    print(f"{args.out}: {totals.get('rows', 0):,} rows in {totals.get('tables', 0)} tables "
+          f"({args.out.stat().st_size / 2**20:,.1f} MiB)")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from fleetscope.collector import db_transfer
+    from fleetscope.collector.storage import migrations
+
+    try:
+        engine = _open(args.db)
+    except ValueError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    url = migrations.url_of(engine)
+    try:
+        result = db_transfer.import_file(engine, args.source, replace=args.replace, progress=db_transfer.Progress())
+    except db_transfer.TransferError as exc:
+        return _fail(EXIT_UNAVAILABLE, f"{exc}; {url} was not changed")
+    finally:
+        engine.dispose()
+    _print_result(url, result, str(args.source))
+    return 0
+
+
+def run_copy(args: argparse.Namespace) -> int:
+    from fleetscope.collector import db_transfer
+    from fleetscope.collector.storage import migrations
+
+    try:
+        source = _source_engine(args.source)
+        target = _open(args.target)
+    except ValueError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    url = migrations.url_of(target)
+    try:
+        result = db_transfer.copy_database(source, target, replace=args.replace, progress=db_transfer.Progress())
+    except db_transfer.TransferError as exc:
+        return _fail(EXIT_UNAVAILABLE, f"{exc}; {url} was not changed")
+    finally:
+        source.dispose()
+        target.dispose()
+    _print_result(url, result, migrations.url_of(source))
     return 0

@@ -26,7 +26,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -146,6 +145,8 @@ def build_bundle(out: Path, *, platform: str | None, python: str | None, source:
         (wheels.parent / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
+        import tarfile  # here, not at the top: every agent process registers this command, few run it (1.4 MiB RSS)
+
         with tarfile.open(partial, "w:gz") as tar:
             tar.add(wheels.parent, arcname=top)
         os.replace(partial, out)

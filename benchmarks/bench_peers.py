@@ -467,10 +467,14 @@ def run_agent(args: argparse.Namespace, peers: dict[str, str]) -> int:
         procs.append(collector)
         logfile = tmp / "app.log"
         logfile.touch()
-        agent = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "agent", "--collector", f"127.0.0.1:{port}",
-                                  "--token", TOKEN, "--name", "bench-agent", "--spool", str(tmp / "spool"), "--interval", "1s",
-                                  "--log-file", str(logfile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(agent)
+        agents: dict[str, int] = {}
+        for i, (name, env) in enumerate([("fleetscope agent", {}), *args.agent_variant]):
+            agent = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "agent", "--collector", f"127.0.0.1:{port}",
+                                      "--token", TOKEN, "--name", f"bench-agent-{i}", "--spool", str(tmp / f"spool-{i}"),
+                                      "--interval", "1s", "--log-file", str(logfile)], env={**os.environ, **env},
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(agent)
+            agents[name] = agent.pid
         exporter = subprocess.Popen([peers["node_exporter"], f"--web.listen-address=127.0.0.1:{nport}"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(exporter)
@@ -492,7 +496,7 @@ def run_agent(args: argparse.Namespace, peers: dict[str, str]) -> int:
         scraper = threading.Thread(target=scrape, daemon=True)
         scraper.start()
         time.sleep(5)  # start-up (imports, first samples, first scrapes) is not the steady state
-        pids = {"fleetscope agent": agent.pid, "node_exporter": exporter.pid}
+        pids = {**agents, "node_exporter": exporter.pid}
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         rss: dict[str, list[int]] = {k: [] for k in pids}
         t0 = time.monotonic()
@@ -521,14 +525,23 @@ def run_agent(args: argparse.Namespace, peers: dict[str, str]) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"agent at 1 s (host + 1 followed log file, {lines} lines) beside node_exporter scraped at 1 s "
           f"({scrapes[0]} scrapes, {scrapes[1] / max(scrapes[0], 1) / 1024:.0f} KiB each), {wall:.0f} s")
-    print(f"{'process':<18} {'CPU % of a core':>16} {'RSS mean MiB':>13} {'RSS max MiB':>12}")
+    width = max(18, *(len(k) for k in pids))
+    print(f"{'process':<{width}} {'CPU % of a core':>16} {'RSS mean MiB':>13} {'RSS max MiB':>12}")
     for k in pids:
-        print(f"{k:<18} {100 * cpu[k] / wall:>16.2f} {statistics.mean(rss[k]) / 2**20:>13.1f} {max(rss[k]) / 2**20:>12.1f}")
+        print(f"{k:<{width}} {100 * cpu[k] / wall:>16.2f} {statistics.mean(rss[k]) / 2**20:>13.1f} {max(rss[k]) / 2**20:>12.1f}")
     a, n = cpu["fleetscope agent"], cpu["node_exporter"]
     print(f"goal: agent CPU <= node_exporter's: {'met' if a <= n else 'not met'} ({100 * a / wall:.2f} % against "
           f"{100 * n / wall:.2f} %); RSS {max(rss['fleetscope agent']) / 2**20:.1f} MiB against "
           f"{max(rss['node_exporter']) / 2**20:.1f} MiB")
     return 0
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    label, sep, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not sep or not label.strip() or not env:
+        raise argparse.ArgumentTypeError(f"an agent variant is LABEL:ENV=VALUE[,ENV=VALUE], got {text!r}")
+    return f"agent {label.strip()}", env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -540,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="PostgreSQL URL allowed to create and drop a database of its own ('' skips PostgreSQL; "
                              "default %(default)s)")
     parser.add_argument("--seconds", type=float, default=60.0, help="agent comparison length (default %(default)s)")
+    parser.add_argument("--agent-variant", type=_variant, action="append", default=[], metavar="LABEL:ENV=VALUE[,ENV=VALUE]",
+                        help="agent part: also run an agent with this environment beside the plain one, on the same log "
+                             "file and collector (repeatable), e.g. 'poll:GRPC_POLL_STRATEGY=poll' or, for a before/after "
+                             "comparison, 'before:PYTHONPATH=/tmp/old' where /tmp/old/fleetscope/agent etc. are an older tree")
     args = parser.parse_args(argv)
     peers = find_peers()
     if peers is None:

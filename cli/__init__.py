@@ -8,20 +8,49 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from typing import Any
 
 from fleetscope.cli.extras import MissingExtra, require
 
 __all__ = ["main", "build_parser", "MissingExtra", "require"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands ``fleetscope.agent.cli.register`` adds. When one of them runs, only the agent's
+# parsers are built: building every command's imports the collector's, the dashboard's and the
+# demo's modules: with --version's lookup (now lazy) about 2 MiB of a drone's memory
+# (tests/agent/test_footprint.py checks this list against the registrar).
+AGENT_COMMANDS = ("agent", "simulate", "doctor")
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand named on a command line: the first word that is not a top-level option
+    (those are -v/--verbose, --version and --help, none of which takes a value). None when a
+    config file is given: one file holds every command's table ([agent] beside [collector]), and
+    it is checked against every command's parser."""
+    if os.environ.get("FLEETSCOPE_CONFIG") or any(w == "--config" or w.startswith("--config=") for w in argv):
+        return None
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+class _LazyVersion(argparse._VersionAction):
+    """``--version`` that looks the version up only when asked: ``importlib.metadata`` (with the
+    email, zipfile and csv modules it loads) costs a third of a second and about 1 MiB that every
+    command, the agent first, would otherwise pay at start."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        from fleetscope.cli import usage
+
+        self.version = usage.version()
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``fleetscope`` parser: every command's, or with ``command`` one of ``AGENT_COMMANDS``,
+    only the agent's (``fleetscope --help`` and any other command still see them all)."""
     from fleetscope.agent import cli as agent_cli
-    from fleetscope.cli import demo, usage
-    from fleetscope.cli import scan as scan_cli
-    from fleetscope.collector import cli as collector_cli
-    from fleetscope.collector import db_cli
-    from fleetscope.dashboard import cli as dashboard_cli
+    from fleetscope.cli import usage
 
     parser = usage.Parser(  # an unknown flag prints the usage of the subcommand it was given to
         prog="fleetscope",
@@ -29,14 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'fleetscope COMMAND --help' for a command's options.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    parser.add_argument("--version", action="version", version=usage.version())
+    parser.add_argument("--version", action=_LazyVersion, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     agent_cli.register(sub)
-    scan_cli.register(sub)
-    collector_cli.register(sub)
-    db_cli.register(sub)
-    dashboard_cli.register(sub)
-    demo.register(sub)
+    if command not in AGENT_COMMANDS:
+        from fleetscope.cli import demo
+        from fleetscope.cli import scan as scan_cli
+        from fleetscope.collector import cli as collector_cli
+        from fleetscope.collector import db_cli
+        from fleetscope.dashboard import cli as dashboard_cli
+
+        scan_cli.register(sub)
+        collector_cli.register(sub)
+        db_cli.register(sub)
+        dashboard_cli.register(sub)
+        demo.register(sub)
     from fleetscope.cli import config  # last: --config and --log-format for every long-running command
 
     config.register(sub)
@@ -44,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_in(argv))
     from fleetscope.cli import config, logging_setup
 
     args = config.parse(parser, argv)  # flags > environment > --config file > defaults
@@ -67,8 +104,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # Output piped into `head` and the like: stop quietly, as Unix tools do.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # a database that cannot be reached: one line; anything else is a bug

@@ -20,6 +20,27 @@ import ctypes
 
 _M_ARENA_MAX = -8  # from <malloc.h>
 
+# Modules a plain ``fleetscope agent`` (host sampling, followed logs, no --metrics-listen, no
+# --config) must not load: each is resident memory a drone pays for nothing (together they were
+# about 2 MiB of a 49 MiB agent; docs/benchmarks.md, peers). tests/agent/test_footprint.py
+# runs an agent and fails when one comes back.
+NOT_LOADED_BY_PLAIN_AGENT = (
+    "fleetscope.collector",  # the other commands' parsers: only the agent's are built (cli/__init__.py)
+    "fleetscope.dashboard",
+    "fleetscope.cli.demo",
+    "fleetscope.cli.scan",
+    "importlib.metadata",  # --version looks itself up only when asked (email, zipfile, csv with it)
+    "email",
+    "zipfile",
+    "fleetscope.agent.daemon.metrics",  # only with --metrics-listen
+    "prometheus_client",
+    "cryptography",  # certificates are made by the collector's tools, never the agent
+    "tomllib",  # only with --config
+    "tomli",
+    "sqlalchemy",
+    "numpy",
+)
+
 
 def _libc() -> ctypes.CDLL | None:
     try:

@@ -23,6 +23,16 @@ is behind now (a device's backlog is sent oldest first, so this is the age of wh
 delivered, plus up to a batch interval), against the longest outage plus a margin (the
 agents' backoff cap, 30 s, plus two batches).
 Exits 1 when a check fails.
+
+What the harness itself costs, and what it leaves out: a real device runs one agent in a process
+of its own; here hundreds share a process. What a real agent does per process (read its CPU time
+and RSS for its counters, trim the heap every 10 s) is therefore done once per agent process
+(``--per-agent-overhead`` does it per agent, as before), and the agents poll no log files between
+samples (``--log-poll-s``; they follow none). Sampling, batching every second, the spool (SQLite
+WAL, ``synchronous=NORMAL`` as on a device) and one gRPC stream per device are the real agent's.
+Measured on this 2-core machine (docs/benchmarks.md): a simulated device costs about 2-3.5 ms of
+CPU per second in the agent processes (about 1 ms of it the gRPC stream), the collectors about
+1-2 ms and PostgreSQL about 0.3 ms, so 1,000 devices need roughly 4-6 cores to keep up.
 """
 
 from __future__ import annotations
@@ -77,6 +87,36 @@ class CountedSampler:
         self.inner.close()
 
 
+def once_per(interval_s: float, fn):  # type: ignore[no-untyped-def]
+    """``fn`` called at most once per ``interval_s`` in this process; the other calls get its last
+    answer. Thread-safe enough for readings (two threads may both refresh it)."""
+    last: list = [float("-inf"), None]
+
+    def cached(*a):  # type: ignore[no-untyped-def]
+        now = time.monotonic()
+        if now - last[0] >= interval_s:
+            last[1], last[0] = fn(*a), now
+        return last[1]
+
+    return cached
+
+
+def share_process_readings() -> None:
+    """Take the per-process work of the agents in this process once per process instead of
+    once per agent. A real device runs one agent per process, which reads its process's CPU
+    time and RSS once per batch and trims its heap every 10 s; here hundreds of agents share a
+    process, so each would read the same process-wide figures (and getrusage, malloc_trim cost
+    grows with the process's threads and heap arenas): pure harness overhead, O(agents^2)."""
+    import types
+
+    from fleetscope.agent.daemon import runner
+
+    real = runner.resource
+    runner.resource = types.SimpleNamespace(RUSAGE_SELF=real.RUSAGE_SELF, getrusage=once_per(1.0, real.getrusage))  # type: ignore[assignment]
+    runner._rss_bytes = once_per(1.0, runner._rss_bytes)  # type: ignore[assignment]
+    runner.release_free_memory = once_per(10.0, runner.release_free_memory)  # type: ignore[assignment]
+
+
 def run_worker(args: argparse.Namespace) -> int:
     import logging
 
@@ -85,6 +125,8 @@ def run_worker(args: argparse.Namespace) -> int:
     from fleetscope.proto.v1 import telemetry_pb2 as pb
 
     logging.basicConfig(level=logging.ERROR)  # reconnects during the kills are expected; errors are not
+    if not args.per_agent_overhead:
+        share_process_readings()
     state = Path(args.state)
     agents, samplers = [], []
     for i in range(args.first, args.first + args.count):
@@ -94,7 +136,11 @@ def run_worker(args: argparse.Namespace) -> int:
         name = f"soak-{i:05d}"
         settings = AgentSettings(collectors=(args.target,), spool_dir=state / name, token=TOKEN, name=name,
                                  labels={SIMULATED_LABEL: "true", "soak": "true"}, interval_s=1.0, batch_interval_s=1.0,
-                                 drain_timeout_s=1.0)
+                                 drain_timeout_s=1.0,
+                                 # A simulated device follows no log files: polling them 4 times a
+                                 # second would only wake 1,000 threads for nothing (its sampler's
+                                 # own log lines are read every tick).
+                                 log_poll_s=args.log_poll_s)
         kind_code = pb.DEVICE_KIND_JETSON if kind == "jetson" else pb.DEVICE_KIND_SERVER
         agents.append(Agent(settings, samplers=[sampler], inventory=inner.inventory_message(), kind=kind_code))
         samplers.append(sampler)
@@ -212,7 +258,8 @@ class Worker:
     def __init__(self, args: argparse.Namespace, first: int, count: int, target: str, state: Path) -> None:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--first", str(first), "--count", str(count),
                "--target", target, "--state", str(state), "--gpus-per-server", str(args.gpus_per_server),
-               "--drain-s", str(args.drain_s)]
+               "--drain-s", str(args.drain_s), "--log-poll-s", str(args.log_poll_s),
+               *(["--per-agent-overhead"] if args.per_agent_overhead else [])]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.last: dict = {}
         self.final: dict | None = None
@@ -300,6 +347,9 @@ def slope_mib_per_min(points: list[tuple[float, float]]) -> float:
 def run(args: argparse.Namespace) -> int:
     import psycopg
 
+    # A SIGTERM (a stopped run) unwinds like Ctrl-C: the finally below restarts the database and
+    # ends the collectors and agent processes instead of leaving them behind.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     duration = args.minutes * 60
     admin_url = f"postgresql://postgres@127.0.0.1:{args.pg_port}/postgres"
     db_name = "fleetscope_soak_" + secrets.token_hex(4)
@@ -488,6 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restart-after-s", type=float, default=5.0, help="how long a killed collector stays down (default 5)")
     p.add_argument("--drain-s", type=float, default=180.0, help="how long the spools get to drain at the end (default 180)")
     p.add_argument("--keep-db", action="store_true", help="keep the soak's database (dropped by default)")
+    p.add_argument("--log-poll-s", type=float, default=0.0,
+                   help="how often each agent polls its (absent) log files between samples; 0: only at each sample "
+                        "(default 0; a real agent's default is 0.25)")
+    p.add_argument("--per-agent-overhead", action="store_true",
+                   help="let every agent read its process's CPU time and RSS and trim the heap itself, as if it "
+                        "had the process to itself (default: once per agent process)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)

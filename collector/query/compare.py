@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.query._common import device_ids, max_of, sum_of
@@ -19,6 +20,7 @@ from fleetscope.collector.query.latency import LatencyStats, latency_stats
 from fleetscope.collector.query.series import fetch_samples
 from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.rollups import GPU
+from fleetscope.collector.storage.schema import Device
 from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK
 
 
@@ -72,13 +74,10 @@ def compare_groups(
         gpu_acc, _ = fetch_samples(session, GPU, list(ids.values()), since_ns, until_ns, None, per_gpu=True)
         lat = _operation_latency(session, names, since_ns, until_ns, operation) if operation else None
         n_all = sum(e[0] for e in gpu_acc.values())
-        gpus = len(gpu_acc)
+        gpus = _gpus_of_newest_installs(session, gpu_acc)
 
         wavg = _weighted(gpu_acc)
-        power_by_device: dict[int, float] = {}
-        for (d, _gi, _b), (_n, _span, v) in gpu_acc.items():
-            if v.get("power_avg") is not None:
-                power_by_device[d] = power_by_device.get(d, 0.0) + v["power_avg"]
+        power_by_device = _power_per_name(session, gpu_acc)
         total_power = sum(power_by_device.values()) if power_by_device else None
         energy = sum_of(v.get("energy_delta_j") for _n, _s, v in gpu_acc.values())
         # One summary per name (its newest install: a reinstalled device's GPUs counted once).
@@ -124,6 +123,47 @@ def _operation_latency(
         session=session, devices=names, since_ns=since_ns, until_ns=until_ns, name=operation, by_labels=False
     )
     return stats[0] if stats and stats[0].count else None
+
+
+def _install_names(session: Session, acc: Mapping[tuple, list]) -> dict[int, tuple[str, int, int]]:
+    """{device id: (name, first seen, id)} of the installs that have rows in ``acc``."""
+    ids = {d for d, _gi, _b in acc}
+    if not ids:
+        return {}
+    return {
+        i: (name, first_seen, i)
+        for i, name, first_seen in session.execute(
+            select(Device.id, Device.name, Device.first_seen_ns).where(Device.id.in_(ids))
+        )
+    }
+
+
+def _gpus_of_newest_installs(session: Session, acc: Mapping[tuple, list]) -> int:
+    """GPUs counted per name, from its newest install with readings in the window: a device
+    reinstalled (a new agent id) in the window is one device with its GPUs, not two."""
+    installs = _install_names(session, acc)
+    newest: dict[str, tuple[str, int, int]] = {}
+    for name, first_seen, i in installs.values():
+        if name not in newest or (first_seen, i) > newest[name][1:]:
+            newest[name] = (name, first_seen, i)
+    keep = {i for _n, _f, i in newest.values()}
+    return len({(d, gi) for d, gi, _b in acc if d in keep})
+
+
+def _power_per_name(session: Session, acc: Mapping[tuple, list]) -> dict[str, float]:
+    """{name: sum over its GPUs of mean power}, each GPU's mean weighted by samples across the
+    name's installs (a reinstall in the window does not double a device's GPUs)."""
+    installs = _install_names(session, acc)
+    per_gpu: dict[tuple[str, int], list[float]] = {}  # (name, gpu index) -> [sum of power*n, n]
+    for (d, gi, _b), (n, _span, v) in acc.items():
+        if v.get("power_avg") is not None:
+            e = per_gpu.setdefault((installs[d][0], gi), [0.0, 0.0])
+            e[0] += v["power_avg"] * (n or 1)
+            e[1] += n or 1
+    out: dict[str, float] = {}
+    for (name, _gi), (num, den) in per_gpu.items():
+        out[name] = out.get(name, 0.0) + num / den
+    return out
 
 
 def _weighted(acc: Mapping[tuple, list]) -> Callable[[str], float | None]:

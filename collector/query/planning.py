@@ -39,6 +39,20 @@ def resolution_for(span_ns: int, *, max_points: int = MAX_POINTS) -> int:
     return ROLLUP_STEPS_S[-1]
 
 
+# A comparison chart (groups side by side over a window) needs few points; each is a merged
+# histogram, and reading one per device per minute for a day is what made it slow.
+COMPARE_POINTS = 120
+
+
+def comparison_step(span_ns: int) -> int:
+    """The step of a comparison chart: at most ``COMPARE_POINTS`` points, and whole hours from
+    12 h on, so that hour rollups serve it (one row per device and hour, not sixty)."""
+    step = resolution_for(span_ns, max_points=COMPARE_POINTS)
+    if step < 3600 and span_ns >= 12 * 3600 * NS:
+        return 3600
+    return step
+
+
 def describe_resolution(step_s: int, sources: Sequence[str]) -> str:
     """'1 min buckets from minute rollups + raw samples', for a chart caption."""
     if step_s % 3600 == 0:

@@ -321,11 +321,30 @@ class Writer:
         from fleetscope.collector.storage.schema import Incident
 
         if rows:
+            now_ns = time.time_ns()
+            rows = [r if "last_seen_ns" in r else lifecycle(r, now_ns) for r in rows]
             with self.engine.begin() as conn:
                 conn.execute(insert(Incident.__table__), rows)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.raw.close()
+
+
+def lifecycle(incident: dict, now_ns: int) -> dict:
+    """The lifecycle columns (revision 0003: ``last_seen_ns`` is NOT NULL) an event incident has
+    once the detectors' lifecycle has seen it: resolved 30 min after it was last seen."""
+    from fleetscope.proto.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
+
+    ts = incident["ts_ns"]
+    ended = ts + 30 * 60 * NS
+    done = ended <= now_ns
+    return {
+        **incident,
+        "last_seen_ns": ts,
+        "updated_ns": ended if done else ts,
+        "ended_ns": ended if done else None,
+        "state": INCIDENT_RESOLVED if done else INCIDENT_OPEN,
+    }
 
 
 def fill(engine, specs: list[Spec], t0: int, t1: int, state: dict, *, quiet: bool = False) -> int:  # type: ignore[no-untyped-def]
@@ -388,7 +407,7 @@ def trt_records(engine, specs: list[Spec], now_ns: int) -> None:  # type: ignore
             }
         )
     with engine.begin() as conn:
-        conn.execute(insert(Incident.__table__), rows)  # type: ignore[arg-type]
+        conn.execute(insert(Incident.__table__), [lifecycle(r, now_ns) for r in rows])  # type: ignore[arg-type]
 
 
 def touch_devices(engine, now_ns: int) -> None:  # type: ignore[no-untyped-def]

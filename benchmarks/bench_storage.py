@@ -3,6 +3,7 @@
     python benchmarks/bench_storage.py                                   # SQLite (temp file), 20 devices x 6 h
     python benchmarks/bench_storage.py --pg postgresql://postgres@127.0.0.1:5432/test
     python benchmarks/bench_storage.py --devices 40 --hours 12 --no-sqlite --pg URL
+    python benchmarks/bench_storage.py --no-sqlite --pg URL --fetch returning,arrays   # side by side
 
 It fills the sample tables with data of the dashboard benchmark's shape (its numpy generators,
 ``bench_dashboard.gpu_rows`` / ``host_rows``: half Jetson drones with one GPU, half servers with
@@ -19,6 +20,7 @@ On PostgreSQL it makes a scratch database next to the given one and drops it at 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import secrets
 import sys
 import tempfile
@@ -128,9 +130,6 @@ def run_one(url: str, args: argparse.Namespace) -> dict[str, float]:
                 say(f"  {k + 1}/{len(specs)} devices, {rows:,} rows, {rows / (time.monotonic() - started):,.0f} rows/s")
     finally:
         w.close()
-    with engine.begin() as conn:  # every device rolled up to the end (see the module's docstring)
-        conn.execute(insert(rollup_progress), [{"device_id": sp.id, "step_s": s, "rolled_until_ns": t1}
-                                               for sp in specs for s in (60, 3600)])
     vacuum(engine)
     before_c = counts(engine)
     before = table_bytes(engine)
@@ -142,8 +141,30 @@ def run_one(url: str, args: argparse.Namespace) -> dict[str, float]:
         if report.devices % 5 == 0:
             say(f"  {report.devices}/{len(specs)} devices, {report.rows:,} rows folded, {report.rows_per_s:,.0f} rows/s")
 
-    job = CompactionJob(engine, owner="bench", fold_after_s=0, keep_raw_s=0, progress=progress)
-    report = job.run_once(now_ns=t1 + 60 * NS)
+    # Side by side: with several --fetch methods, device k is folded by method k % n (the same
+    # mix of drones and servers each), device by device, so that a neighbour's load on a shared
+    # machine falls on every method alike.
+    methods = args.fetch
+    reports: dict = {}
+    for k, sp in enumerate(specs):
+        method = methods[k % len(methods)]
+        with engine.begin() as conn:  # the device rolled up to the end (see the module's docstring)
+            conn.execute(insert(rollup_progress), [{"device_id": sp.id, "step_s": s, "rolled_until_ns": t1}
+                                                   for s in (60, 3600)])
+        job = CompactionJob(engine, owner="bench", fold_after_s=0, keep_raw_s=0, fetch=method)
+        one = job.run_once(now_ns=t1 + 60 * NS)
+        job.release()
+        if method in reports:
+            r = reports[method]
+            r.rows, r.chunks, r.seconds, r.devices = r.rows + one.rows, r.chunks + one.chunks, r.seconds + one.seconds, r.devices + 1
+        else:
+            one.devices = 1
+            reports[method] = one
+        progress(dataclasses.replace(one, devices=k + 1, rows=sum(r.rows for r in reports.values()),
+                                     seconds=sum(r.seconds for r in reports.values())))
+    report = dataclasses.replace(reports[methods[0]], rows=sum(r.rows for r in reports.values()),
+                                 chunks=sum(r.chunks for r in reports.values()),
+                                 seconds=sum(r.seconds for r in reports.values()))
     vacuum(engine)
     after_c = counts(engine)
     after = table_bytes(engine)
@@ -180,6 +201,10 @@ def run_one(url: str, args: argparse.Namespace) -> dict[str, float]:
           f"({figures['total_before'] / max(figures['total_after'], 1):.1f}x smaller)")
     print(f"  compaction: {report.rows:,} rows into {report.chunks:,} chunks in {report.seconds:.1f} s = "
           f"{report.rows_per_s:,.0f} rows/s; left in the tail: {after_c['gpu_samples'] + after_c['host_samples']:,} rows")
+    if len(reports) > 1:
+        for method, r in reports.items():
+            print(f"    fetch {method:9s}: {r.rows:,} rows in {r.seconds:.1f} s = {r.rows_per_s:,.0f} rows/s")
+        figures.update({f"rate_{m}": r.rows_per_s for m, r in reports.items()})
     return figures
 
 
@@ -193,7 +218,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sqlite", action="store_true", help="measure PostgreSQL only")
     p.add_argument("--pg", default=None, metavar="URL",
                    help="a PostgreSQL database; a scratch database is made next to it and dropped at the end")
+    p.add_argument("--fetch", default="auto", metavar="METHODS",
+                   help="how the compaction job takes a window's rows: auto, returning (row by row, any database), "
+                        "arrays (PostgreSQL: per-column binary arrays); several, comma-separated, are measured side "
+                        "by side, each on its share of the devices (default %(default)s)")
     args = p.parse_args(argv)
+    from fleetscope.collector.jobs.compaction import FETCH_METHODS
+
+    args.fetch = [m.strip() for m in args.fetch.split(",") if m.strip()]
+    bad = [m for m in args.fetch if m not in FETCH_METHODS]
+    if bad or not args.fetch:
+        p.error(f"--fetch: {', '.join(bad) or 'none given'}: choose from {', '.join(FETCH_METHODS)}")
+    if len(args.fetch) > args.devices:
+        p.error("--fetch: give at least as many devices as methods")
     if args.devices < 1 or args.hours < 1 or args.gpus < 1:
         p.error("--devices, --hours and --gpus must be at least 1")
     if args.no_sqlite and not args.pg:

@@ -17,11 +17,12 @@ Design, and why:
   (a drone replaying its spool days later, a clock correction) are folded into another chunk of
   the same window on a later pass: chunks may overlap and readers merge them.
 * **Exactly once.** Each window of a device is one transaction: ``DELETE ... RETURNING`` takes
-  the window's rows out of the tail, the chunks are made from exactly the rows returned, and
-  inserted in the same transaction, which also renews the ``compaction`` lease. A row that an
-  ingest writer commits meanwhile is either returned (and folded) or not deleted; a crash rolls
-  back both the delete and the insert; a collector that lost the lease has its window rolled
-  back. Nothing is lost or doubled.
+  the window's rows out of the tail (on PostgreSQL inside a CTE whose one result row holds each
+  column as a binary array that numpy reads directly: ``take_window``), the chunks are made from
+  exactly the rows returned, and inserted in the same transaction, which also renews the
+  ``compaction`` lease. A row that an ingest writer commits meanwhile is either returned (and
+  folded) or not deleted; a crash rolls back both the delete and the insert; a collector that
+  lost the lease has its window rolled back. Nothing is lost or doubled.
 * **One compactor at a time**, any number of collectors: the ``compaction`` lease
   (``fleetscope.collector.storage.lease``), and SQLite's write lock between windows so ingest
   is never kept waiting for a whole pass.
@@ -59,6 +60,9 @@ LEASE_NAME = "compaction"
 NS = 10**9
 DEFAULT_FOLD_AFTER_S = 3600.0
 DEFAULT_KEEP_RAW_S = 900.0  # the detectors' default lookback (DetectorSettings.lookback_s)
+# "returning": the deleted rows one tuple each through the driver (any database);
+# "arrays" (PostgreSQL): one row of per-column arrays, numbers as raw binary arrays for numpy.
+FETCH_METHODS = ("auto", "returning", "arrays")
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,12 @@ class CompactionJob:
         lease_s: float = 120.0,
         clock: Callable[[], int] = time.time_ns,
         progress: Callable[[CompactionReport], None] | None = None,
+        fetch: str = "auto",
     ) -> None:
         if fold_after_s < 0 or keep_raw_s < 0:
             raise ValueError("fold_after_s and keep_raw_s must be >= 0")
+        if fetch not in FETCH_METHODS:
+            raise ValueError(f"fetch must be one of {', '.join(FETCH_METHODS)}")
         if not 60 <= chunk_s <= 86_400:
             raise ValueError("chunk_s must be between 60 and 86400")
         self.engine = engine
@@ -124,6 +131,7 @@ class CompactionJob:
         self.chunk_ns = int(chunk_s) * NS
         self._clock = clock
         self._progress = progress
+        self.fetch = fetch  # how a window's rows come back; "auto": the fastest the database has
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._write_lock = WriteLock(engine)
@@ -193,10 +201,9 @@ class CompactionJob:
 
     def _fold_window(self, kind: _Kind, device_id: int, lo: int, hi: int, now_ns: int, report: CompactionReport) -> None:
         """One transaction: take the window's rows out of the tail and put them in chunks."""
-        names = ["ts_ns", *(["gpu_index"] if kind.per_gpu else []), *kind.values, *kind.texts]
         with self._write_lock, self.engine.begin() as conn:
-            taken = _delete_returning(conn, kind.samples.name, names, device_id, lo, hi)
-            chunks = make_chunks(kind, device_id, names, taken)
+            taken = take_window(conn, kind, device_id, lo, hi, method=self.fetch)
+            chunks = make_chunks(kind, device_id, taken)
             if chunks:
                 conn.execute(insert(kind.chunks), chunks)
             self.lease.renew_in(conn, now_ns)
@@ -227,6 +234,81 @@ class CompactionJob:
         self.release()
 
 
+@dataclass
+class Taken:
+    """A window's rows taken out of the tail, in columns: ``ts_ns`` and ``gpu_index`` int64 (the
+    latter zeros for host rows), ``values`` float64 with NaN for NULL, ``texts`` str or None."""
+
+    ts_ns: Any
+    gpu_index: Any
+    values: dict[str, Any]
+    texts: dict[str, list[str | None]]
+
+    def __len__(self) -> int:
+        return len(self.ts_ns)
+
+
+def take_window(conn: Connection, kind: _Kind, device_id: int, lo: int, hi: int, *, method: str = "auto") -> Taken:
+    """Delete a device's rows in [lo, hi) from ``kind``'s tail table and return them, in the
+    connection's transaction: what is returned is exactly what was deleted."""
+    if method in ("arrays", "auto") and conn.dialect.name == "postgresql":  # SQLite: always row by row
+        return _delete_into_arrays(conn, kind, device_id, lo, hi)
+    names = ["ts_ns", *(["gpu_index"] if kind.per_gpu else []), *kind.values, *kind.texts]
+    return _columns(kind, names, _delete_returning(conn, kind.samples.name, names, device_id, lo, hi))
+
+
+def _columns(kind: _Kind, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> Taken:
+    import numpy as np
+
+    columns = list(zip(*rows)) if rows else [() for _ in names]
+    ts = np.array(columns[0], dtype=np.int64)
+    gpu = np.array(columns[names.index("gpu_index")], dtype=np.int64) if kind.per_gpu else np.zeros(len(ts), np.int64)
+    values = {n: np.array(columns[i], dtype=np.float64) for i, n in enumerate(names) if n in kind.values}  # None: NaN
+    texts = {n: list(columns[i]) for i, n in enumerate(names) if n in kind.texts}
+    return Taken(ts, gpu, values, texts)
+
+
+def _delete_into_arrays(conn: Connection, kind: _Kind, device_id: int, lo: int, hi: int) -> Taken:
+    """PostgreSQL: ``DELETE ... RETURNING`` in a CTE, aggregated into one row of per-column
+    arrays. Numbers travel as ``array_send`` of int8/float8 arrays without NULLs (NULL becomes
+    NaN, as the codec stores it), so numpy reads each column straight from the bytes: no Python
+    object per value, which was half the cost of a fold."""
+    import numpy as np
+
+    numbers = ["ts_ns", *(["gpu_index"] if kind.per_gpu else []), *kind.values]
+    aggs = [
+        f"array_send(array_agg({n}::int8))" if n in ("ts_ns", "gpu_index")
+        else f"array_send(array_agg(coalesce({n}::float8, 'NaN'::float8)))"
+        for n in numbers
+    ] + [f"array_agg({n})" for n in kind.texts]
+    sql = (f"WITH taken AS (DELETE FROM {kind.samples.name} WHERE device_id = %s AND ts_ns >= %s AND ts_ns < %s "  # noqa: S608 - names are ours
+           f"RETURNING {', '.join([*numbers, *kind.texts])}) SELECT count(*), {', '.join(aggs)} FROM taken")
+    dbapi: Any = conn.connection.dbapi_connection
+    cursor = dbapi.cursor(binary=True)
+    try:
+        cursor.execute(sql, (device_id, lo, hi))
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    n = int(row[0])
+    if not n:
+        return _columns(kind, [*numbers, *kind.texts], [])
+    arrays = {}
+    for i, name in enumerate(numbers):
+        # array_send: ndim, has-null flag, element type, then (length, lower bound) per
+        # dimension; then a 4-byte length before each 8-byte big-endian element.
+        raw = bytes(row[1 + i])
+        header = 12 + 8 * int(np.frombuffer(raw, ">i4", count=1)[0])
+        kind_of = ">i8" if name in ("ts_ns", "gpu_index") else ">f8"
+        elements = np.frombuffer(raw, dtype=np.dtype([("len", ">i4"), ("v", kind_of)]), offset=header)
+        if len(elements) != n:  # pragma: no cover - the server's format, checked rather than trusted
+            raise RuntimeError(f"compaction: {len(elements)} values of {name} for {n} rows")
+        arrays[name] = elements["v"].astype(np.int64 if kind_of == ">i8" else np.float64)
+    texts = {name: list(row[1 + len(numbers) + j]) for j, name in enumerate(kind.texts)}
+    gpu = arrays["gpu_index"] if kind.per_gpu else np.zeros(n, np.int64)
+    return Taken(arrays["ts_ns"], gpu, {v: arrays[v] for v in kind.values}, texts)
+
+
 def _delete_returning(conn: Connection, table: str, names: Sequence[str], device_id: int, lo: int, hi: int) -> list[tuple]:
     """Delete a device's rows in [lo, hi) and return them (``names``' columns), through the
     driver's cursor in the connection's transaction: an hour of an 8-GPU server is 30,000 rows,
@@ -244,18 +326,13 @@ def _delete_returning(conn: Connection, table: str, names: Sequence[str], device
         cursor.close()
 
 
-def make_chunks(kind: _Kind, device_id: int, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """The chunk rows (one per GPU for GPU samples) holding ``rows`` (tuples in ``names``'
-    order), each sorted by time."""
+def make_chunks(kind: _Kind, device_id: int, taken: Taken) -> list[dict[str, Any]]:
+    """The chunk rows (one per GPU for GPU samples) holding the ``taken`` rows, each sorted by time."""
     import numpy as np
 
-    if not rows:
+    if not len(taken):
         return []
-    columns = list(zip(*rows))
-    ts = np.array(columns[0], dtype=np.int64)
-    gpu = np.array(columns[names.index("gpu_index")], dtype=np.int64) if kind.per_gpu else np.zeros(len(ts), np.int64)
-    values = {n: np.array(columns[i], dtype=np.float64) for i, n in enumerate(names) if n in kind.values}  # None: NaN
-    texts = {n: columns[i] for i, n in enumerate(names) if n in kind.texts}
+    ts, gpu, values, texts = taken.ts_ns, taken.gpu_index, taken.values, taken.texts
     order = np.lexsort((ts, gpu))  # by GPU, then time; stable for rows of equal time
     groups, starts = np.unique(gpu[order], return_index=True)
     ends = [*starts[1:].tolist(), len(order)]

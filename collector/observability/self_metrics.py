@@ -93,6 +93,7 @@ class CollectorSelfMetrics:
                                   value=service.reanchored if service is not None else 0)
         yield GaugeMetricFamily("fleetscope_collector_streams_open", "Agent streams open now (about one per connected agent).",
                                 value=service.streams_open if service is not None else 0)
+        yield from _budget_metrics(getattr(service, "budget", None))
         if self._max_connections is not None:
             yield GaugeMetricFamily("fleetscope_collector_connections_max", "The most connections this collector accepts at once.",
                                     value=self._max_connections)
@@ -128,6 +129,27 @@ class CollectorSelfMetrics:
             if jl.lag_s is not None:
                 lag.add_metric([jl.job], jl.lag_s)
         yield lag
+
+
+def _budget_metrics(budget: Any) -> Iterator[Metric]:
+    """The ingest budget across all streams (``IngestBudget``, ``--max-unacked``): bytes of batches
+    read and not yet acknowledged against the cap, and the streams waiting for room (flow control
+    holding agents back). Read as they are at scrape time; zeros before the service serves."""
+    yield GaugeMetricFamily("fleetscope_collector_ingest_budget_held_bytes",
+                            "Bytes of batches read from agent streams and not yet acknowledged (all streams).",
+                            value=budget.held if budget is not None else 0)
+    yield GaugeMetricFamily("fleetscope_collector_ingest_budget_reserved_bytes",
+                            "Bytes reserved for batches being read now (estimates from each stream's previous batch).",
+                            value=budget.reserved if budget is not None else 0)
+    yield GaugeMetricFamily("fleetscope_collector_ingest_budget_waiting_streams",
+                            "Agent streams waiting for room in the ingest budget before reading their next batch.",
+                            value=budget.waiting if budget is not None else 0)
+    if budget is not None:
+        yield GaugeMetricFamily("fleetscope_collector_ingest_budget_cap_bytes",
+                                "The most bytes of unacknowledged batches held at once (--max-unacked).", value=budget.cap)
+        yield GaugeMetricFamily("fleetscope_collector_ingest_budget_peak_bytes",
+                                "The most bytes of unacknowledged batches held at once since the collector started.",
+                                value=budget.peak)
 
 
 __all__ = ["COMMIT_BUCKETS", "CollectorSelfMetrics"]

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.query._common import device_row
-from fleetscope.collector.storage.schema import gpu_samples, gpu_state, metric_points
+from fleetscope.collector.storage.chunk_reader import MAX_CHUNK_SPAN_NS, read_gpu_chunk_rows
+from fleetscope.collector.storage.schema import gpu_chunks, gpu_samples, gpu_state, metric_points
 
 NS = 10**9
 SAMPLE_LOOKBACK_NS = 60 * NS  # each GPU's newest sample within this of the device's newest
@@ -115,6 +117,52 @@ def _processes(text: str | None, gpu_index: int) -> tuple[GpuProcess, ...] | Non
     return tuple(sorted(out, key=lambda p: -(p.gpu_memory_bytes or 0)))
 
 
+SAMPLE_READINGS = ("memory_used_bytes", "power_w", "fan_percent", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")
+
+
+def _newest_samples(session: Session, device_id: int, until_ns: int) -> dict[int, dict[str, Any]]:
+    """Each GPU's newest sample readings near the device's newest sample at or before ``until_ns``,
+    from the tail and from the chunks alike: a moment more than an hour back has been folded.
+    An offline device shows how it was when it went quiet."""
+    g, k = gpu_samples.c, gpu_chunks.c
+    tail_last = session.scalar(
+        select(func.max(g.ts_ns)).where(g.device_id == device_id, g.ts_ns <= until_ns)
+    )
+    # Chunks wholly before the moment give their last row's time from the index; a chunk that
+    # straddles the moment must be decoded to find its last row before it.
+    whole_last = session.scalar(
+        select(func.max(k.end_ns)).where(k.device_id == device_id, k.end_ns <= until_ns)
+    )
+    known = [int(t) for t in (tail_last, whole_last) if t is not None]
+    last = max(known) if known else None
+    straddling = read_gpu_chunk_rows(session, [device_id], (last + 1) if last is not None else until_ns - MAX_CHUNK_SPAN_NS,
+                                     until_ns + 1, columns=())
+    if len(straddling):
+        last = int(straddling.ts_ns.max())
+    if last is None:
+        return {}
+    lo = last - SAMPLE_LOOKBACK_NS
+    window = (g.device_id == device_id, g.ts_ns <= last, g.ts_ns > lo)
+    newest_sample = (
+        select(g.gpu_index, func.max(g.ts_ns).label("ts")).where(*window).group_by(g.gpu_index).subquery()
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for r in session.execute(
+        select(g.ts_ns, g.gpu_index, *(g[c] for c in SAMPLE_READINGS)).join(
+            newest_sample, (g.gpu_index == newest_sample.c.gpu_index) & (g.ts_ns == newest_sample.c.ts),
+        ).where(*window)
+    ):
+        out[int(r.gpu_index)] = dict(r._mapping)
+    chunked = read_gpu_chunk_rows(session, [device_id], lo + 1, last + 1, columns=SAMPLE_READINGS)
+    for i in range(len(chunked)):  # time order: the newest row of each GPU wins
+        gi = int(chunked.gpu_index[i])
+        ts = int(chunked.ts_ns[i])
+        have = out.get(gi)
+        if have is None or ts > int(have["ts_ns"]):
+            out[gi] = {"ts_ns": ts, "gpu_index": gi, **{c: chunked.value(c, i) for c in SAMPLE_READINGS}}
+    return out
+
+
 def gpu_hardware(*, session: Session, device: str, until_ns: int) -> list[GpuHardware]:
     """Every GPU of ``device`` as it was at ``until_ns`` (its newest state and sample by then), by index."""
     device_id = device_row(session, device).id
@@ -134,29 +182,7 @@ def gpu_hardware(*, session: Session, device: str, until_ns: int) -> list[GpuHar
             ).where(gpu_state.c.device_id == device_id)
         )
     }
-    # The device's newest sample by then (one index seek), and each GPU's newest near it: an
-    # offline device shows how it was when it went quiet.
-    last = session.scalar(
-        select(func.max(gpu_samples.c.ts_ns)).where(gpu_samples.c.device_id == device_id, gpu_samples.c.ts_ns <= until_ns)
-    )
-    last = until_ns if last is None else int(last)
-    window = (gpu_samples.c.device_id == device_id, gpu_samples.c.ts_ns <= last,
-              gpu_samples.c.ts_ns > last - SAMPLE_LOOKBACK_NS)
-    newest_sample = (
-        select(gpu_samples.c.gpu_index, func.max(gpu_samples.c.ts_ns).label("ts"))
-        .where(*window)
-        .group_by(gpu_samples.c.gpu_index)
-        .subquery()
-    )
-    samples = {
-        r.gpu_index: r
-        for r in session.execute(
-            select(gpu_samples).join(
-                newest_sample,
-                (gpu_samples.c.gpu_index == newest_sample.c.gpu_index) & (gpu_samples.c.ts_ns == newest_sample.c.ts),
-            ).where(*window)
-        )
-    }
+    samples = _newest_samples(session, device_id, until_ns)
     out = []
     for gi in sorted(set(states) | set(samples)):
         st, sm = states.get(gi), samples.get(gi)
@@ -164,13 +190,13 @@ def gpu_hardware(*, session: Session, device: str, until_ns: int) -> list[GpuHar
         def state(name: str, st: object = st) -> float | None:
             return None if st is None else getattr(st, name)
 
-        def sample(name: str, sm: object = sm) -> float | None:
-            return None if sm is None else getattr(sm, name)
+        def sample(name: str, sm: dict[str, Any] | None = sm) -> float | None:
+            return None if sm is None else sm[name]
 
         out.append(GpuHardware(
             gpu_index=gi,
             state_ts_ns=None if st is None else st.ts_ns,
-            sample_ts_ns=None if sm is None else sm.ts_ns,
+            sample_ts_ns=None if sm is None else int(sm["ts_ns"]),
             memory_used_bytes=sample("memory_used_bytes"),
             memory_total_bytes=state("memory_total_bytes"),
             power_w=sample("power_w"),

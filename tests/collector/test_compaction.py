@@ -403,3 +403,45 @@ def test_the_job_folds_on_its_own_thread_and_stops(filled: Any) -> None:
         job.stop()
     assert job.last_report is not None and job.last_report.ran
     assert CompactionJob(engine, owner="other").lease.acquire(NOW), "stop gives the lease up"
+
+
+def test_postgresql_folds_through_per_column_arrays_into_the_same_chunks(pg_url: str) -> None:
+    """The fast PostgreSQL path (one row of per-column binary arrays, read by numpy) makes the
+    very chunks the row-by-row path makes: NULLs, texts, -0.0 and every float bit included."""
+    engine = make_engine(pg_url)
+    try:
+        fill(engine)
+        with engine.begin() as conn:  # values the arrays must carry exactly
+            conn.execute(insert(gpu_samples).values({**gpu_row(1, 0, T0 + 3, 5), "power_w": -0.0, "temp_c": 1e-300,
+                                                     "energy_j": 2.0**60 + 0.5, "fan_percent": None}))
+        RollupJob(engine, owner="roller").run_once(now_ns=NOW)
+        with engine.connect() as conn:
+            rows = conn.execute(select(gpu_samples)).all()
+            hosts = conn.execute(select(host_samples)).all()
+        made = {}
+        for method in ("returning", "arrays"):
+            with engine.begin() as conn:
+                conn.execute(gpu_chunks.delete())
+                conn.execute(host_chunks.delete())
+                conn.execute(gpu_samples.delete())
+                conn.execute(host_samples.delete())
+                conn.execute(insert(gpu_samples), [dict(r._mapping) for r in rows])
+                conn.execute(insert(host_samples), [dict(r._mapping) for r in hosts])
+            job = CompactionJob(engine, owner=method, fetch=method)
+            assert job.run_once(now_ns=NOW).rows > 0
+            with engine.connect() as conn:
+                made[method] = conn.execute(select(gpu_chunks.c.device_id, gpu_chunks.c.gpu_index, gpu_chunks.c.start_ns,
+                                                   gpu_chunks.c.end_ns, gpu_chunks.c.rows, gpu_chunks.c.data)
+                                            .order_by(gpu_chunks.c.device_id, gpu_chunks.c.gpu_index,
+                                                      gpu_chunks.c.start_ns)).all()
+                made[method + " host"] = conn.execute(select(host_chunks.c.device_id, host_chunks.c.start_ns,
+                                                             host_chunks.c.rows, host_chunks.c.data)
+                                                      .order_by(host_chunks.c.device_id, host_chunks.c.start_ns)).all()
+            job.release()
+        assert made["arrays"] and [tuple(r) for r in made["arrays"]] == [tuple(r) for r in made["returning"]]
+        assert made["arrays host"] and made["arrays host"] == made["returning host"]
+        assert CompactionJob(engine, owner="x").fetch == "auto"
+        with pytest.raises(ValueError, match="fetch"):
+            CompactionJob(engine, fetch="copy")
+    finally:
+        engine.dispose()

@@ -7,22 +7,25 @@ stored data, never canned.
 * thermal or power throttling in NVML's clock-event reasons (hottest temperature, SM clock against
   the GPU's maximum), and throttling a detector recorded (Jetson, from tegrastats);
 * a saturated host CPU (the mean over the two minutes before);
-* memory growing before it (a least-squares fit of host and per-GPU memory over the growth window,
-  in SQL; "OOM 2 min after GPU 0 memory began growing at 120 MiB/min"), or a memory-growth
+* memory growing before it (a least-squares fit of host and per-GPU memory over the growth window;
+  "OOM 2 min after GPU 0 memory began growing at 120 MiB/min"), or a memory-growth
   incident open at the time;
 * latency incidents open at the time ("p99 of infer 3.1x baseline") and a starved GPU.
 
-Each hint costs a few indexed aggregate queries over one device's rows; they are computed when an
-incident opens (and for event incidents, once, by the lifecycle step), never per pass.
+Each hint reads one device's raw rows of a few minutes (the growth window at most), from the tail
+and from the chunks alike (``storage.chunk_reader``): an incident whose hour was already folded
+gets the same hints. They are computed when an incident opens (and for event incidents, once, by
+the lifecycle step, or later for an imported or late incident), never per pass.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Float, and_, case, cast, func, or_, select
+from sqlalchemy import Connection, func, or_, select
 
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
+from fleetscope.collector.storage.chunk_reader import read_gpu_chunk_rows, read_host_chunk_rows
 from fleetscope.collector.storage.schema import Incident, gpu_samples, gpu_state, host_samples
 from fleetscope.proto.vocabulary import (
     KIND_GPU_STARVED,
@@ -58,30 +61,55 @@ def hints_for(
     return out
 
 
-def _nvml_throttling(conn: Connection, device_id: int, ts_ns: int) -> list[dict[str, Any]]:
-    g = gpu_samples.c
-    lo = ts_ns - int(NEAR_S * NS)
-    reasons = cast(g.throttle_reasons, BigInteger)
-    thermal = reasons.op("&")(THERMAL_THROTTLE_MASK) != 0
-    power = reasons.op("&")(POWER_THROTTLE_MASK) != 0
-    rows = conn.execute(
-        select(
-            g.gpu_index,
-            func.sum(case((thermal, 1), else_=0)),
-            func.sum(case((power, 1), else_=0)),
-            func.max(g.temp_c),
-            func.min(g.sm_clock_mhz),
-        )
-        .where(g.device_id == device_id, g.ts_ns >= lo, g.ts_ns <= ts_ns, or_(thermal, power))
-        .group_by(g.gpu_index)
+def _raw(conn: Connection, gpu: bool, device_id: int, lo: int, hi: int, columns: tuple[str, ...]) -> Any:
+    """One device's raw rows with ``lo <= ts_ns <= hi``, tail and chunks merged, in columns:
+    ``(ts_ns, gpu_index (GPU rows), {column: float64 with NaN for NULL})`` as numpy arrays."""
+    import numpy as np
+
+    table = gpu_samples if gpu else host_samples
+    c = table.c
+    keys = [c.ts_ns, *([c.gpu_index] if gpu else [])]
+    tail = conn.execute(
+        select(*keys, *(c[name] for name in columns)).where(c.device_id == device_id, c.ts_ns >= lo, c.ts_ns <= hi)
     ).all()
+    if gpu:
+        chunked = read_gpu_chunk_rows(conn, [device_id], lo, hi + 1, columns=columns)
+    else:
+        chunked = read_host_chunk_rows(conn, [device_id], lo, hi + 1, columns=columns, texts=())
+    skip = len(keys)
+    ts = np.concatenate([np.array([r[0] for r in tail], dtype=np.int64), chunked.ts_ns])
+    gpus = np.concatenate([np.array([r[1] for r in tail], dtype=np.int64), chunked.gpu_index]) if gpu else None
+    values = {
+        name: np.concatenate([
+            np.array([np.nan if r[skip + i] is None else float(r[skip + i]) for r in tail], dtype=np.float64),
+            chunked.values[name],
+        ])
+        for i, name in enumerate(columns)
+    }
+    return ts, gpus, values
+
+
+def _nvml_throttling(conn: Connection, device_id: int, ts_ns: int) -> list[dict[str, Any]]:
+    import numpy as np
+
+    lo = ts_ns - int(NEAR_S * NS)
+    ts, gpus, v = _raw(conn, True, device_id, lo, ts_ns, ("throttle_reasons", "temp_c", "sm_clock_mhz"))
+    known = ~np.isnan(v["throttle_reasons"])
+    reasons = np.where(known, v["throttle_reasons"], 0).astype(np.int64)
+    thermal = (reasons & THERMAL_THROTTLE_MASK) != 0
+    power = (reasons & POWER_THROTTLE_MASK) != 0
     out = []
-    for gpu, n_thermal, n_power, temp, clock in rows:
-        cause = "thermally" if (n_thermal or 0) >= (n_power or 0) else "power"
+    for gpu in sorted(set(gpus[thermal | power].tolist())):
+        sel = (gpus == gpu) & (thermal | power)
+        n_thermal, n_power = int(np.count_nonzero(thermal & sel)), int(np.count_nonzero(power & sel))
+        temps, clocks = v["temp_c"][sel], v["sm_clock_mhz"][sel]
+        temp = float(np.nanmax(temps)) if not np.isnan(temps).all() else None
+        clock = float(np.nanmin(clocks)) if not np.isnan(clocks).all() else None
+        cause = "thermally" if n_thermal >= n_power else "power"
         max_clock = _max_clock(conn, device_id, gpu)
         text = f"GPU {gpu} was {cause} throttled"
         facts: dict[str, Any] = {"kind": KIND_GPU_THROTTLING, "gpu_index": gpu, "cause": cause.replace("ally", "al"),
-                                 "samples": int((n_thermal or 0) + (n_power or 0))}
+                                 "samples": n_thermal + n_power}
         if temp is not None:
             text += f" at {temp:.0f} °C"
             facts["temp_c"] = temp
@@ -156,39 +184,40 @@ def _incident_text(kind: str, gpu: int | None, f: dict[str, Any], since_ns: int)
 
 
 def _cpu(conn: Connection, device_id: int, ts_ns: int, settings: DetectorSettings) -> dict[str, Any] | None:
-    h = host_samples.c
-    avg, n = conn.execute(
-        select(func.avg(h.cpu_percent), func.count(h.cpu_percent)).where(
-            h.device_id == device_id, h.ts_ns >= ts_ns - int(NEAR_S * NS), h.ts_ns <= ts_ns
-        )
-    ).one()
-    if not n or avg is None or avg < settings.starved_cpu_percent:
+    import numpy as np
+
+    _ts, _g, v = _raw(conn, False, device_id, ts_ns - int(NEAR_S * NS), ts_ns, ("cpu_percent",))
+    cpu = v["cpu_percent"][~np.isnan(v["cpu_percent"])]
+    if not cpu.size:
+        return None
+    avg = float(cpu.mean())
+    if avg < settings.starved_cpu_percent:
         return None
     return hint(f"host CPU saturated ({avg:.0f} % on average over the {NEAR_S / 60:.0f} min before)",
-                cpu_percent=round(float(avg), 1), window_s=NEAR_S)
+                cpu_percent=round(avg, 1), window_s=NEAR_S)
 
 
 def _memory_growth_before(
     conn: Connection, device_id: int, ts_ns: int, settings: DetectorSettings
 ) -> list[dict[str, Any]]:
-    """Least squares in SQL over the growth window before ``ts_ns``: host memory and each GPU's."""
+    """Least squares over the growth window before ``ts_ns``: host memory and each GPU's."""
+    import numpy as np
+
     lo = ts_ns - int(settings.growth_window_s * NS)
     out = []
-    g, h = gpu_samples.c, host_samples.c
-    for table_c, ycol, group in ((g, g.memory_used_bytes, g.gpu_index), (h, h.mem_used_bytes, None)):
-        x = cast(table_c.ts_ns - lo, Float) / 1e9
-        y = cast(ycol, Float) / MIB
-        cols = [func.count(y), func.sum(x), func.sum(y), func.sum(x * x), func.sum(x * y), func.sum(y * y),
-                func.min(table_c.ts_ns), func.max(table_c.ts_ns)]
-        where = and_(table_c.device_id == device_id, table_c.ts_ns >= lo, table_c.ts_ns <= ts_ns, ycol.is_not(None))
-        q = select(*( [group] if group is not None else []), *cols).where(where)
-        if group is not None:
-            q = q.group_by(group)
-        for row in conn.execute(q):
-            gpu = row[0] if group is not None else None
-            n, sx, sy, sxx, sxy, syy, first, last = row[1:] if group is not None else row
+    for gpu_rows, column in ((True, "memory_used_bytes"), (False, "mem_used_bytes")):
+        ts_all, gpus_all, v = _raw(conn, gpu_rows, device_id, lo, ts_ns, (column,))
+        present = ~np.isnan(v[column])
+        groups = sorted(set(gpus_all[present].tolist())) if gpu_rows else [None]
+        for gpu in groups:
+            sel = present & (gpus_all == gpu) if gpu_rows else present
+            n = int(np.count_nonzero(sel))
             if not n or n < settings.growth_min_points:
                 continue
+            ts = ts_all[sel]
+            x = (ts - lo).astype(np.float64) / 1e9
+            y = v[column][sel] / MIB
+            sx, sy, sxx, sxy, syy = float(x.sum()), float(y.sum()), float((x * x).sum()), float((x * y).sum()), float((y * y).sum())
             vx, vy, cov = n * sxx - sx * sx, n * syy - sy * sy, n * sxy - sx * sy
             if vx <= 0 or vy <= 0:
                 continue
@@ -196,14 +225,12 @@ def _memory_growth_before(
             r2 = cov * cov / (vx * vy)
             if slope_min * MIB < settings.growth_min_rate or r2 < settings.growth_min_r2:
                 continue
-            # When it began: the lowest reading in the window, the foot of the climb.
-            onset = conn.execute(
-                select(table_c.ts_ns).where(where, *( [group == gpu] if group is not None else []))
-                .order_by(ycol.asc(), table_c.ts_ns.asc()).limit(1)
-            ).scalar() or first
+            # When it began: the lowest reading in the window (the earliest of equals), the foot of the climb.
+            order = np.lexsort((ts, y))
+            onset = int(ts[order[0]])
             what = f"GPU {gpu} memory" if gpu is not None else "host memory"
             mins = max(0.0, (ts_ns - onset) / NS / 60)
             out.append(hint(f"{mins:.0f} min after {what} began growing at {slope_min:.0f} MiB/min",
                             kind=KIND_MEMORY_GROWTH, what=what, gpu_index=gpu, slope_mib_per_min=round(slope_min, 1),
-                            r2=round(r2, 3), onset_ns=int(onset), minutes_before=round(mins, 1)))
+                            r2=round(r2, 3), onset_ns=onset, minutes_before=round(mins, 1)))
     return out

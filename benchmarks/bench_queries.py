@@ -54,6 +54,7 @@ from bench_dashboard import (  # noqa: E402  (a sibling script, not a package)
     host_rows,
     insert_devices,
     latency_template,
+    lifecycle,
     other_rows,
     say,
 )
@@ -295,23 +296,6 @@ def day_partitions(engine, first_ns: int, now_ns: int) -> int:  # type: ignore[n
             with engine.begin() as conn:
                 made += partitions.create_partition(conn, table, day)
     return made
-
-
-def lifecycle(incident: dict, now_ns: int) -> dict:
-    """The lifecycle columns an event incident has once the detectors' lifecycle has seen it:
-    resolved 30 min after it was last seen."""
-    from fleetscope.proto.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
-
-    ts = incident["ts_ns"]
-    ended = ts + 30 * MINUTE
-    done = ended <= now_ns
-    return {
-        **incident,
-        "last_seen_ns": ts,
-        "updated_ns": ended if done else ts,
-        "ended_ns": ended if done else None,
-        "state": INCIDENT_RESOLVED if done else INCIDENT_OPEN,
-    }
 
 
 def recreate_database(url: str) -> None:

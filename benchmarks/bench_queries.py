@@ -13,7 +13,7 @@ the fleet of ``bench_dashboard.py`` (half Jetson drones with one GPU, half serve
   one per device, GPU and hour, written with ``collector.storage.chunk_codec.encode_chunk``;
   left out, with a line saying so, where this code base has no chunk codec yet), and the last
   ``--tail-minutes`` as raw tail rows in ``gpu_samples``/``host_samples``;
-* minute and hour rollups (GPU, host, latency) for all ``--days``, generated directly with numpy
+* minute, hour and day rollups (GPU, host, latency) for all ``--days``, generated directly with numpy
   from the same load curves, with the ``rollup_progress`` marks the rollup job would leave, so
   the read planner serves each stretch from the coarsest tier, as on a live collector;
 * raw latency histograms (one a minute) for the raw days, a log line every 10 min and an OOM
@@ -331,6 +331,7 @@ def fill(engine, specs: list[Spec], now_ns: int, days: float, raw_days: float, t
     raw_lo = max(first, (now_ns - int(raw_days * 86400) * NS) // HOUR * HOUR)
     minute_until = now_ns // MINUTE * MINUTE - MINUTE  # the last complete minute, as the job leaves it
     hour_until = now_ns // HOUR * HOUR
+    day_until = now_ns // DAY * DAY
     codec = _chunk_codec() if raw_days > 0 else None
     if raw_days > 0 and codec is None:
         say("  no collector/storage/chunk_codec.py in this code base: raw days before the tail are left out")
@@ -359,15 +360,18 @@ def fill(engine, specs: list[Spec], now_ns: int, days: float, raw_days: float, t
         ),
         0,
     )
-    steps = ((60, minute_until), (3600, hour_until))
+    steps = ((60, minute_until), (3600, hour_until), (86400, day_until))
     started = time.monotonic()
     try:
         for k, sp in enumerate(specs):
             template = latency_template(sp)
             # One COPY/executemany per table and device: a PostgreSQL COPY and its commit cost
             # ~0.1 s of fixed time on this VM, which a day at a time paid ~500 times a device.
+            # A day bucket starts at midnight UTC, as the rollup job aligns them.
             spans = [
-                (step, a, min(until, a + DAY)) for step, until in steps for a in range(first, until, DAY)
+                (step, a, min(until, a + DAY))
+                for step, until in steps
+                for a in range(first // (step * NS) * (step * NS), until, DAY)
             ]
             counts["gpu_rollup_rows"] += w.put(
                 "gpu_rollups", chain.from_iterable(gpu_rollup_rows(sp, a, b, st) for st, a, b in spans)
@@ -414,7 +418,7 @@ def fill(engine, specs: list[Spec], now_ns: int, days: float, raw_days: float, t
     marks = [
         {"device_id": sp.id, "step_s": step, "rolled_until_ns": until}
         for sp in specs
-        for step, until in ((60, minute_until), (3600, hour_until))
+        for step, until in steps
     ]
     with engine.begin() as conn:
         conn.execute(insert(rollup_progress), marks)
@@ -422,9 +426,8 @@ def fill(engine, specs: list[Spec], now_ns: int, days: float, raw_days: float, t
 
 
 def top_up(engine, specs: list[Spec]) -> int:  # type: ignore[no-untyped-def]
-    """Raw tail rows from the newest stored second to now, and every device seen now, so a
-    database filled a while ago is live again (the minute rollups then lag by that while, as
-    behind a slow rollup job: the planner reads the raw tail for it)."""
+    """Raw tail rows from the newest stored second to now, every device seen now, and the
+    rollup job run over them, so a database filled a while ago is live again."""
     from sqlalchemy import func, select, update
 
     from fleetscope.collector.storage.schema import Device, host_samples
@@ -443,6 +446,13 @@ def top_up(engine, specs: list[Spec]) -> int:  # type: ignore[no-untyped-def]
             w.close()
     with engine.begin() as conn:
         conn.execute(update(Device).values(last_seen_ns=time.time_ns()))
+    # A live collector's rollup job runs every 30 s: roll what the top-up added, so the reads
+    # below see rollups as current as a collector's (the raw edge a minute or two wide).
+    from fleetscope.collector.jobs.rollup import RollupJob
+
+    t = time.monotonic()
+    report = RollupJob(engine).run_once()
+    say(f"  rolled up the top-up: {sum(report.rows.values()):,} rollup rows in {time.monotonic() - t:.1f} s")
     return rows
 
 

@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
                             help="keep raw samples uncompressed here (another collector may still fold them)")
     retention = p.add_mutually_exclusive_group()
     retention.add_argument("--retention", type=_retention_arg, metavar="TIER=DURATION,...",
-                           help="how long each tier is kept, e.g. raw=7d,minute=90d,hour=2y,incidents=2y,logs=30d,alerts=1y "
+                           help="how long each tier is kept, e.g. raw=7d,minute=90d,hour=2y,day=5y,incidents=2y,logs=30d,alerts=1y "
                                 "(the defaults; any subset; 'off' keeps a tier for ever). One collector at a time enforces it")
     retention.add_argument("--no-retention", action="store_true", help="delete nothing, ever (another collector may still)")
     p.add_argument("--no-detectors", action="store_true",

@@ -7,6 +7,7 @@ Tiers (``RetentionSettings``; the collector's ``--retention raw=7d,minute=90d,..
 | ``raw`` | 7 days | ``gpu_samples``, ``host_samples`` (the tail), ``gpu_chunks``, ``host_chunks``, ``metric_points``, ``latency_histograms``; ``gpu_state`` rows superseded before the cutoff |
 | ``minute`` | 90 days | minute rollups (``gpu_rollups``, ``host_rollups``, ``latency_rollups`` at step 60) |
 | ``hour`` | 2 years | hour rollups (step 3600) |
+| ``day`` | 5 years | day rollups (step 86400) |
 | ``incidents`` | 2 years | resolved incidents, by when they ended (last seen); open ones are never deleted; the samples kept around them (``incident_*_samples``) |
 | ``logs`` | 30 days | ``log_events``: chatty, and the incident keeps its own excerpt |
 | ``alerts`` | 1 year | resolved alerts, their notifications and delivery attempts |
@@ -80,6 +81,7 @@ class RetentionSettings:
     raw_s: float | None = 7 * DAY_S
     minute_s: float | None = 90 * DAY_S
     hour_s: float | None = 730 * DAY_S
+    day_s: float | None = 5 * 365 * DAY_S  # a day row per GPU is small: years of trends for little
     incidents_s: float | None = 730 * DAY_S
     logs_s: float | None = 30 * DAY_S
     alerts_s: float | None = 365 * DAY_S
@@ -100,7 +102,7 @@ class RetentionSettings:
     context_max_span_s: float = 3600.0
 
 
-TIERS = ("raw", "minute", "hour", "incidents", "logs", "alerts")
+TIERS = ("raw", "minute", "hour", "day", "incidents", "logs", "alerts")
 
 
 def parse_duration(value: str) -> float | None:
@@ -115,7 +117,7 @@ def parse_duration(value: str) -> float | None:
 
 
 def parse_retention(spec: str, base: RetentionSettings | None = None) -> RetentionSettings:
-    """``raw=7d,minute=90d,hour=2y,incidents=2y,logs=30d,alerts=1y`` (any subset) over ``base``;
+    """``raw=7d,minute=90d,hour=2y,day=5y,incidents=2y,logs=30d,alerts=1y`` (any subset) over ``base``;
     ValueError with one line naming what is wrong."""
     settings = base or RetentionSettings()
     changes: dict[str, float | None] = {}
@@ -241,7 +243,7 @@ class RetentionJob:
                 self._purge_gpu_state(raw_cutoff, report)
             if s.logs_s is not None:
                 self._purge("log_events", "ts_ns", None, now_ns - int(s.logs_s * NS), report)
-            for step, tier_s in ((60, s.minute_s), (3600, s.hour_s)):
+            for step, tier_s in ((60, s.minute_s), (3600, s.hour_s), (86400, s.day_s)):
                 if tier_s is not None:
                     for table in _ROLLUPS:
                         self._purge(table, "bucket_ns", None, now_ns - int(tier_s * NS), report, where=f"step_s = {step}")

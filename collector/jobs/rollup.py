@@ -1,4 +1,4 @@
-"""The rollup job: keeps per-minute and per-hour aggregates of the raw samples up to date.
+"""The rollup job: keeps per-minute, per-hour and per-day aggregates of the raw samples up to date.
 
 Design, and why:
 
@@ -9,8 +9,8 @@ Design, and why:
   sample) minus ``settle_s``: a minute bucket is final when the device has sent data past
   its end. ``rollup_progress`` keeps, per device and step, where that was.
 * **In the database.** Minute rows are ``INSERT ... SELECT ... GROUP BY`` over the raw rows,
-  hour rows the same over minute rows: no sample crosses into Python. Latency histograms are
-  the exception (their buckets are JSON maps and merge by adding counts per index), merged
+  hour rows the same over minute rows, day rows (midnight to midnight, UTC) over hour rows: no
+  sample crosses into Python. Latency histograms are the exception (their buckets are JSON maps and merge by adding counts per index), merged
   here with ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an
   agent upgrade crosses has a legacy row and an exponential one; see ``proto.exponential``).
 * **One roller at a time, any number of collectors.** Each run first takes the ``rollup``
@@ -48,7 +48,12 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
-from fleetscope.collector.storage.rollup_schema import STEPS_S, latency_rollups, rollup_progress
+from fleetscope.collector.storage.rollup_schema import (
+    SOURCE_STEP_S,
+    STEPS_S,
+    latency_rollups,
+    rollup_progress,
+)
 from fleetscope.collector.storage.rollups import (
     NS,
     SOURCES,
@@ -96,6 +101,7 @@ class RollupJob:
         lease_s: float = 120.0,
         minute_chunk_s: int = 6 * 3600,
         hour_chunk_s: int = 7 * 86400,
+        day_chunk_s: int = 180 * 86400,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.engine = engine
@@ -103,7 +109,7 @@ class RollupJob:
         self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
         self.interval_s = interval_s
         self.settle_ns = int(settle_s * NS)
-        self.chunk_ns = {60: minute_chunk_s * NS, 3600: hour_chunk_s * NS}
+        self.chunk_ns = {60: minute_chunk_s * NS, 3600: hour_chunk_s * NS, 86400: day_chunk_s * NS}
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,34 +153,46 @@ class RollupJob:
                 best = ts if best is None else (max(best, ts) if newest else min(best, ts))
         return best
 
+    def _oldest_source(self, conn: Connection, device_id: int, step_s: int) -> int | None:
+        """Where a step with no progress mark yet starts: the device's oldest row of the step it
+        is made from. Day rows added to a database that has kept hour rollups for a year start
+        at the oldest hour, not at the oldest raw sample the raw tier still keeps."""
+        oldest = self._frontier(conn, device_id, newest=False)
+        source = SOURCE_STEP_S[step_s]
+        if source:
+            for t in (src.rollup for src in SOURCES):
+                b = conn.execute(
+                    select(t.c.bucket_ns)
+                    .where(t.c.device_id == device_id, t.c.step_s == source)
+                    .order_by(t.c.bucket_ns)
+                    .limit(1)
+                ).scalar()
+                if b is not None:
+                    oldest = b if oldest is None else min(oldest, b)
+        return oldest
+
     def _roll_device(self, device_id: int, now_ns: int, progress: dict, report: RollupReport) -> bool:
         with self.engine.connect() as conn:
             frontier = self._frontier(conn, device_id, newest=True)
             if frontier is None:
                 return True
-            minute_start = progress.get((device_id, 60))
-            hour_start = progress.get((device_id, 3600))
-            if minute_start is None or hour_start is None:
-                oldest = self._frontier(conn, device_id, newest=False) or frontier
-                minute_start = oldest if minute_start is None else minute_start
-                hour_start = oldest if hour_start is None else hour_start
-        minute_ns = 60 * NS
-        until = (min(frontier, now_ns) - self.settle_ns) // minute_ns * minute_ns
-        start = minute_start // minute_ns * minute_ns
-        while start < until:
-            end = min(until, start + self.chunk_ns[60])
-            if not self._chunk(device_id, 60, start, end, now_ns, report):
-                return False
-            start = end
-        minute_done = max(until, progress.get((device_id, 60), 0))
-        hour_ns = 3600 * NS
-        hour_until = minute_done // hour_ns * hour_ns
-        start = hour_start // hour_ns * hour_ns
-        while start < hour_until:
-            end = min(hour_until, start + self.chunk_ns[3600])
-            if not self._chunk(device_id, 3600, start, end, now_ns, report):
-                return False
-            start = end
+            starts = {}
+            for step_s in STEPS_S:
+                mark = progress.get((device_id, step_s))
+                starts[step_s] = mark if mark is not None else (self._oldest_source(conn, device_id, step_s) or frontier)
+        # Minutes roll up to the frontier less the settle time; each coarser step up to where the
+        # step it is made from is done, in whole buckets of its own.
+        done = (min(frontier, now_ns) - self.settle_ns) // (60 * NS) * (60 * NS)
+        for step_s in STEPS_S:
+            step_ns = step_s * NS
+            until = done // step_ns * step_ns
+            start = starts[step_s] // step_ns * step_ns
+            while start < until:
+                end = min(until, start + self.chunk_ns[step_s])
+                if not self._chunk(device_id, step_s, start, end, now_ns, report):
+                    return False
+                start = end
+            done = max(until, progress.get((device_id, step_s), 0))
         return True
 
     def _chunk(
@@ -244,7 +262,10 @@ class RollupJob:
         else:
             bucket = bucket_of(rc.bucket_ns, step_ns)
             where = and_(
-                rc.device_id == device_id, rc.step_s == 60, rc.bucket_ns >= start, rc.bucket_ns < end
+                rc.device_id == device_id,
+                rc.step_s == SOURCE_STEP_S[step_s],
+                rc.bucket_ns >= start,
+                rc.bucket_ns < end,
             )
             if src.per_gpu:
                 keys.append(rc.gpu_index)
@@ -299,7 +320,12 @@ class RollupJob:
                     lr.zero_count,
                     lr.buckets,
                     lr.scheme,
-                ).where(lr.device_id == device_id, lr.step_s == 60, lr.bucket_ns >= start, lr.bucket_ns < end)
+                ).where(
+                    lr.device_id == device_id,
+                    lr.step_s == SOURCE_STEP_S[step_s],
+                    lr.bucket_ns >= start,
+                    lr.bucket_ns < end,
+                )
             )
         # Keyed by scheme too: histograms of different bucket schemes are never added together.
         merged: dict[tuple[int, str, str, int], list] = {}

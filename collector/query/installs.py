@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from fleetscope.collector.query._common import NS, device_rows, floor_to
 from fleetscope.collector.query.hardware import GpuHardware, JetsonView, gpu_hardware, jetson_view
 from fleetscope.collector.query.latency import latency_series
-from fleetscope.collector.query.planning import MAX_POINTS, POINTS_PER_CHART, resolution_for
+from fleetscope.collector.query.planning import MAX_POINTS, POINTS_PER_CHART, TIER_ORDER, resolution_for
 from fleetscope.collector.query.series import DeviceSeries, device_series, fetch_samples, series_table
 from fleetscope.collector.query.types import LogLine
 from fleetscope.collector.storage.rollups import GPU, HOST, Source, merge_values
@@ -80,7 +80,7 @@ def device_series_all_installs(
     return dataclasses.replace(
         newest,
         device=installs[0].name,
-        sources=tuple(s for s in ("hour", "minute", "raw") if s in used_g | used_h),
+        sources=tuple(s for s in TIER_ORDER if s in used_g | used_h),
         gpu=series_table(GPU, _across_installs(GPU, gpu_acc), per_gpu=True),
         host=series_table(HOST, _across_installs(HOST, host_acc), per_gpu=False),
         latency=lat,

@@ -1,8 +1,8 @@
 """Read planning: which resolution a chart gets, and which source serves each stretch of a read.
 
 A read asks for buckets of ``step_s`` seconds and gets them from the coarsest source that can
-serve each stretch of time: hour rollups, then minute rollups, then the raw samples grouped in
-SQL for what is not rolled up yet (see ``plan``). A chart of the last 24 h is ~1440
+serve each stretch of time: day rollups, then hour rollups, then minute rollups, then the raw
+samples grouped in SQL for what is not rolled up yet (see ``plan``). A chart of the last 24 h is ~1440
 minute-rollup rows per GPU plus a minute or two of raw rows at its right edge, which is how it
 reaches "now". Without rollup tables (a database no rollup job has touched) every read falls
 back to grouping raw rows, which is correct and only slower.
@@ -27,7 +27,10 @@ POINTS_PER_CHART = 1500
 RAW_STEPS_S = (2, 5, 10)
 ROLLUP_STEPS_S = (60, 120, 300, 600, 3600, 7200, 21600, 86400)
 
-Plan = list[tuple[int, int, int]]  # (table step: 3600, 60 or 0 for raw rows, lo, hi)
+Plan = list[tuple[int, int, int]]  # (table step: 86400, 3600, 60 or 0 for raw rows, lo, hi)
+STORED_STEPS_S = (86400, 3600, 60)  # the rollup tiers, coarsest first
+TIER_NAMES = {86400: "day", 3600: "hour", 60: "minute", 0: "raw"}
+TIER_ORDER = ("day", "hour", "minute", "raw")  # how a caption lists the sources that served a read
 
 
 def resolution_for(span_ns: int, *, max_points: int = MAX_POINTS) -> int:
@@ -42,11 +45,16 @@ def resolution_for(span_ns: int, *, max_points: int = MAX_POINTS) -> int:
 # A comparison chart (groups side by side over a window) needs few points; each is a merged
 # histogram, and reading one per device per minute for a day is what made it slow.
 COMPARE_POINTS = 120
+COMPARE_DAYS_FROM = 20  # days: from here a comparison chart has a point a day (20 or more)
 
 
 def comparison_step(span_ns: int) -> int:
-    """The step of a comparison chart: at most ``COMPARE_POINTS`` points, and whole hours from
-    12 h on, so that hour rollups serve it (one row per device and hour, not sixty)."""
+    """The step of a comparison chart: at most ``COMPARE_POINTS`` points; whole hours from 12 h
+    on, so that hour rollups serve it (one row per device and hour, not sixty), and whole days
+    from ``COMPARE_DAYS_FROM`` on, so that day rollups do (a month is 30 rows per device, where
+    6-hour buckets read 720 hour rows each)."""
+    if span_ns >= COMPARE_DAYS_FROM * 86400 * NS:
+        return 86400
     step = resolution_for(span_ns, max_points=COMPARE_POINTS)
     if step < 3600 and span_ns >= 12 * 3600 * NS:
         return 3600
@@ -55,20 +63,23 @@ def comparison_step(span_ns: int) -> int:
 
 def describe_resolution(step_s: int, sources: Sequence[str]) -> str:
     """'1 min buckets from minute rollups + raw samples', for a chart caption."""
-    if step_s % 3600 == 0:
+    if step_s % 86400 == 0:
+        size = f"{step_s // 86400} d"
+    elif step_s % 3600 == 0:
         size = f"{step_s // 3600} h"
     elif step_s % 60 == 0:
         size = f"{step_s // 60} min"
     else:
         size = f"{step_s} s"
-    names = {"hour": "hour rollups", "minute": "minute rollups", "raw": "raw samples"}
+    names = {"day": "day rollups", "hour": "hour rollups", "minute": "minute rollups", "raw": "raw samples"}
     return f"{size} buckets from " + " + ".join(names[s] for s in sources) if sources else f"{size} buckets"
 
 
 def plan(lo: int, hi: int, tiers: Sequence[tuple[int, int | None]]) -> Plan:
     """Split [lo, hi) into (table step, lo, hi) stretches, coarsest source first.
 
-    ``tiers`` is [(3600, hour progress), (60, minute progress)] (those allowed for this read);
+    ``tiers`` is [(86400, day progress), (3600, hour progress), (60, minute progress)] (those
+    allowed for this read, coarsest first);
     a tier serves only whole buckets of its own below its progress mark; the edges it cannot
     serve go to the next finer tier, and whatever is left to the raw samples (step 0).
     """
@@ -118,7 +129,7 @@ def groups_by_plan(
     out: dict[tuple, list[int]] = {}
     plans: dict[tuple, Plan] = {}
     for d in device_ids:
-        tiers = [(t, progress.get((d, t))) for t in (3600, 60) if step_s is None or step_s % t == 0]
+        tiers = [(t, progress.get((d, t))) for t in STORED_STEPS_S if step_s is None or step_s % t == 0]
         tiers = [(t, p) for t, p in tiers if p]
         key = tuple(tiers)
         out.setdefault(key, []).append(d)

@@ -18,7 +18,14 @@ from sqlalchemy.sql.elements import ColumnElement
 from fleetscope.collector.query._common import NS, device_row, floor_to
 from fleetscope.collector.query.devices import summary_of
 from fleetscope.collector.query.latency import LatencySeries, latency_series
-from fleetscope.collector.query.planning import MAX_POINTS, POINTS_PER_CHART, groups_by_plan, resolution_for
+from fleetscope.collector.query.planning import (
+    MAX_POINTS,
+    POINTS_PER_CHART,
+    TIER_NAMES,
+    TIER_ORDER,
+    groups_by_plan,
+    resolution_for,
+)
 from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.chunk_reader import chunk_buckets
 from fleetscope.collector.storage.rollups import (
@@ -58,7 +65,7 @@ class DeviceSeries:
     since_ns: int
     until_ns: int
     step_s: int
-    sources: tuple[str, ...]  # which tiers served it: "hour", "minute", "raw"
+    sources: tuple[str, ...]  # which tiers served it: "day", "hour", "minute", "raw"
     gpu: SeriesTable  # gpu_index, ts_ns, n, span_ns and GPU_ROLLUP_COLUMNS
     host: SeriesTable  # ts_ns, n, span_ns and HOST_ROLLUP_COLUMNS
     gpus: list[GpuLimits]
@@ -88,7 +95,7 @@ def device_series(
     gpu = series_table(GPU, gpu_acc, per_gpu=True)
     limits = _gpu_limits(session, summary_of(row, until_ns), row.id, until_ns, set(gpu.columns["gpu_index"]))
     lat = latency_series(session, [row.id], lo, until_ns, step_s, by_labels=True) if latency else []
-    order = [s for s in ("hour", "minute", "raw") if s in used_g | used_h]
+    order = [s for s in TIER_ORDER if s in used_g | used_h]
     return DeviceSeries(
         device=row.name,
         since_ns=since_ns,
@@ -163,7 +170,7 @@ def fetch_samples(
                 where = [t.device_id.in_(ids), t.step_s == table_step, t.bucket_ns >= a, t.bucket_ns < b]
                 values = rollup_aggregates(src)
                 from_ = src.rollup
-                used.add("hour" if table_step == 3600 else "minute")
+                used.add(TIER_NAMES[table_step])
             keys: list[ColumnElement] = [t.device_id]
             if per_gpu:
                 keys.append(t.gpu_index)

@@ -1,11 +1,11 @@
-"""Rollup tables: per-minute and per-hour aggregates of the raw time series.
+"""Rollup tables: per-minute, per-hour and per-day aggregates of the raw time series.
 
 A week of 1 s samples from a real fleet is hundreds of millions of rows; no chart reads that.
 These tables hold one row per (device, GPU, bucket) with what charts and comparisons need:
 averages weighted by ``n`` (the number of raw samples), extremes, and deltas of cumulative
 counters (energy, disk and network bytes) with the time ``span_ns`` they cover, so a rate is
-``delta / span`` at any resolution. ``step_s`` (60 or 3600) tells the resolution; both live in
-one table per source so a reader switches resolution by a value, not a table name.
+``delta / span`` at any resolution. ``step_s`` (60, 3600 or 86400) tells the resolution; all live
+in one table per source so a reader switches resolution by a value, not a table name.
 
 ``rollup_progress`` says, per device and step, up to where buckets are final: every bucket
 starting before ``rolled_until_ns`` is in the table. Readers take the rest from the finer
@@ -24,7 +24,10 @@ from sqlalchemy import BigInteger, Column, Float, Index, Integer, SmallInteger, 
 
 from fleetscope.collector.storage.schema import metadata
 
-STEPS_S = (60, 3600)  # the stored resolutions: minute and hour
+STEPS_S = (60, 3600, 86400)  # the stored resolutions: minute, hour and day (UTC midnights)
+# Each step is made from the one before it (minute rows from raw samples, hour rows from minute
+# rows, day rows from hour rows); a reader uses a step only where its buckets nest.
+SOURCE_STEP_S = {60: 0, 3600: 60, 86400: 3600}
 
 # Rollup value columns per source, in a fixed order. The names say how each was aggregated:
 # *_avg (weighted by n), *_max, *_min, *_delta (last minus first of a cumulative counter),

@@ -73,7 +73,7 @@ def _fill(engine: Engine, device_id: int) -> dict[str, int]:
             conn.execute(text("INSERT INTO gpu_chunks VALUES (:d, 0, :t, :e, 1, 1, :b)"), {"d": device_id, "t": ts, "e": ts + 10 * NS, "b": b"x"})
         for ts in (NOW - 31 * DAY, NOW - 29 * DAY):
             conn.execute(text("INSERT INTO log_events VALUES (:d, :t, 'f', 'info', 'x')"), {"d": device_id, "t": ts})
-        for step, age in ((60, 91), (60, 89), (3600, 731), (3600, 729)):
+        for step, age in ((60, 91), (60, 89), (3600, 731), (3600, 729), (86400, 5 * 365 + 1), (86400, 5 * 365 - 1)):
             conn.execute(text("INSERT INTO host_rollups (device_id, step_s, bucket_ns, n, span_ns) VALUES (:d, :s, :b, 1, 1)"),
                          {"d": device_id, "s": step, "b": NOW - age * DAY})
         # GPU state: the 9-day-old row is superseded before the cutoff; the 8-day-old one is in force at it.
@@ -127,7 +127,7 @@ def test_each_tier_deletes_exactly_what_it_no_longer_keeps_and_incidents_keep_th
         assert _count(engine, "SELECT count(*) FROM latency_histograms WHERE start_ns = :t", t=NOW - DAY) == 1
         assert _count(engine, "SELECT count(*) FROM log_events") == 1
         assert [r for r in _rows(engine, "SELECT step_s, bucket_ns FROM host_rollups ORDER BY 1, 2")] == [
-            (60, NOW - 89 * DAY), (3600, NOW - 729 * DAY)]
+            (60, NOW - 89 * DAY), (3600, NOW - 729 * DAY), (86400, NOW - (5 * 365 - 1) * DAY)]
         assert _rows(engine, "SELECT ts_ns FROM gpu_state ORDER BY 1") == [(NOW - 8 * DAY,), (NOW - DAY,)]
         assert sorted(r[0] for r in _rows(engine, "SELECT id FROM incidents")) == sorted(
             [ids["kept"], ids["open"], ids["recent"]]), "resolved and ended 2 years ago: gone; open: never"
@@ -221,7 +221,7 @@ def test_retention_spec_parses_and_refuses_bad_values_in_one_line() -> None:
     s = parse_retention("raw=7d,minute=90d,hour=2y,incidents=2y")
     assert (s.raw_s, s.minute_s, s.hour_s, s.incidents_s) == (7 * 86400, 90 * 86400, 730 * 86400, 730 * 86400)
     assert parse_retention("raw=12h, logs=off").logs_s is None
-    assert describe(RetentionSettings()) == "raw=7d,minute=90d,hour=2y,incidents=2y,logs=30d,alerts=1y"
+    assert describe(RetentionSettings()) == "raw=7d,minute=90d,hour=2y,day=5y,incidents=2y,logs=30d,alerts=1y"
     for bad in ("raw=7x", "raw", "bogus=1d", "raw=-1d", "raw=0d"):
         with pytest.raises(ValueError):
             parse_retention(bad)

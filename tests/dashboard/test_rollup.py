@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 
 from fleetscope.collector import query
 from fleetscope.collector.jobs.rollup import RollupJob
+from fleetscope.collector.query.planning import comparison_step
 from fleetscope.collector.storage.engine import make_engine
-from fleetscope.collector.storage.rollup_schema import gpu_rollups, rollup_progress
+from fleetscope.collector.storage.rollup_schema import gpu_rollups, host_rollups, latency_rollups, rollup_progress
 from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
 
 NS = 10**9
@@ -36,11 +37,13 @@ def _device(engine: Engine, name: str, gpus: int = 2) -> int:
         return d.id
 
 
-def _samples(engine: Engine, device_id: int, start_ns: int, end_ns: int, seed: int) -> None:
+def _samples(engine: Engine, device_id: int, start_ns: int, end_ns: int, seed: int, every_s: int = 1) -> None:
+    """Random readings every ``every_s`` seconds (days of data sparse enough to stay quick),
+    and a latency histogram every 10 s (every sample when they are further apart)."""
     rng = random.Random(seed)
     gpu, host, lat = [], [], []
     energy = 0.0
-    for t in range(start_ns, end_ns, NS):
+    for t in range(start_ns, end_ns, every_s * NS):
         for g in (0, 1):
             energy += rng.uniform(100, 300)
             gpu.append(
@@ -68,19 +71,19 @@ def _samples(engine: Engine, device_id: int, start_ns: int, end_ns: int, seed: i
                 "net_rx_bytes": None,
             }
         )
-        if (t // NS) % 10 == 0:
+        if (t // NS) % 10 == 0 or every_s >= 10:
             lat.append(
                 {
                     "device_id": device_id,
                     "start_ns": t,
-                    "end_ns": t + 10 * NS,
+                    "end_ns": t + min(10, every_s) * NS,
                     "name": "infer",
                     "labels": "{}",
                     "count": 50,
                     "sum_ns": 50 * 4_000_000,
                     "errors": 1,
                     "zero_count": 0,
-                    "buckets": json.dumps({"380": 20, "390": 25, "400": 5}),
+                    "buckets": json.dumps({"380": 20, "390": 25 - t // NS % 7, "400": 5 + t // NS % 7}),
                 }
             )
     with engine.begin() as conn:
@@ -212,3 +215,104 @@ def test_a_chart_of_all_gpus_stays_within_what_the_browser_draws_quickly(engine:
         drone = query.device_series(session=s, device="drone", since_ns=T0 - day, until_ns=T0)
     assert 8 * (day // NS) / eight.step_s <= query.POINTS_PER_CHART
     assert drone.step_s == 60 and eight.step_s > drone.step_s
+
+
+DAY = 86400 * NS
+
+
+def test_day_rollups_equal_the_raw_aggregates_and_serve_long_reads(engine: Engine) -> None:
+    """Three days and a bit: day rows (UTC midnights) made from hour rows give the same
+    buckets, percentiles and whole-window figures as the raw rows they summarise."""
+    d = _device(engine, "srv")
+    start = T0 - 3 * DAY - 5 * 3600 * NS - 17 * NS  # a partial first day, hour and minute
+    _samples(engine, d, start, T0, seed=7, every_s=60)
+    with Session(engine) as s:
+        before = query.device_series(session=s, device="srv", since_ns=start, until_ns=T0, step_s=86400)
+        whole_before = query.compare_groups(
+            session=s, groups={"g": ["srv"]}, since_ns=start, until_ns=T0, operation="infer"
+        )[0]
+    assert before.sources == ("raw",)
+    report = RollupJob(engine, settle_s=0).run_once(T0)
+    assert report.rows[86400] > 0
+    with engine.connect() as conn:
+        days = conn.execute(
+            select(gpu_rollups.c.bucket_ns).where(gpu_rollups.c.device_id == d, gpu_rollups.c.step_s == 86400)
+        ).scalars().all()
+    assert days and all(b % DAY == 0 for b in days), "day buckets start at midnight UTC"
+    assert max(days) + DAY <= T0, "only whole days the hours below them finished"
+    with Session(engine) as s:
+        after = query.device_series(session=s, device="srv", since_ns=start, until_ns=T0, step_s=86400)
+        whole_after = query.compare_groups(
+            session=s, groups={"g": ["srv"]}, since_ns=start, until_ns=T0, operation="infer"
+        )[0]
+    assert after.sources[0] == "day"
+    _assert_same(before.gpu, after.gpu, exact_deltas=False)
+    _assert_same(before.host, after.host, exact_deltas=False)
+    assert [x.count for x in before.latency] == [x.count for x in after.latency]
+    assert [x.p99_ms for x in before.latency] == [x.p99_ms for x in after.latency]
+    assert whole_after.latency is not None and whole_before.latency is not None
+    assert whole_after.latency.count == whole_before.latency.count
+    assert whole_after.latency.p99_ms == whole_before.latency.p99_ms
+    for f in ("util_avg", "power_per_gpu_w", "temp_avg_c", "temp_max_c", "memory_used_per_gpu_bytes"):
+        assert getattr(whole_after, f) == pytest.approx(getattr(whole_before, f), rel=1e-9), f
+
+
+def test_a_month_comparison_steps_by_days_from_day_rollups(engine: Engine) -> None:
+    """The Compare page's p99 over a month: a point a day, each the merged histograms of the
+    day's hour rows (or minutes and raw at the edges): the same percentiles as from raw."""
+    assert comparison_step(30 * DAY) == 86400
+    assert comparison_step(7 * DAY) < 86400, "a week keeps finer points"
+    a, b = _device(engine, "a", gpus=1), _device(engine, "b", gpus=1)
+    since = T0 - 25 * DAY
+    _samples(engine, a, since, T0, seed=8, every_s=600)
+    _samples(engine, b, since + 3 * DAY, T0, seed=9, every_s=600)
+
+    def p99s() -> list[list[tuple[int, int, float | None]]]:
+        with Session(engine) as s:
+            out = query.group_latency_series(
+                session=s, groups={"one": ["a"], "both": ["a", "b"]}, operation="infer", since_ns=since, until_ns=T0
+            )
+        series = [g for g in out.values() if g is not None]
+        assert len(series) == 2
+        return [list(zip(g.ts_ns, g.count, g.p99_ms)) for g in series]
+
+    raw = p99s()
+    RollupJob(engine, settle_s=0).run_once(T0)
+    rolled = p99s()
+    assert rolled == raw and all(len(g) >= 25 for g in raw)
+    assert all(t % DAY == 0 for g in raw for t, _n, _p in g)
+    assert raw[0] != raw[1], "the second device changes the merged percentiles"
+
+
+def test_day_rows_added_later_start_at_the_oldest_hour_rollup(engine: Engine) -> None:
+    """A database whose raw tier expired long ago but kept its hour rollups (one from before day
+    rollups existed): day rows are made for those old days too, from the hours."""
+    d = _device(engine, "old")
+    start = T0 - 4 * DAY
+    _samples(engine, d, start, T0, seed=10, every_s=120)
+    first = RollupJob(engine, settle_s=0)
+    first.run_once(T0)
+    first.release()
+
+    def day_rows() -> list[tuple]:
+        with engine.connect() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    select(gpu_rollups)
+                    .where(gpu_rollups.c.device_id == d, gpu_rollups.c.step_s == 86400)
+                    .order_by(gpu_rollups.c.bucket_ns, gpu_rollups.c.gpu_index)
+                )
+            ]
+
+    made = day_rows()
+    assert len(made) >= 2 * 3
+    with engine.begin() as conn:  # as before day rollups: none, no mark; raw kept for a day only
+        conn.execute(gpu_rollups.delete().where(gpu_rollups.c.step_s == 86400))
+        for t in (gpu_rollups, host_rollups, latency_rollups):
+            conn.execute(t.delete().where(t.c.step_s == 86400))
+        conn.execute(rollup_progress.delete().where(rollup_progress.c.step_s == 86400))
+        conn.execute(gpu_samples.delete().where(gpu_samples.c.ts_ns < T0 - DAY))
+        conn.execute(host_samples.delete().where(host_samples.c.ts_ns < T0 - DAY))
+    assert RollupJob(engine, settle_s=0).run_once(T0 + 60 * NS).ran
+    assert day_rows() == made

@@ -14,7 +14,12 @@ from fleetscope.collector import query
 from fleetscope.collector.jobs.rollup import RollupJob
 from fleetscope.collector.query.planning import comparison_step
 from fleetscope.collector.storage.engine import make_engine
-from fleetscope.collector.storage.rollup_schema import gpu_rollups, host_rollups, latency_rollups, rollup_progress
+from fleetscope.collector.storage.rollup_schema import (
+    gpu_rollups,
+    host_rollups,
+    latency_rollups,
+    rollup_progress,
+)
 from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
 
 NS = 10**9

@@ -498,7 +498,11 @@ def questions(specs: list[Spec]) -> dict[str, Callable[[Any, int], object]]:
     def compare(s: Any, now: int, span: int) -> object:
         # The Compare page: the side-by-side figures, then p99 over time, for one operation.
         out = query.compare_groups(
-            session=s, groups=groups, since_ns=now - span, until_ns=now, operation="infer"
+            session=s,
+            groups=groups,
+            since_ns=query.comparison_start(now - span),
+            until_ns=now,
+            operation="infer",
         )
         query.group_latency_series(
             session=s, groups=groups, operation="infer", since_ns=now - span, until_ns=now

@@ -135,7 +135,7 @@ def run_worker(args: argparse.Namespace) -> int:
         sampler = CountedSampler(inner)
         name = f"soak-{i:05d}"
         settings = AgentSettings(collectors=(args.target,), spool_dir=state / name, token=TOKEN, name=name,
-                                 labels={SIMULATED_LABEL: "true", "soak": "true"}, interval_s=1.0, batch_interval_s=1.0,
+                                 labels={SIMULATED_LABEL: "true", "soak": "true"}, interval_s=1.0, batch_interval_s=args.batch_interval,
                                  drain_timeout_s=1.0,
                                  # A simulated device follows no log files: polling them 4 times a
                                  # second would only wake 1,000 threads for nothing (its sampler's
@@ -259,6 +259,7 @@ class Worker:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--first", str(first), "--count", str(count),
                "--target", target, "--state", str(state), "--gpus-per-server", str(args.gpus_per_server),
                "--drain-s", str(args.drain_s), "--log-poll-s", str(args.log_poll_s),
+               "--batch-interval", str(args.batch_interval),
                *(["--per-agent-overhead"] if args.per_agent_overhead else [])]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.last: dict = {}
@@ -385,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
 
     lag_thread = threading.Thread(target=watch_lag, daemon=True)
     failures: list[str] = []
-    print(f"soak: {args.devices} devices at 1 Hz in {args.agent_processes} processes -> 2 collectors "
+    print(f"soak: {args.devices} devices at 1 Hz, a batch every {args.batch_interval:g} s, in {args.agent_processes} processes -> 2 collectors "
           f"({target}) on {db_url.rsplit('@', 1)[1]}, {args.minutes:g} min; work in {work}", flush=True)
     try:
         for c in collectors:
@@ -495,7 +496,7 @@ def run(args: argparse.Namespace) -> int:
               f"({len(values)} samples, {c.incarnation} starts); slope of its longest run {trend:+.2f} MiB/min")
     print("\ningest lag (how far the worst device's newest stored sample was behind, every 5 s)")
     longest_outage = max((end - begin for _, begin, end in outages), default=0.0)
-    bound = longest_outage + BACKOFF_MAX_S + 2.0
+    bound = longest_outage + BACKOFF_MAX_S + 2 * args.batch_interval
     worst = max((lag for _, lag in lag_series), default=0.0)
     calm = [lag for t, lag in lag_series if all(not (b - 5 <= t <= e + BACKOFF_MAX_S + 5) for _, b, e in outages)]
     for k, (what, b, e) in enumerate(outages):
@@ -504,7 +505,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {what} at {b:.0f}-{e:.0f} s ({e - b:.1f} s): lag peaked at {peak:.1f} s")
     if calm:
         print(f"  away from outages: median {statistics.median(calm):.1f} s, max {max(calm):.1f} s")
-    print(f"  worst {worst:.1f} s; bound: the longest outage {longest_outage:.1f} s + backoff cap {BACKOFF_MAX_S:g} s + 2 s = {bound:.1f} s")
+    print(f"  worst {worst:.1f} s; bound: the longest outage {longest_outage:.1f} s + backoff cap {BACKOFF_MAX_S:g} s + two batches {2 * args.batch_interval:g} s = {bound:.1f} s")
     if worst > bound:
         failures.append(f"ingest lag reached {worst:.1f} s, above {bound:.1f} s")
     if not args.keep_db:
@@ -536,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pg-port", type=int, default=5432, help="its port on 127.0.0.1, trust auth as postgres (default 5432)")
     p.add_argument("--db-outage-s", type=float, default=15.0, help="how long the database stays stopped (default 15)")
     p.add_argument("--restart-after-s", type=float, default=5.0, help="how long a killed collector stays down (default 5)")
+    p.add_argument("--batch-interval", type=float, default=1.0, metavar="S",
+                   help="seconds between an agent's batches (the agent's --batch-interval; samples stay at 1 Hz). "
+                        "A large fleet on a thin link sends every few seconds: fewer messages and commits per sample (default 1)")
     p.add_argument("--drain-s", type=float, default=180.0, help="how long the spools get to drain at the end (default 180)")
     p.add_argument("--keep-db", action="store_true", help="keep the soak's database (dropped by default)")
     p.add_argument("--log-poll-s", type=float, default=0.0,

@@ -259,7 +259,11 @@ def compare(
 ) -> list[q.GroupComparison]:
     with _session(db_url) as s:
         return q.compare_groups(
-            session=s, groups=_groups(groups), since_ns=since_ns, until_ns=until_ns, operation=operation
+            session=s,
+            groups=_groups(groups),
+            since_ns=q.comparison_start(since_ns),
+            until_ns=until_ns,
+            operation=operation,
         )
 
 

@@ -73,7 +73,7 @@ SURFACES: dict[str, list[str]] = {
         "MetricSummary", "MetricsSummary", "NotificationAttempt", "NotificationRow", "ONLINE_WITHIN_NS",
         "POINTS_PER_CHART", "STATE_IMPORTED", "STATE_OFFLINE", "STATE_ONLINE", "STATE_REPLACED", "SeriesTable",
         "Session", "SilenceRow", "UnknownDevice", "UnknownIncident", "UnknownIncidentKind", "alert_notifications",
-        "alert_periods", "benchmark_records", "compare_groups", "count_devices", "count_samples",
+        "alert_periods", "benchmark_records", "compare_groups", "comparison_start", "count_devices", "count_samples",
         "describe_resolution", "device_groups", "device_installs", "device_metrics", "device_model", "device_series",
         "device_series_all_installs", "device_state", "fleet_health", "fleet_overview", "get_device", "get_incident",
         "gpu_hardware", "gpu_hardware_all_installs", "group_latency_series", "has_schema", "hide_password",

@@ -48,6 +48,7 @@ from fleetscope.collector.query.compare import (
     GroupComparison,
     benchmark_records,
     compare_groups,
+    comparison_start,
 )
 from fleetscope.collector.query.context import (
     ContextSummary,
@@ -251,6 +252,7 @@ __all__ = [
     "GroupComparison",
     "BenchmarkRecord",
     "compare_groups",
+    "comparison_start",
     "benchmark_records",
     # hardware: processes, ECC, PCIe, limits; the Jetson board
     "GpuHardware",

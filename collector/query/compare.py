@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, sum_of
+from fleetscope.collector.query._common import NS, device_ids, max_of, sum_of
 from fleetscope.collector.query.devices import list_devices
 from fleetscope.collector.query.incidents import search_incidents
 from fleetscope.collector.query.latency import LatencyStats, latency_stats
@@ -22,6 +22,12 @@ from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.rollups import GPU
 from fleetscope.collector.storage.schema import Device
 from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK
+
+
+def comparison_start(since_ns: int) -> int:
+    """Where a comparison of hours or days should start: the whole minute at or before
+    ``since_ns`` (see ``compare_groups``)."""
+    return since_ns - since_ns % (60 * NS)
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,13 @@ def compare_groups(
     until_ns: int,
     operation: str | None,
 ) -> list[GroupComparison]:
-    """Side-by-side figures per group of devices over one window.
+    """Side-by-side figures per group of devices over exactly [since, until).
 
-    The window starts on a whole minute: the seconds before the first whole minute would be
-    read from raw samples, which past the compaction delay means decoding an hour's chunk per
-    GPU for them (most of a 24 h comparison's time on 200 devices), and a comparison of hours
-    or days does not change with its first few seconds.
+    Callers that show a comparison of hours or days start it on a whole minute (see
+    ``comparison_start``): the seconds before the first whole minute are read from raw
+    samples, which past the compaction delay means decoding an hour's chunk per GPU for a few
+    seconds of data (most of a 24 h comparison's time on 200 devices).
     """
-    since_ns = floor_to(since_ns, 60 * NS)
     out = []
     for group, names in groups.items():
         ids = device_ids(session, names)

@@ -7,6 +7,7 @@ same ones, so a chart that mixes rollups and raw rows computes every point the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,9 @@ HOST = Source("host", host_samples, host_rollups, HOST_AGGS, False)
 SOURCES = (GPU, HOST)
 
 
-def raw_aggregates(source: Source) -> list[ColumnElement]:
+# Cached: the expressions are immutable, and building them anew cost a comparison ~10 ms a read.
+@functools.lru_cache(maxsize=64)
+def raw_aggregates(source: Source) -> tuple[ColumnElement, ...]:
     """SELECT expressions over the raw table, labelled with the rollup column names."""
     t = source.raw.c
     out: list[ColumnElement] = [
@@ -131,10 +134,11 @@ def raw_aggregates(source: Source) -> list[ColumnElement]:
         else:  # pragma: no cover - the tables above are the only definitions
             raise ValueError(a.how)
         out.append(expr.label(a.name))
-    return out
+    return tuple(out)
 
 
-def rollup_aggregates(source: Source) -> list[ColumnElement]:
+@functools.lru_cache(maxsize=64)
+def rollup_aggregates(source: Source) -> tuple[ColumnElement, ...]:
     """SELECT expressions that re-aggregate finer rollup rows into coarser buckets."""
     r = source.rollup.c
     out: list[ColumnElement] = [func.sum(r.n).label("n"), func.sum(r.span_ns).label("span_ns")]
@@ -152,7 +156,7 @@ def rollup_aggregates(source: Source) -> list[ColumnElement]:
         else:  # delta and count_if add up
             expr = func.sum(col)
         out.append(expr.label(a.name))
-    return out
+    return tuple(out)
 
 
 def merge_values(aggs: Sequence[Agg], n_a: int, a: dict, n_b: int, b: dict) -> dict:

@@ -194,3 +194,11 @@ def test_a_reinstalled_device_counts_its_gpus_once(db_url: str) -> None:
         assert both.power_per_device_w == pytest.approx(((60 * 10.0 + 120 * 12.0) / 180 + 8.0) / 2)
     finally:
         engine.dispose()
+
+
+def test_a_comparison_starts_on_the_whole_minute_before_its_window() -> None:
+    """What the Compare page and `fleetscope compare` pass: never later than asked, at most a
+    minute earlier, and on a minute boundary (no raw seconds read before the minute rollups)."""
+    for since in (T_ALIGNED := 1_800_000_000 * S, T_ALIGNED + 1, T_ALIGNED + 59 * S + 999, T_ALIGNED - 1):
+        got = query.comparison_start(since)
+        assert got % (60 * S) == 0 and since - 60 * S < got <= since

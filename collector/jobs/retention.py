@@ -4,7 +4,7 @@ Tiers (``RetentionSettings``; the collector's ``--retention raw=7d,minute=90d,..
 
 | tier | default | tables |
 | --- | --- | --- |
-| ``raw`` | 7 days | ``gpu_samples``, ``host_samples`` (the tail), ``gpu_chunks``, ``host_chunks``, ``metric_points``, ``latency_histograms``; ``gpu_state`` rows superseded before the cutoff |
+| ``raw`` | 7 days | ``gpu_samples``, ``host_samples`` (the tail), ``gpu_chunks``, ``host_chunks``, ``metric_points``, ``latency_histograms``; ``gpu_state`` rows superseded before the cutoff; ``ingested_batches`` (the exactly-once claims), by when the batch was received |
 | ``minute`` | 90 days | minute rollups (``gpu_rollups``, ``host_rollups``, ``latency_rollups`` at step 60) |
 | ``hour`` | 2 years | hour rollups (step 3600) |
 | ``day`` | 5 years | day rollups (step 86400) |
@@ -12,8 +12,8 @@ Tiers (``RetentionSettings``; the collector's ``--retention raw=7d,minute=90d,..
 | ``logs`` | 30 days | ``log_events``: chatty, and the incident keeps its own excerpt |
 | ``alerts`` | 1 year | resolved alerts, their notifications and delivery attempts |
 
-A tier set to ``off`` keeps its data for ever. ``ingested_batches`` (the exactly-once claims) is
-not touched here.
+A tier set to ``off`` keeps its data for ever. ``ingested_batches`` (the exactly-once claims)
+follows the raw tier: with it ``off``, the claims are kept for ever too.
 
 How it stays off ingest's way:
 
@@ -241,6 +241,7 @@ class RetentionJob:
                     if table in self._tables:
                         self._purge(table, key, end, raw_cutoff, report)
                 self._purge_gpu_state(raw_cutoff, report)
+                self._purge_claims(raw_cutoff, report)
             if s.logs_s is not None:
                 self._purge("log_events", "ts_ns", None, now_ns - int(s.logs_s * NS), report)
             for step, tier_s in ((60, s.minute_s), (3600, s.hour_s), (86400, s.day_s)):
@@ -352,6 +353,24 @@ class RetentionJob:
         )
         for device_id in self._devices:
             self._batched(self._bounded_delete("gpu_state", cond), {"d": device_id, "cutoff": cutoff}, report, "gpu_state")
+
+    def _purge_claims(self, cutoff: int, report: RetentionReport) -> None:
+        """The exactly-once claims of batches received before the raw cutoff, found by
+        ``ingested_batches_received`` (revision 0008).
+
+        Why this is safe: a claim only serves to recognise a batch resent after its
+        acknowledgement was lost. A claim older than the raw tier protects only rows that are
+        themselves older than the raw cutoff (a batch's samples are taken before it is received,
+        give or take the clock-skew tolerance), so a batch resent after its claim went would land
+        below the cutoff and be deleted by the next pass. Keeping claims for ever costs a row per
+        batch (86 million a day at 1,000 devices sending a batch a second). The exception: what
+        such a batch carries for a longer tier (its log events, incidents, inventory) would be
+        stored twice; that takes an agent holding a batch unacknowledged for longer than the raw
+        tier."""
+        if "ingested_batches" not in self._tables:
+            return
+        self._batched(self._bounded_delete("ingested_batches", "received_ns < :cutoff"), {"cutoff": cutoff}, report,
+                      "ingested_batches")
 
     def _purge_incidents(self, cutoff: int, report: RetentionReport) -> None:
         """Resolved incidents that ended before the cutoff, then the kept samples no incident

@@ -123,6 +123,8 @@ ingested_batches = Table(
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
     Column("received_ns", BigInteger, nullable=False),
     Column("rows", Integer, nullable=False),
+    # Retention prunes the claims older than the raw tier by this (revision 0008).
+    Index("ingested_batches_received", "received_ns"),
 )
 
 streams = Table(

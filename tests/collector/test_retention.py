@@ -232,3 +232,74 @@ def test_retention_spec_parses_and_refuses_bad_values_in_one_line() -> None:
         "fleetscope collector: error: argument --retention: raw: '7x' is not a duration: use a number and a unit "
         "(s, m, h, d, w, y), e.g. 7d, or 'off'")
     assert json.dumps(describe(s))
+
+
+def _claims(engine: Engine) -> list[tuple]:
+    return sorted(_rows(engine, "SELECT agent_id, boot_id, seq, received_ns FROM ingested_batches"))
+
+
+def test_exactly_once_claims_older_than_the_raw_tier_are_deleted_in_batches_and_newer_ones_kept(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:  # 23 older than the cutoff (over 3 batches of 7), 12 at or after it
+            old = [{"a": "agent-old", "b": "boot", "s": i, "r": RAW_CUTOFF - 1 - i * 60 * NS} for i in range(22)]
+            old.append({"a": "agent-both", "b": "boot-1", "s": 1, "r": RAW_CUTOFF - 1})
+            new = [{"a": "agent-new", "b": "boot", "s": i, "r": RAW_CUTOFF + i * 3600 * NS} for i in range(11)]
+            new.append({"a": "agent-both", "b": "boot-2", "s": 1, "r": RAW_CUTOFF})  # at the cutoff: kept
+            conn.execute(text("INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows)"
+                              " VALUES (:a, :b, :s, :r, 10)"), old + new)
+        expected = sorted((r["a"], r["b"], r["s"], r["r"]) for r in new)
+
+        off = RetentionJob(engine, RetentionSettings(raw_s=None, batch_rows=7), owner="t", clock=lambda: NOW).run_once()
+        assert off.ran and "ingested_batches" not in off.deleted and len(_claims(engine)) == 35, "raw tier off: kept"
+
+        job = RetentionJob(engine, RetentionSettings(batch_rows=7), owner="t", clock=lambda: NOW)
+        report = job.run_once()
+        assert report.ran and report.deleted["ingested_batches"] == 23
+        assert _claims(engine) == expected
+        again = job.run_once()
+        assert again.deleted["ingested_batches"] == 0 and _claims(engine) == expected
+    finally:
+        engine.dispose()
+
+
+def test_a_recent_batch_resent_after_a_pass_is_still_a_duplicate(db_url: str) -> None:
+    """Through the real writer: the claim of a batch received a day ago survives the pass, so its
+    resend stores nothing; one received 8 days ago lost its claim, and its resend lands below the
+    raw cutoff, where the next pass deletes it."""
+    engine = make_engine(db_url)
+    try:
+        device_id = register_device(engine, pb.RegisterRequest(agent_id="id-part", boot_id="boot", name="part", sent_ns=NOW),
+                                    received_ns=NOW).device_id
+        ensure_partitions_ahead(engine, NOW - 10 * DAY, days_ahead=11)
+        old_start, recent_start = NOW - 8 * DAY, NOW - DAY
+        writer = BatchWriter(engine)
+        writer.start()
+        try:
+            assert not writer.submit(_batch_item(device_id, 1, old_start, 50)).result(60).duplicate
+            assert not writer.submit(_batch_item(device_id, 2, recent_start, 50)).result(60).duplicate
+            recent = _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=RAW_CUTOFF)
+            recent_host = _count(engine, "SELECT count(*) FROM host_samples WHERE ts_ns >= :c", c=RAW_CUTOFF)
+            assert recent == 50 and recent_host == 50
+
+            job = RetentionJob(engine, RetentionSettings(batch_rows=7), clock=lambda: NOW)
+            report = job.run_once()
+            assert report.deleted["ingested_batches"] == 1
+            assert [r[:3] for r in _claims(engine)] == [("id-part", "boot", 2)]
+
+            again = writer.submit(_batch_item(device_id, 2, recent_start, 50)).result(60)
+            assert again.duplicate, "the recent batch's claim survived the pass"
+            assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=RAW_CUTOFF) == recent
+            assert _count(engine, "SELECT count(*) FROM host_samples WHERE ts_ns >= :c", c=RAW_CUTOFF) == recent_host
+
+            resent_old = writer.submit(_batch_item(device_id, 1, old_start, 50)).result(60)
+            assert not resent_old.duplicate, "its claim went with the raw tier"
+            assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns < :c", c=RAW_CUTOFF) == 50
+        finally:
+            writer.stop()
+        job.run_once()
+        assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns < :c", c=RAW_CUTOFF) == 0
+        assert _count(engine, "SELECT count(*) FROM host_samples WHERE ts_ns < :c", c=RAW_CUTOFF) == 0
+        assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=RAW_CUTOFF) == recent
+    finally:
+        engine.dispose()

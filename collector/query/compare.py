@@ -30,6 +30,10 @@ def comparison_start(since_ns: int) -> int:
     return since_ns - since_ns % (60 * NS)
 
 
+# The GPU aggregates a comparison shows: each one left out is a SUM(...)/MAX(...) less per row read.
+_GPU_FIGURES = ("util_avg", "memory_used_avg", "power_avg", "temp_avg", "temp_max", "energy_delta_j")
+
+
 @dataclass(frozen=True)
 class GroupComparison:
     group: str
@@ -83,7 +87,9 @@ def compare_groups(
     out = []
     for group, names in groups.items():
         ids = device_ids(session, names)
-        gpu_acc, _ = fetch_samples(session, GPU, list(ids.values()), since_ns, until_ns, None, per_gpu=True)
+        gpu_acc, _ = fetch_samples(
+            session, GPU, list(ids.values()), since_ns, until_ns, None, per_gpu=True, only=_GPU_FIGURES
+        )
         lat = _operation_latency(session, names, since_ns, until_ns, operation) if operation else None
         n_all = sum(e[0] for e in gpu_acc.values())
         gpus = _gpus_of_newest_installs(session, gpu_acc)

@@ -10,8 +10,8 @@ Design, and why:
   its end. ``rollup_progress`` keeps, per device and step, where that was.
 * **In the database.** Minute rows are ``INSERT ... SELECT ... GROUP BY`` over the raw rows,
   hour rows the same over minute rows, day rows (midnight to midnight, UTC) over hour rows: no
-  sample crosses into Python. Latency histograms are the exception (their buckets are JSON maps and merge by adding counts per index), merged
-  here with ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an
+  sample crosses into Python. Latency histograms are the exception (their buckets are JSON maps
+  and merge by adding counts per index), merged here with ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an
   agent upgrade crosses has a legacy row and an exponential one; see ``proto.exponential``).
 * **One roller at a time, any number of collectors.** Each run first takes the ``rollup``
   lease (``fleetscope.collector.storage.lease``). A collector that does not hold it skips the
@@ -153,11 +153,12 @@ class RollupJob:
                 best = ts if best is None else (max(best, ts) if newest else min(best, ts))
         return best
 
-    def _oldest_source(self, conn: Connection, device_id: int, step_s: int) -> int | None:
+    @staticmethod
+    def _oldest_source(conn: Connection, device_id: int, step_s: int, oldest_raw: int | None) -> int | None:
         """Where a step with no progress mark yet starts: the device's oldest row of the step it
         is made from. Day rows added to a database that has kept hour rollups for a year start
         at the oldest hour, not at the oldest raw sample the raw tier still keeps."""
-        oldest = self._frontier(conn, device_id, newest=False)
+        oldest = oldest_raw
         source = SOURCE_STEP_S[step_s]
         if source:
             for t in (src.rollup for src in SOURCES):
@@ -176,10 +177,13 @@ class RollupJob:
             frontier = self._frontier(conn, device_id, newest=True)
             if frontier is None:
                 return True
-            starts = {}
-            for step_s in STEPS_S:
-                mark = progress.get((device_id, step_s))
-                starts[step_s] = mark if mark is not None else (self._oldest_source(conn, device_id, step_s) or frontier)
+            marks = {s: progress.get((device_id, s)) for s in STEPS_S}
+            # A step never rolled for this device starts at its source's oldest row.
+            oldest_raw = self._frontier(conn, device_id, newest=False) if None in marks.values() else None
+            starts = {
+                s: m if m is not None else (self._oldest_source(conn, device_id, s, oldest_raw) or frontier)
+                for s, m in marks.items()
+            }
         # Minutes roll up to the frontier less the settle time; each coarser step up to where the
         # step it is made from is done, in whole buckets of its own.
         done = (min(frontier, now_ns) - self.settle_ns) // (60 * NS) * (60 * NS)
@@ -251,7 +255,7 @@ class RollupJob:
             )
         )
         keys: list[ColumnElement] = []
-        if step_s == 60:
+        if SOURCE_STEP_S[step_s] == 0:  # made from raw rows
             t = src.raw.c
             bucket = bucket_of(t.ts_ns, step_ns)
             where = and_(t.device_id == device_id, t.ts_ns >= start, t.ts_ns < end)
@@ -291,7 +295,7 @@ class RollupJob:
                 lr.device_id == device_id, lr.step_s == step_s, lr.bucket_ns >= start, lr.bucket_ns < end
             )
         )
-        if step_s == 60:
+        if SOURCE_STEP_S[step_s] == 0:  # made from raw rows
             h = latency_histograms.c
             rows = conn.execute(
                 select(

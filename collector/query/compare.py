@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query._common import NS, device_ids, max_of, sum_of
+from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, sum_of
 from fleetscope.collector.query.devices import list_devices
 from fleetscope.collector.query.incidents import search_incidents
 from fleetscope.collector.query.latency import LatencyStats, latency_stats
@@ -27,7 +27,7 @@ from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK
 def comparison_start(since_ns: int) -> int:
     """Where a comparison of hours or days should start: the whole minute at or before
     ``since_ns`` (see ``compare_groups``)."""
-    return since_ns - since_ns % (60 * NS)
+    return floor_to(since_ns, 60 * NS)
 
 
 # The GPU aggregates a comparison shows: each one left out is a SUM(...)/MAX(...) less per row read.

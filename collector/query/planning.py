@@ -16,6 +16,7 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.query._common import NS, ceil_to, floor_to
+from fleetscope.collector.storage.rollup_schema import STEPS_S
 from fleetscope.collector.storage.rollups import read_progress
 
 MAX_POINTS = 1500  # per series: more than a chart's width in pixels buys nothing
@@ -28,7 +29,7 @@ RAW_STEPS_S = (2, 5, 10)
 ROLLUP_STEPS_S = (60, 120, 300, 600, 3600, 7200, 21600, 86400)
 
 Plan = list[tuple[int, int, int]]  # (table step: 86400, 3600, 60 or 0 for raw rows, lo, hi)
-STORED_STEPS_S = (86400, 3600, 60)  # the rollup tiers, coarsest first
+STORED_STEPS_S = tuple(sorted(STEPS_S, reverse=True))  # the rollup tiers, coarsest first
 TIER_NAMES = {86400: "day", 3600: "hour", 60: "minute", 0: "raw"}
 TIER_ORDER = ("day", "hour", "minute", "raw")  # how a caption lists the sources that served a read
 

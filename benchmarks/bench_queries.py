@@ -496,18 +496,14 @@ def questions(specs: list[Spec]) -> dict[str, Callable[[Any, int], object]]:
     }
 
     def compare(s: Any, now: int, span: int) -> object:
-        # The Compare page: the side-by-side figures, then p99 over time, for one operation.
-        out = query.compare_groups(
+        # The Compare page: the side-by-side figures and p99 over time, for one operation.
+        return query.compare_groups(
             session=s,
             groups=groups,
-            since_ns=query.comparison_start(now - span),
+            since_ns=query.comparison_start(now - span, now),
             until_ns=now,
             operation="infer",
         )
-        query.group_latency_series(
-            session=s, groups=groups, operation="infer", since_ns=now - span, until_ns=now
-        )
-        return out
 
     return {
         "fleet overview": lambda s, now: query.fleet_overview(session=s, now_ns=now),

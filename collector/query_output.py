@@ -300,9 +300,11 @@ def run_compare(args: argparse.Namespace) -> int:
             print(f"fleetscope compare: no device here timed {operation!r} in that range; "
                   f"timed: {', '.join(known) if known else 'nothing'}", file=sys.stderr)
             return 1
+        # The window starts on a whole bucket of the comparison's chart (see comparison_start),
+        # and what is printed is the window compared.
+        since = query.comparison_start(since, until)
         rows = query.compare_groups(session=session, groups={n: [n] for n in names},
-                                    since_ns=query.comparison_start(since), until_ns=until,
-                                    operation=operation)
+                                    since_ns=since, until_ns=until, operation=operation)
     figures = [_compare_figures(r) for r in rows]
     if args.json:
         print_json({"since_ns": since, "until_ns": until, "operation": operation, "devices": figures})

@@ -261,19 +261,9 @@ def compare(
         return q.compare_groups(
             session=s,
             groups=_groups(groups),
-            since_ns=q.comparison_start(since_ns),
+            since_ns=q.comparison_start(since_ns, until_ns),
             until_ns=until_ns,
             operation=operation,
-        )
-
-
-@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
-def group_latency(
-    db_url: str, groups: tuple[tuple[str, tuple[str, ...]], ...], operation: str, since_ns: int, until_ns: int
-) -> dict[str, q.LatencySeries | None]:
-    with _session(db_url) as s:
-        return q.group_latency_series(
-            session=s, groups=_groups(groups), operation=operation, since_ns=since_ns, until_ns=until_ns
         )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.query import DeviceSummary, GroupComparison, device_groups
+from fleetscope.collector.query import DeviceSummary, GroupComparison, comparison_start, device_groups
 from fleetscope.dashboard import charts, data, fmt, timerange
 from fleetscope.proto.vocabulary import DEVICE_KIND_SERVER
 
@@ -194,15 +194,12 @@ def _bars(results: list[GroupComparison], normalise: str) -> None:
             charts.show(spec, key=f"c_cmp_{i}")
 
 
-def _latency_over_time(groups: dict[str, list[str]], op: str, tr: timerange.TimeRange) -> None:
-    series = data.group_latency(
-        data.url(), tuple((g, tuple(m)) for g, m in groups.items()), op, tr.since_ns, tr.until_ns
-    )
+def _latency_over_time(results: list[GroupComparison], op: str, tr: timerange.TimeRange) -> None:
     rows = [
-        (float(t // 10**6), g, p)
-        for g, s in series.items()
-        if s
-        for t, p in zip(s.ts_ns, s.p99_ms)
+        (float(t // 10**6), r.group, p)
+        for r in results
+        if r.latency_series
+        for t, p in zip(r.latency_series.ts_ns, r.latency_series.p99_ms)
         if p is not None
     ]
     if not rows:
@@ -213,7 +210,7 @@ def _latency_over_time(groups: dict[str, list[str]], op: str, tr: timerange.Time
             df,
             title=f"{op}: p99 latency per group",
             unit="ms",
-            domain=(tr.since_ns // 10**6, tr.until_ns // 10**6),
+            domain=(comparison_start(tr.since_ns, tr.until_ns) // 10**6, tr.until_ns // 10**6),
             number_format=".2f",
         ),
         key="c_cmp_lat",
@@ -288,13 +285,16 @@ def render() -> None:
     results = data.compare(
         data.url(), tuple((g, tuple(m)) for g, m in groups.items()), tr.since_ns, tr.until_ns, op
     )
+    start = comparison_start(tr.since_ns, tr.until_ns)
+    # The window starts on a whole chart bucket (an hour, a day): say so where that moved it.
+    window = tr.label if start == tr.since_ns else f"{tr.label}, from {fmt.when(start, seconds=False)}"
     st.caption(
-        f"{tr.label} · energy per inference = GPU power ÷ throughput · throughput counts only the time each "
+        f"{window} · energy per inference = GPU power ÷ throughput · throughput counts only the time each "
         "device was measuring"
     )
     _bars(results, normalise)
     table = _table(results, names)
     st.dataframe(table, hide_index=True, width="stretch", key="cmp_table", height=38 + 35 * len(table))
     if op:
-        _latency_over_time(groups, op, tr)
+        _latency_over_time(results, op, tr)
     _benchmarks(groups, tr)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, undefer_group
@@ -11,6 +13,7 @@ from fleetscope.collector.errors import UnknownDevice
 from fleetscope.collector.storage.schema import Device
 
 NS = 10**9
+T = TypeVar("T")
 
 
 def device_rows(session: Session, name: str) -> list[Device]:
@@ -101,3 +104,42 @@ def sum_of(xs: Iterable[float | None]) -> float | None:
 def max_of(xs: Iterable[float | None]) -> float | None:
     v = [x for x in xs if x is not None]
     return max(v) if v else None
+
+
+class _Beside(Generic[T]):
+    """A read running on a connection of its own (``read_beside``); ``result()`` waits for it."""
+
+    def __init__(self, session: Session, read: Callable[[Session], T]) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if session.get_bind().dialect.name == "postgresql":
+            self._thread = threading.Thread(target=self._run, args=(session, read), name="fleetscope-read", daemon=True)
+            self._thread.start()
+        else:
+            self._session, self._read = session, read
+
+    def _run(self, session: Session, read: Callable[[Session], T]) -> None:
+        try:
+            with Session(bind=session.get_bind()) as own:
+                self._value = read(own)
+        except BaseException as exc:  # handed to result(), raised in the caller's thread
+            self._error = exc
+
+    def result(self) -> T:
+        if self._thread is None:
+            return self._read(self._session)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+def read_beside(session: Session, read: Callable[[Session], T]) -> _Beside[T]:
+    """Start ``read`` beside the caller's next reads, on a connection of its own, where the
+    database serves several at once (PostgreSQL): its round trips and the caller's overlap, and
+    so does one's Python work with the other's waits (psycopg releases the GIL). It sees what
+    was committed, as every reader of a live fleet does. Elsewhere (SQLite, where one file is
+    read by one process anyway, and an in-memory database is private to its connection) it runs
+    in the caller's session when ``result()`` is asked for."""
+    return _Beside(session, read)

@@ -13,21 +13,31 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, sum_of
+from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, read_beside, sum_of
 from fleetscope.collector.query.devices import list_devices
 from fleetscope.collector.query.incidents import search_incidents
-from fleetscope.collector.query.latency import LatencyStats, latency_stats
+from fleetscope.collector.query.latency import LatencySeries, LatencyStats, groups_latency
+from fleetscope.collector.query.planning import comparison_step
 from fleetscope.collector.query.series import fetch_samples
 from fleetscope.collector.query.types import DeviceSummary
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollups import GPU
 from fleetscope.collector.storage.schema import Device
 from fleetscope.proto.vocabulary import KIND_TRT_BENCHMARK
 
 
-def comparison_start(since_ns: int) -> int:
-    """Where a comparison of hours or days should start: the whole minute at or before
-    ``since_ns`` (see ``compare_groups``)."""
-    return floor_to(since_ns, 60 * NS)
+def comparison_start(since_ns: int, until_ns: int) -> int:
+    """Where a comparison of [since, until) should start: the start of the chart bucket
+    (``comparison_step``) that holds ``since``, so that the chart's first point is a whole
+    bucket like the others and every edge of the window is served by the coarsest rollups (see
+    ``compare_groups``). A month starts at the UTC midnight before it, a day at the whole hour."""
+    start = since_ns
+    for _ in range(3):  # a longer window may take a coarser step; steps nest, so this settles
+        step = comparison_step(until_ns - start) * NS
+        if start % step == 0 and floor_to(since_ns, step) == start:
+            break
+        start = floor_to(since_ns, step)
+    return start
 
 
 # The GPU aggregates a comparison shows: each one left out is a SUM(...)/MAX(...) less per row read.
@@ -51,6 +61,9 @@ class GroupComparison:
     energy_per_inference_j: float | None  # total GPU power / total throughput
     qps_per_watt: float | None
     qps_per_gpu: float | None
+    # The operation's percentiles in ``comparison_step`` buckets over the same window (None
+    # without an operation, or when it was never called).
+    latency_series: LatencySeries | None = None
 
 
 @dataclass(frozen=True)
@@ -77,31 +90,61 @@ def compare_groups(
     until_ns: int,
     operation: str | None,
 ) -> list[GroupComparison]:
-    """Side-by-side figures per group of devices over exactly [since, until).
+    """Side-by-side figures per group of devices over exactly [since, until), and the
+    operation's percentiles over the same window in ``comparison_step`` buckets (the Compare
+    page's chart: its buckets add up to the figures).
 
-    Callers that show a comparison of hours or days start it on a whole minute (see
-    ``comparison_start``): the seconds before the first whole minute are read from raw
-    samples, which past the compaction delay means decoding an hour's chunk per GPU for a few
-    seconds of data (most of a 24 h comparison's time on 200 devices).
+    Callers that show a comparison start it on a whole chart bucket (``comparison_start``):
+    the part of the window before the first whole bucket of each tier is read from the next
+    finer one, down to raw samples, which past the compaction delay means decoding an hour's
+    chunk per GPU for a few seconds of data (most of a 24 h comparison's time on 200 devices
+    when it started at an arbitrary second), and a month that starts mid-day reads up to 23
+    hour rows and 59 minute rows per GPU for its first day.
+
+    Every group is served by the same reads (GPU aggregates, then latency histograms, of all
+    the groups' devices at once), split by device afterwards: a read per group and per figure
+    cost a database round trip per tier each, most of the time on PostgreSQL.
     """
-    out = []
-    for group, names in groups.items():
-        ids = device_ids(session, names)
-        gpu_acc, _ = fetch_samples(
-            session, GPU, list(ids.values()), since_ns, until_ns, None, per_gpu=True, only=_GPU_FIGURES
+    reach = {group: device_ids(session, names) for group, names in groups.items()}  # {name or agent id: id}
+    ids_by_group = {group: set(found.values()) for group, found in reach.items()}
+    every_id = sorted({i for ids in ids_by_group.values() for i in ids})
+    installs = _installs(session, every_id)
+
+    def read_latency(s: Session) -> dict[str, tuple[LatencyStats | None, LatencySeries | None]]:
+        if not operation:
+            return {}
+        return groups_latency(
+            session=s,
+            groups=ids_by_group,
+            streams={i: name for i, (name, _first, _i) in installs.items()},
+            operation=operation,
+            since_ns=since_ns,
+            until_ns=until_ns,
+            step_s=comparison_step(until_ns - since_ns),
         )
-        lat = _operation_latency(session, names, since_ns, until_ns, operation) if operation else None
+
+    latency_read = read_beside(session, read_latency)
+    gpu_every, _ = fetch_samples(
+        session, GPU, every_id, since_ns, until_ns, None, per_gpu=True, only=_GPU_FIGURES
+    )
+    latency = latency_read.result()
+    every_device = list_devices(session=session, now_ns=until_ns)
+    out = []
+    for group in groups:
+        ids = ids_by_group[group]
+        gpu_acc = {k: v for k, v in gpu_every.items() if k[0] in ids}
+        lat, lat_series = latency.get(group, (None, None))
         n_all = sum(e[0] for e in gpu_acc.values())
-        gpus = _gpus_of_newest_installs(session, gpu_acc)
+        gpus = _gpus_of_newest_installs(installs, gpu_acc)
 
         wavg = _weighted(gpu_acc)
-        power_by_device = _power_per_name(session, gpu_acc)
+        power_by_device = _power_per_name(installs, gpu_acc)
         total_power = sum(power_by_device.values()) if power_by_device else None
         energy = sum_of(v.get("energy_delta_j") for _n, _s, v in gpu_acc.values())
         # One summary per name (its newest install: a reinstalled device's GPUs counted once).
         summaries: dict[str, DeviceSummary] = {}
-        for d in list_devices(session=session, now_ns=until_ns):
-            if (d.name in ids or d.agent_id in ids) and (
+        for d in every_device:
+            if (d.name in reach[group] or d.agent_id in reach[group]) and (
                 d.name not in summaries or d.first_seen_ns > summaries[d.name].first_seen_ns
             ):
                 summaries[d.name] = d
@@ -128,50 +171,39 @@ def compare_groups(
                 energy_per_inference_j=(total_power / qps) if total_power and qps else None,
                 qps_per_watt=(qps / total_power) if qps and total_power else None,
                 qps_per_gpu=(qps / gpus) if qps and gpus else None,
+                latency_series=lat_series,
             )
         )
     return out
 
 
-def _operation_latency(
-    session: Session, names: Sequence[str], since_ns: int, until_ns: int, operation: str
-) -> LatencyStats | None:
-    """The operation over all the group's devices and label sets; None when it was never called."""
-    stats = latency_stats(
-        session=session, devices=names, since_ns=since_ns, until_ns=until_ns, name=operation, by_labels=False
-    )
-    return stats[0] if stats and stats[0].count else None
-
-
-def _install_names(session: Session, acc: Mapping[tuple, list]) -> dict[int, tuple[str, int, int]]:
-    """{device id: (name, first seen, id)} of the installs that have rows in ``acc``."""
-    ids = {d for d, _gi, _b in acc}
+def _installs(session: Session, ids: Sequence[int]) -> dict[int, tuple[str, int, int]]:
+    """{device id: (name, first seen, id)} of these installs."""
     if not ids:
         return {}
     return {
         i: (name, first_seen, i)
         for i, name, first_seen in session.execute(
-            select(Device.id, Device.name, Device.first_seen_ns).where(Device.id.in_(ids))
+            select(Device.id, Device.name, Device.first_seen_ns).where(in_ids(Device.id, ids))
         )
     }
 
 
-def _gpus_of_newest_installs(session: Session, acc: Mapping[tuple, list]) -> int:
+def _gpus_of_newest_installs(installs: Mapping[int, tuple[str, int, int]], acc: Mapping[tuple, list]) -> int:
     """GPUs counted per name, from its newest install with readings in the window: a device
     reinstalled (a new agent id) in the window is one device with its GPUs, not two."""
-    installs = _install_names(session, acc)
     newest: dict[str, tuple[str, int, int]] = {}
-    for name, first_seen, i in installs.values():
+    for d in {d for d, _gi, _b in acc}:
+        name, first_seen, i = installs[d]
         if name not in newest or (first_seen, i) > newest[name][1:]:
             newest[name] = (name, first_seen, i)
     keep = {i for _n, _f, i in newest.values()}
     return len({(d, gi) for d, gi, _b in acc if d in keep})
 
 
-def _power_per_name(session: Session, acc: Mapping[tuple, list]) -> dict[str, float]:
+def _power_per_name(installs: Mapping[int, tuple[str, int, int]], acc: Mapping[tuple, list]) -> dict[str, float]:
     """{name: sum over its GPUs of mean power}, each GPU's mean weighted by samples across the
     name's installs (a reinstall in the window does not double a device's GPUs)."""
-    installs = _install_names(session, acc)
     per_gpu: dict[tuple[str, int], list[float]] = {}  # (name, gpu index) -> [sum of power*n, n]
     for (d, gi, _b), (n, _span, v) in acc.items():
         if v.get("power_avg") is not None:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from fleetscope.collector.errors import UnknownIncidentKind
 from fleetscope.collector.query._common import NS, device_ids
 from fleetscope.collector.query.types import IncidentView
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollups import bucket_of
 from fleetscope.collector.storage.schema import Device, Incident
 from fleetscope.proto.vocabulary import INCIDENT_KINDS, INCIDENT_OPEN, RECORD_KINDS
@@ -98,9 +99,9 @@ def _filters(
     if open_only:
         q = q.where(Incident.state == INCIDENT_OPEN, Incident.kind.not_in(sorted(RECORD_KINDS)))
     if devices is not None:
-        q = q.where(Incident.device_id.in_(list(device_ids(session, devices).values())))
+        q = q.where(in_ids(Incident.device_id, list(device_ids(session, devices).values())))
     if labels:
-        q = q.where(Incident.device_id.in_(labelled_device_ids(session, labels)))
+        q = q.where(in_ids(Incident.device_id, labelled_device_ids(session, labels)))
     if severities:
         q = q.where(Incident.severity.in_(list(severities)))
     return q

@@ -22,6 +22,7 @@ from sqlalchemy import and_, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.query.devices import ONLINE_WITHIN_NS
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollup_schema import rollup_progress
 from fleetscope.collector.storage.schema import (
     GPU_SAMPLE_COLUMNS,
@@ -139,7 +140,7 @@ def _newest(session: Session, table: Any, ids: list[int], *extra: Any) -> dict[i
     newest = (
         select(func.max(table.c.ts_ns)).where(table.c.device_id == Device.id, *extra).correlate(Device).scalar_subquery()
     )
-    rows = session.execute(select(Device.id, newest).where(Device.id.in_(ids))).all()
+    rows = session.execute(select(Device.id, newest).where(in_ids(Device.id, ids))).all()
     return {int(d): int(ts) for d, ts in rows if ts is not None}
 
 
@@ -195,7 +196,7 @@ def latest_readings(
     if pairs:
         newest_state = (
             select(gpu_state.c.device_id, gpu_state.c.gpu_index, func.max(gpu_state.c.ts_ns).label("ts"))
-            .where(gpu_state.c.device_id.in_(sorted({d for d, _ in pairs})))
+            .where(in_ids(gpu_state.c.device_id, sorted({d for d, _ in pairs})))
             .group_by(gpu_state.c.device_id, gpu_state.c.gpu_index)
             .subquery()
         )

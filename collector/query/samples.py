@@ -27,6 +27,7 @@ from fleetscope.collector.storage.chunk_reader import (
     read_gpu_chunk_rows,
     read_host_chunk_rows,
 )
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.schema import (
     GPU_SAMPLE_COLUMNS,
     GPU_STATE_COLUMNS,
@@ -141,7 +142,7 @@ def _aggregate(
     import numpy as np
 
     c = table.c
-    where = (c.device_id.in_(ids), c.ts_ns >= lo, c.ts_ns < hi)
+    where = (in_ids(c.device_id, ids), c.ts_ns >= lo, c.ts_ns < hi)
     cols: list[Any] = [func.count()]
     for name, _unit, _of in metrics:
         col = c[name]
@@ -215,7 +216,7 @@ def _last(session: Session, table: Any, ids: list[int], lo: int, hi: int, key: A
     import numpy as np
 
     c = table.c
-    q = select(c.ts_ns, c[name]).where(c.device_id.in_(ids), c.ts_ns >= lo, c.ts_ns < hi, c[name].is_not(None))
+    q = select(c.ts_ns, c[name]).where(in_ids(c.device_id, ids), c.ts_ns >= lo, c.ts_ns < hi, c[name].is_not(None))
     if key is not None:
         q = q.where(key == index)
     row = session.execute(q.order_by(c.ts_ns.desc()).limit(1)).first()
@@ -241,7 +242,7 @@ def _total(session: Session, table: Any, ids: list[int], lo: int, hi: int, key: 
 
     if key is None:
         c = table.c
-        v = session.execute(select(func.max(c[total_col])).where(c.device_id.in_(ids), c.ts_ns >= lo, c.ts_ns < hi)).scalar()
+        v = session.execute(select(func.max(c[total_col])).where(in_ids(c.device_id, ids), c.ts_ns >= lo, c.ts_ns < hi)).scalar()
         if len(chunked) and total_col in chunked.values:
             in_chunks = chunked.values[total_col]
             if not np.isnan(in_chunks).all():
@@ -249,7 +250,7 @@ def _total(session: Session, table: Any, ids: list[int], lo: int, hi: int, key: 
                 v = top if v is None else max(float(v), top)
         return _f(v) or None
     s = gpu_state.c
-    base = select(s[total_col]).where(s.device_id.in_(ids), s.gpu_index == index, s[total_col].is_not(None))
+    base = select(s[total_col]).where(in_ids(s.device_id, ids), s.gpu_index == index, s[total_col].is_not(None))
     v = session.execute(base.where(s.ts_ns < hi).order_by(s.ts_ns.desc()).limit(1)).scalar()
     if v is None:
         v = session.execute(base.where(s.ts_ns >= hi).order_by(s.ts_ns).limit(1)).scalar()
@@ -259,7 +260,7 @@ def _total(session: Session, table: Any, ids: list[int], lo: int, hi: int, key: 
 def last_sample_ns(*, session: Session, device: str) -> int | None:
     """When the newest host or GPU sample of a device (every install of a name) was taken; None: none."""
     ids = [d.id for d in device_rows(session, device)]
-    times = [session.execute(select(func.max(t.c.ts_ns)).where(t.c.device_id.in_(ids))).scalar()
+    times = [session.execute(select(func.max(t.c.ts_ns)).where(in_ids(t.c.device_id, ids))).scalar()
              for t in (host_samples, gpu_samples)]
     times.append(newest_chunked_ns(session, ids))  # the tail keeps the newest rows; all may be folded
     present = [int(t) for t in times if t is not None]
@@ -273,7 +274,7 @@ def count_samples(*, session: Session, device: str | None = None) -> dict[str, i
     for name, table in (("host", host_samples), ("gpu", gpu_samples)):
         q = select(func.count()).select_from(table)
         if ids is not None:
-            q = q.where(table.c.device_id.in_(ids))
+            q = q.where(in_ids(table.c.device_id, ids))
         out[name] += int(session.execute(q).scalar_one())
     return out
 

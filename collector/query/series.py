@@ -28,6 +28,7 @@ from fleetscope.collector.query.planning import (
 )
 from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.chunk_reader import chunk_buckets
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollups import (
     GPU,
     HOST,
@@ -160,14 +161,14 @@ def fetch_samples(
         for table_step, a, b in stretches:
             if table_step == 0:
                 t = src.raw.c
-                ts, where = t.ts_ns, [t.device_id.in_(ids), t.ts_ns >= a, t.ts_ns < b]
+                ts, where = t.ts_ns, [in_ids(t.device_id, ids), t.ts_ns >= a, t.ts_ns < b]
                 values = raw_aggregates(src)
                 from_ = src.raw
                 used.add("raw")
             else:
                 t = src.rollup.c
                 ts = t.bucket_ns
-                where = [t.device_id.in_(ids), t.step_s == table_step, t.bucket_ns >= a, t.bucket_ns < b]
+                where = [in_ids(t.device_id, ids), t.step_s == table_step, t.bucket_ns >= a, t.bucket_ns < b]
                 values = rollup_aggregates(src)
                 from_ = src.rollup
                 used.add(TIER_NAMES[table_step])

@@ -148,6 +148,19 @@ def test_group_latency_and_compare_equal_the_row_by_row_reader(db_url: str) -> N
                 assert (c.latency.count, c.latency.errors, c.latency.p50_ms, c.latency.p90_ms,
                         c.latency.p99_ms) == whole
                 assert c.latency.qps == pytest.approx(ref["qps"])
+                # The chart beside the figures: the same window in comparison_step buckets (the
+                # first holds only the part from `since`), read by the same query.
+                step_ns = comparison_step(now - since) * S
+                ref_series = _reference(rows, {ids[n] for n in groups[c.group]}, since, now, step_ns)
+                assert c.latency_series is not None
+                assert c.latency_series.ts_ns == sorted(ref_series["buckets"])
+                assert list(zip(c.latency_series.count, c.latency_series.errors, c.latency_series.p50_ms,
+                                c.latency_series.p90_ms, c.latency_series.p99_ms)) == [
+                    ref_series["buckets"][t] for t in c.latency_series.ts_ns]
+                assert sum(c.latency_series.count) == c.latency.count
+            (no_op,) = query.compare_groups(session=s, groups={"A": groups["A"]}, since_ns=since, until_ns=now,
+                                            operation=None)
+            assert no_op.latency is None and no_op.latency_series is None
     finally:
         engine.dispose()
 
@@ -196,9 +209,17 @@ def test_a_reinstalled_device_counts_its_gpus_once(db_url: str) -> None:
         engine.dispose()
 
 
-def test_a_comparison_starts_on_the_whole_minute_before_its_window() -> None:
-    """What the Compare page and `fleetscope compare` pass: never later than asked, at most a
-    minute earlier, and on a minute boundary (no raw seconds read before the minute rollups)."""
-    for since in (T_ALIGNED := 1_800_000_000 * S, T_ALIGNED + 1, T_ALIGNED + 59 * S + 999, T_ALIGNED - 1):
-        got = query.comparison_start(since)
-        assert got % (60 * S) == 0 and since - 60 * S < got <= since
+def test_a_comparison_starts_on_the_whole_chart_bucket_that_holds_its_start() -> None:
+    """What the Compare page and `fleetscope compare` pass: never later than asked, less than one
+    chart bucket earlier, and on a boundary of that bucket (an hour for a day, a UTC midnight
+    for a month), so that the edges are read from the coarsest rollups."""
+    day = 24 * H
+    aligned = 1_800_000_000 * S - 1_800_000_000 * S % day  # a UTC midnight
+    for span in (10 * 60 * S, H, 6 * H, day, 7 * day, 30 * day):
+        for until in (aligned + 5 * day, aligned + 5 * day + 1, aligned + 5 * day + 13 * H + 59 * 60 * S + 999):
+            since = until - span
+            got = query.comparison_start(since, until)
+            step = comparison_step(until - got) * S
+            assert got % step == 0 and since - step < got <= since, (span, until)
+    assert query.comparison_start(aligned - 30 * day + 3 * H, aligned + 3 * H) == aligned - 30 * day
+    assert query.comparison_start(aligned - day + 90 * 60 * S, aligned + 90 * 60 * S) == aligned - day + H

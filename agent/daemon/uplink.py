@@ -160,6 +160,8 @@ class Uplink:
         self._thread: threading.Thread | None = None
         self._address_index = 0
         self._connects = 0
+        # Tries in a row that an address ended as soon as the connection opened (see _run).
+        self._closed_at_once: dict[str, int] = {}
         self.status = UplinkStatus()
         self._call: grpc.Future | None = None
 
@@ -204,6 +206,7 @@ class Uplink:
         while not self._stop.is_set():
             address = self._addresses[self._address_index % len(self._addresses)]
             acked_before = self.status.acked
+            closed_at_once = False
             try:
                 self._session(address)
             except grpc.RpcError as exc:
@@ -219,9 +222,18 @@ class Uplink:
                     self._retry_after_s = _retry_after(exc)
                     log.warning("collector %s: %s (%s); retrying after %.1f s", address, code.name, detail, self._retry_after_s)
                 elif (code == grpc.StatusCode.UNAVAILABLE and self._tls is None and "Socket closed" in str(detail)
-                      and not self._connects):  # never registered anywhere: a collector that died mid-stream is not TLS
-                    log.error("collector %s closed the connection at once (%s): does it use TLS? give --tls-ca", address, detail)
-                    self.status.last_error += " (does the collector use TLS? give --tls-ca)"
+                      and not self._connects):
+                    # A TLS collector ends a plaintext connection at once, every time; so does a
+                    # collector that dies while this agent connects, once, and the next try is
+                    # refused. Only the same answer twice in a row from never-registered-with
+                    # addresses points at TLS.
+                    closed_at_once = True
+                    if self._closed_at_once.get(address, 0) >= 1:
+                        log.error("collector %s closed the connection at once, again (%s): does it use TLS? give --tls-ca",
+                                  address, detail)
+                        self.status.last_error += " (does the collector use TLS? give --tls-ca)"
+                    else:
+                        log.warning("collector %s closed the connection at once (%s); retrying", address, detail)
                 elif code == grpc.StatusCode.UNAVAILABLE and "handshake" in str(detail).lower():
                     log.error("TLS with collector %s failed (%s): check --tls-ca, the collector's certificate "
                               "(names, expiry) and, for mutual TLS, --tls-cert/--tls-key", address, detail)
@@ -233,6 +245,7 @@ class Uplink:
             finally:
                 self.status.connected = False
                 self._call = None
+            self._closed_at_once[address] = self._closed_at_once.get(address, 0) + 1 if closed_at_once else 0
             if self._stop.is_set():
                 break
             self._address_index += 1

@@ -91,7 +91,10 @@ def answers(url: str, until_ns: int) -> list[Any]:
             out: list[Any] = [devices, query.count_samples(session=s)]
             for name in names:
                 out.append(query.device_metrics(session=s, device=name, since_ns=since, until_ns=until_ns))
-                out.append(query.search_logs(session=s, device=name, since_ns=since, until_ns=until_ns))
+                # Lines with the same timestamp (read in one poll, or from two sources in one tick)
+                # come in each database's storage order: compared as one set per timestamp.
+                logs = query.search_logs(session=s, device=name, since_ns=since, until_ns=until_ns)
+                out.append(sorted(logs, key=lambda line: (line.ts_ns, line.source, line.message)))
                 # Chart averages are summed in SQL, in an order each database picks: equal to the last bits.
                 out.append(_rounded(query.device_series(session=s, device=name, since_ns=since, until_ns=until_ns)))
             out.append(query.search_incidents(session=s, since_ns=since, until_ns=until_ns))

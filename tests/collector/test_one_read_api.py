@@ -210,6 +210,9 @@ def test_logs(stored, db_url: str, dashboard, spy, capsys) -> None:  # type: ign
 
 
 def test_latency(stored, db_url: str, dashboard, spy, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`fleetscope latency` reads `latency_stats`; the Compare page reads `compare_groups`, whose
+    figures (and the p99 chart beside them) come from one read of the groups' histograms. The
+    operation's figures must be the same through both."""
     t0 = stored
     calls = spy("latency_stats")
     (printed,) = json.loads(
@@ -228,18 +231,21 @@ def test_latency(stored, db_url: str, dashboard, spy, capsys) -> None:  # type: 
         )
     )["latency"]
     _, cli_answer = calls.one_call("the CLI")
+    comparisons = spy("compare_groups")
     # The Compare page's question for a group of this one device: the same operation, label sets merged.
     (compared,) = dashboard.compare(
         query.normalise_url(db_url), (("A", (DEVICE,)),), t0 - 3600 * S, time.time_ns() + S, "infer"
     )
-    _, dashboard_answer = calls.one_call("the dashboard")
-    ((cli_stats,), (dashboard_stats,)) = cli_answer, dashboard_answer
-    assert compared.latency == dashboard_stats
+    _, (dashboard_answer,) = comparisons.one_call("the dashboard")
+    (cli_stats,) = cli_answer
+    dashboard_stats = dashboard_answer.latency
+    assert compared == dashboard_answer and dashboard_stats is not None
     assert (cli_stats.labels, dashboard_stats.labels) == ({"model": "resnet"}, {}), (
         "one label set, merged or not"
     )
     figures = ("count", "errors", "window_s", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "qps")
     assert [getattr(cli_stats, f) for f in figures] == [getattr(dashboard_stats, f) for f in figures]
+    assert dashboard_answer.latency_series is not None and sum(dashboard_answer.latency_series.count) == 600
     assert (cli_stats.count, cli_stats.errors, cli_stats.window_s) == (600, 0 + 1 + 2, 30.0)
     assert cli_stats.qps == pytest.approx(20.0), "600 calls over 30 measured seconds"
     assert (printed["count"], printed["p99_ms"], printed["calls_per_s"]) == (

@@ -4,27 +4,49 @@ database outage; every sample stored exactly once, flat collector memory, bounde
     python benchmarks/bench_soak.py                        # 1,000 devices, 10 minutes
     python benchmarks/bench_soak.py --devices 300 --minutes 3
     python benchmarks/bench_soak.py --pg-cluster "15 soak" --pg-port 5433   # a cluster of its own
+    python benchmarks/bench_soak.py --load agents --devices 300   # real agents: spool and uplink too
 
 What runs, all real: ``--devices`` simulated devices (``agent/tools/simulate.py``'s samplers) at
-1 Hz, each a real ``Agent`` (on-disk spool, batcher, uplink, its own gRPC stream), spread over
-``--agent-processes`` processes; two ``fleetscope collector`` processes on one PostgreSQL
-database, on 127.0.0.1 and 127.0.0.2 with one port, which every agent reaches as one target
+1 Hz, each with its own gRPC stream; two ``fleetscope collector`` processes on one PostgreSQL
+database, on 127.0.0.1 and 127.0.0.2 with one port, which every device reaches as one target
 with two addresses (``ipv4:127.0.0.1:P,127.0.0.2:P``: gRPC's pick_first over a shuffled list,
 what a DNS name with two A records gives). During the run: collector A is killed with SIGKILL
 and restarted twice (at 20 % and 70 % of the run), and the database is stopped once
-(``pg_ctlcluster --skip-systemctl-redirect VERSION NAME stop``, at 45 %) for ``--db-outage``;
+(``pg_ctlcluster --skip-systemctl-redirect VERSION NAME stop``, at 45 %) for ``--db-outage-s``;
 a ``finally`` starts it again whatever happens.
 
-At the end the samplers stop, the spools drain, and it prints: host and GPU rows sent and
-stored per device (every device must match exactly, no duplicates), each collector's RSS over
-the run (min/median/max and its least-squares slope in MiB/min after the first minute), and
-the ingest lag over time: every 5 s, how far the newest stored host sample of the worst device
-is behind now (a device's backlog is sent oldest first, so this is the age of what it has not
-delivered, plus up to a batch interval), against the longest outage plus a margin (the
-agents' backoff cap, 30 s, plus two batches).
+What simulates the devices (``--load``; the collectors and the database are the same either way):
+
+* ``streams`` (the default): ``soak_streams.py``, one asyncio process (``--stream-processes``,
+  default 1) in which each device is one real ``Ingest/Stream`` stream speaking the agent's wire
+  protocol with the agent's own code (registration, device key, batches built and stamped as
+  the agent does, a window of 16 in flight, acks by seq, the uplink's channel options, failover
+  and backoff, every unacknowledged batch resent after a reconnect), but no spool: what is not
+  acknowledged is kept in memory. It exercises the collectors, the database, the wire protocol,
+  failover and resend at fleet scale. Its readings are ``SimulatedSampler``'s, fresh every
+  ``--fresh-every`` seconds (default 10) and re-stamped in between, because a fresh reading
+  costs more than everything else the device does. Measured on this 2-core machine (another job
+  running beside it, 100-200 devices): 0.6-0.75 ms of CPU per device per second with a batch
+  every 5 s and about 0.9 ms with a batch every second in steady state (0.8-0.9 and 1.2 ms with
+  every reading fresh, ``--fresh-every 1``); over whole soaks, kills and outage included, 0.8 and
+  1.1 ms. So one process carries 1,000 devices batching every 5 s (under one core: its Python
+  thread does 85-90 % of the work); batching every second, give it ``--stream-processes 2``.
+* ``agents``: a real ``Agent`` per device (on-disk spool, batcher, uplink, a thread per agent),
+  spread over ``--agent-processes`` processes (this file's ``--worker``): also exercises the
+  agent's spool and uplink, at 2-3.5 ms of CPU per device per second (below), so 1,000 devices
+  need 4-6 cores for the harness alone.
+
+At the end the samplers stop, every device delivers what is unacknowledged (``--drain-s``), and
+it prints: host and GPU rows sent and stored per device (every device must match exactly, no
+duplicates), each collector's RSS over the run (min/median/max and its least-squares slope in
+MiB/min after the first minute), the ingest lag over time: every 5 s, how far the newest stored
+host sample of the worst device is behind now (a device's backlog is sent oldest first, so this
+is the age of what it has not delivered, plus up to a batch interval), against the longest
+outage plus a margin (the agents' backoff cap, 30 s, plus two batches), and, not as a check,
+the CPU the load generator and each collector used per device per second while sampling.
 Exits 1 when a check fails.
 
-What the harness itself costs, and what it leaves out: a real device runs one agent in a process
+What ``--load agents`` costs, and what it leaves out: a real device runs one agent in a process
 of its own; here hundreds share a process. What a real agent does per process (read its CPU time
 and RSS for its counters, trim the heap every 10 s) is therefore done once per agent process
 (``--per-agent-overhead`` does it per agent, as before), and the agents poll no log files between
@@ -56,6 +78,7 @@ TOKEN = "soak-token"
 BACKOFF_MAX_S = 30.0  # AgentSettings' default: the longest an agent waits between tries
 REPORT_EVERY_S = 5.0  # an agent process's reports: each costs every agent's spool lock, under a busy GIL
 LAG_EVERY_S = 5.0
+WARM_UP_S = 15.0  # the load generator's CPU is measured from here on: start-up and registrations left out
 
 
 # -- the agent side (run with --worker) ------------------------------------------------------
@@ -192,6 +215,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process, all its threads, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def rss_mib(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -212,6 +245,8 @@ class Collector:
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
         self.rss: list[tuple[float, float, int]] = []  # (time since start of run, MiB, incarnation)
+        # incarnation -> ((t, CPU s) at its first sample, at its latest): its CPU rate while sampled
+        self.cpu: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
         self.incarnation = 0
 
     def start(self) -> None:
@@ -245,22 +280,39 @@ class Collector:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def sample_rss(self, t: float) -> None:
+    def sample_usage(self, t: float) -> None:
         if self.proc is not None and self.proc.poll() is None:
             mib = rss_mib(self.proc.pid)
             if mib is not None:
                 self.rss.append((t, mib, self.incarnation))
+            cpu = cpu_seconds(self.proc.pid)
+            if cpu is not None:
+                first = self.cpu.get(self.incarnation, ((t, cpu), (t, cpu)))[0]
+                self.cpu[self.incarnation] = (first, (t, cpu))
+
+    def cpu_used(self) -> tuple[float, float]:
+        """(CPU seconds, seconds) between the samples of each incarnation so far: leaves out each
+        one's start-up and, for a killed one, its last seconds."""
+        used = span = 0.0
+        for (t0, c0), (t1, c1) in self.cpu.values():
+            used, span = used + c1 - c0, span + t1 - t0
+        return used, span
 
 
 class Worker:
-    """One agent process and the reports it prints."""
+    """One load-generator process (``soak_streams.py``, or this file's agent ``--worker``) and the
+    reports it prints; both print the same report lines."""
 
     def __init__(self, args: argparse.Namespace, first: int, count: int, target: str, state: Path) -> None:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--first", str(first), "--count", str(count),
-               "--target", target, "--state", str(state), "--gpus-per-server", str(args.gpus_per_server),
-               "--drain-s", str(args.drain_s), "--log-poll-s", str(args.log_poll_s),
-               "--batch-interval", str(args.batch_interval),
-               *(["--per-agent-overhead"] if args.per_agent_overhead else [])]
+        common = ["--first", str(first), "--count", str(count), "--target", target,
+                  "--gpus-per-server", str(args.gpus_per_server), "--drain-s", str(args.drain_s),
+                  "--batch-interval", str(args.batch_interval)]
+        if args.load == "streams":
+            cmd = [sys.executable, str(Path(__file__).resolve().with_name("soak_streams.py")), *common, "--token", TOKEN,
+                   "--fresh-every", str(args.fresh_every)]
+        else:
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", *common, "--state", str(state),
+                   "--log-poll-s", str(args.log_poll_s), *(["--per-agent-overhead"] if args.per_agent_overhead else [])]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.last: dict = {}
         self.final: dict | None = None
@@ -386,12 +438,16 @@ def run(args: argparse.Namespace) -> int:
 
     lag_thread = threading.Thread(target=watch_lag, daemon=True)
     failures: list[str] = []
-    print(f"soak: {args.devices} devices at 1 Hz, a batch every {args.batch_interval:g} s, in {args.agent_processes} processes -> 2 collectors "
+    collector_cpu = [(0.0, 0.0) for _ in collectors]  # (CPU s, s) of each collector slot while sampling
+    cpu_from: tuple[float, list[float | None]] | None = None  # (t, each load process's CPU s) after the warm-up
+    cpu_to: tuple[float, list[float | None]] | None = None  # the same when sampling stops
+    print(f"soak: {args.devices} devices at 1 Hz, a batch every {args.batch_interval:g} s, as {args.load} in {args.processes} "
+          f"process{'es' if args.processes > 1 else ''} -> 2 collectors "
           f"({target}) on {db_url.rsplit('@', 1)[1]}, {args.minutes:g} min; work in {work}", flush=True)
     try:
         for c in collectors:
             c.start()
-        per = -(-args.devices // args.agent_processes)
+        per = -(-args.devices // args.processes)
         for first in range(0, args.devices, per):
             workers.append(Worker(args, first, min(per, args.devices - first), target, work / "spools"))
         events = [(0.20, "kill"), (0.45, "db"), (0.70, "kill")]
@@ -420,7 +476,9 @@ def run(args: argparse.Namespace) -> int:
                 continue
             t = time.monotonic() - start
             for c in collectors:
-                c.sample_rss(t)
+                c.sample_usage(t)
+            if cpu_from is None and t >= min(WARM_UP_S, duration / 4):
+                cpu_from = (t, [cpu_seconds(w.proc.pid) for w in workers])
             reports = [w.last for w in workers if w.last]
             if t >= next_print:
                 next_print += 15
@@ -428,17 +486,19 @@ def run(args: argparse.Namespace) -> int:
                 if reports:
                     print(f"  [{t:5.0f}s] {sum(r['connected'] for r in reports)}/{args.devices} streaming, "
                           f"{sum(r['host'] for r in reports)} host + {sum(r['gpu'] for r in reports)} GPU rows sampled, "
-                          f"spools hold {sum(r['backlog'] for r in reports)} batches; worst device's lag "
+                          f"{sum(r['backlog'] for r in reports)} batches unacknowledged; worst device's lag "
                           f"{lag_series[-1][1] if lag_series else float('nan'):.1f} s; RSS {rss}", flush=True)
             time.sleep(REPORT_EVERY_S)
-        print("  sampling stops; draining the spools", flush=True)
+        cpu_to = (time.monotonic() - start, [cpu_seconds(w.proc.pid) for w in workers])
+        collector_cpu = [c.cpu_used() for c in collectors]
+        print("  sampling stops; draining what is unacknowledged", flush=True)
         for w in workers:
             w.finish()
         drain_start = time.monotonic()
         while any(w.final is None and w.proc.poll() is None for w in workers) and time.monotonic() - drain_start < args.drain_s + 60:
             t = time.monotonic() - start
             for c in collectors:
-                c.sample_rss(t)
+                c.sample_usage(t)
             time.sleep(1.0)
         for w in workers:
             try:
@@ -458,15 +518,15 @@ def run(args: argparse.Namespace) -> int:
     # -- figures and checks -------------------------------------------------------------------
     finals = [w.final for w in workers]
     if any(f is None for f in finals):
-        failures.append("an agent process did not report its final counts")
+        failures.append("a load process did not report its final counts")
     sent: dict[str, list[int]] = {}
     for f in finals:
         if f is not None:
             sent.update(f["final"])
             if f["undrained"]:
-                failures.append(f"{f['undrained']} batches still in spools after {args.drain_s:g} s of draining")
+                failures.append(f"{f['undrained']} batches still unacknowledged after {args.drain_s:g} s of draining")
             if f["dropped"]:
-                failures.append(f"{f['dropped']} batches dropped by full spools")
+                failures.append(f"{f['dropped']} batches dropped ({'full spools' if args.load == 'agents' else '--max-unacked'})")
             if f["rejected"]:
                 failures.append(f"{f['rejected']} batches rejected by a collector")
     stored = stored_rows(db_url)
@@ -508,6 +568,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"  worst {worst:.1f} s; bound: the longest outage {longest_outage:.1f} s + backoff cap {BACKOFF_MAX_S:g} s + two batches {2 * args.batch_interval:g} s = {bound:.1f} s")
     if worst > bound:
         failures.append(f"ingest lag reached {worst:.1f} s, above {bound:.1f} s")
+    print("\nCPU while sampling (ms of CPU per device per second; not a check)")
+    if cpu_from is not None and cpu_to is not None and cpu_to[0] > cpu_from[0]:
+        used = [b - a for a, b in zip(cpu_from[1], cpu_to[1], strict=True) if a is not None and b is not None]
+        rate = sum(used) / (cpu_to[0] - cpu_from[0])
+        print(f"  load generator ({args.load}, {args.processes} process{'es' if args.processes > 1 else ''}): "
+              f"{1000 * rate / args.devices:.2f} ms ({rate:.2f} cores), from {cpu_from[0]:.0f} s to {cpu_to[0]:.0f} s")
+    for c, (used_s, span_s) in zip(collectors, collector_cpu, strict=True):
+        if span_s > 0:
+            print(f"  collector {c.label}: {1000 * used_s / span_s / args.devices:.2f} ms ({used_s / span_s:.2f} cores), "
+                  f"over {span_s:.0f} s of its {c.incarnation} runs")
     if not args.keep_db:
         try:
             admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=10)
@@ -530,7 +600,17 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog="See the module docstring for what runs and what is checked.")
     p.add_argument("--devices", type=int, default=1000, help="simulated devices, half GPU servers, half Jetsons (default 1000)")
     p.add_argument("--minutes", type=float, default=10.0, help="length of the run before draining (default 10)")
-    p.add_argument("--agent-processes", type=int, default=4, help="processes the devices are spread over (default 4)")
+    p.add_argument("--load", choices=("streams", "agents"), default="streams",
+                   help="what simulates the devices: streams, a gRPC stream per device from soak_streams.py's "
+                        "event loop (light); agents, a real Agent per device with spool and uplink (about 4-6 cores "
+                        "at 1,000 devices). Default streams")
+    p.add_argument("--stream-processes", type=int, default=1,
+                   help="--load streams: processes the devices are spread over (default 1)")
+    p.add_argument("--fresh-every", type=int, default=10, metavar="TICKS",
+                   help="--load streams: a fresh simulated reading every TICKS seconds, the last one re-stamped in "
+                        "between (1: all fresh, as the agents; default 10)")
+    p.add_argument("--agent-processes", type=int, default=4,
+                   help="--load agents: processes the devices are spread over (default 4)")
     p.add_argument("--gpus-per-server", type=int, default=8, help="GPUs of each simulated server (default 8)")
     p.add_argument("--pg-cluster", default="15 main", metavar="'VERSION NAME'",
                    help="the cluster pg_ctlcluster stops and starts (default '15 main')")
@@ -540,13 +620,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-interval", type=float, default=1.0, metavar="S",
                    help="seconds between an agent's batches (the agent's --batch-interval; samples stay at 1 Hz). "
                         "A large fleet on a thin link sends every few seconds: fewer messages and commits per sample (default 1)")
-    p.add_argument("--drain-s", type=float, default=180.0, help="how long the spools get to drain at the end (default 180)")
+    p.add_argument("--drain-s", type=float, default=180.0,
+                   help="how long the devices get at the end to deliver what is unacknowledged (default 180)")
     p.add_argument("--keep-db", action="store_true", help="keep the soak's database (dropped by default)")
     p.add_argument("--log-poll-s", type=float, default=0.0,
-                   help="how often each agent polls its (absent) log files between samples; 0: only at each sample "
-                        "(default 0; a real agent's default is 0.25)")
+                   help="--load agents: how often each agent polls its (absent) log files between samples; 0: only "
+                        "at each sample (default 0; a real agent's default is 0.25)")
     p.add_argument("--per-agent-overhead", action="store_true",
-                   help="let every agent read its process's CPU time and RSS and trim the heap itself, as if it "
+                   help="--load agents: let every agent read its process's CPU time and RSS and trim the heap itself, as if it "
                         "had the process to itself (default: once per agent process)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
@@ -556,8 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.worker:
         return run_worker(args)
-    if args.devices < 1 or args.agent_processes < 1 or args.minutes <= 0:
-        p.error("--devices, --agent-processes and --minutes must be positive")
+    if min(args.devices, args.agent_processes, args.stream_processes, args.fresh_every) < 1 or args.minutes <= 0:
+        p.error("--devices, --stream-processes, --agent-processes, --fresh-every and --minutes must be positive")
+    if args.batch_interval <= 0 or args.drain_s < 0:
+        p.error("--batch-interval must be positive and --drain-s 0 or more")
+    args.processes = min(args.devices, args.stream_processes if args.load == "streams" else args.agent_processes)
     if len(args.pg_cluster.split()) != 2:
         p.error("--pg-cluster is 'VERSION NAME', e.g. '15 main'")
     return run(args)

@@ -554,6 +554,15 @@ def run(args: argparse.Namespace) -> int:
         trend = slope_mib_per_min([(t, m) for t, m, inc in c.rss if inc == longest and (t, m) in settled])
         print(f"  {c.label}: min {min(values):.0f}, median {statistics.median(values):.0f}, max {max(values):.0f} "
               f"({len(values)} samples, {c.incarnation} starts); slope of its longest run {trend:+.2f} MiB/min")
+    # A collector's RSS steps when it takes over the streams of a killed one or replays a backlog;
+    # whether it is flat shows between events: from 30 s after the last one to the end of sampling.
+    quiet_from = max((end for _, _, end in outages), default=0.0) + 30
+    for c in collectors:
+        quiet = [(t, m) for t, m, _ in c.rss if quiet_from <= t <= duration]
+        if len(quiet) >= 3:
+            ms = [m for _, m in quiet]
+            print(f"  {c.label} since the last event ({quiet_from:.0f}-{duration:.0f} s, {len(quiet)} samples): "
+                  f"min {min(ms):.0f}, max {max(ms):.0f}, slope {slope_mib_per_min(quiet):+.2f} MiB/min")
     print("\ningest lag (how far the worst device's newest stored sample was behind, every 5 s)")
     longest_outage = max((end - begin for _, begin, end in outages), default=0.0)
     bound = longest_outage + BACKOFF_MAX_S + 2 * args.batch_interval

@@ -202,12 +202,7 @@ class SimulatedDevice:
         records = self.sampler.sample(time.time_ns())
         self.host_rows += len(records.host)
         self.gpu_rows += len(records.gpu)
-        p = self._pending
-        p.host.extend(records.host)
-        p.gpu.extend(records.gpu)
-        p.metrics.extend(records.metrics)
-        p.logs.extend(records.logs)
-        p.incidents.extend(records.incidents)
+        self._pending.add(records)
 
     def flush(self) -> None:
         """The pending records as batches, stamped as the agent's flush stamps them before spooling."""

@@ -18,6 +18,7 @@ from fleetscope.agent.records import (
     LogEvent,
     ProcessUsage,
 )
+from fleetscope.agent.samplers._base import SampleSet
 from fleetscope.proto.columns import GPU_COLUMNS, HOST_COLUMNS, PROCESS_COLUMNS, fill_column
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -48,6 +49,14 @@ class Pending:
     inventory_records: list[pb.InventoryRecord] = field(default_factory=list)
     sdk_logs: list[pb.LogEvent] = field(default_factory=list)
     sdk_incidents: list[pb.Incident] = field(default_factory=list)
+
+    def add(self, records: SampleSet) -> None:
+        """What one sampler call produced."""
+        self.host.extend(records.host)
+        self.gpu.extend(records.gpu)
+        self.logs.extend(records.logs)
+        self.incidents.extend(records.incidents)
+        self.metrics.extend(records.metrics)
 
     def empty(self) -> bool:
         return not (

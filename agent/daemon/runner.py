@@ -178,12 +178,7 @@ class Agent:
 
     def add(self, records: SampleSet) -> None:
         with self._pending_lock:
-            p = self._pending
-            p.host.extend(records.host)
-            p.gpu.extend(records.gpu)
-            p.logs.extend(records.logs)
-            p.incidents.extend(records.incidents)
-            p.metrics.extend(records.metrics)
+            self._pending.add(records)
 
     def add_sdk_report(self, report: pb.SdkReport) -> None:
         with self._pending_lock:

@@ -110,9 +110,7 @@ def compare_groups(
     every_id = sorted({i for ids in ids_by_group.values() for i in ids})
     installs = _installs(session, every_id)
 
-    def read_latency(s: Session) -> dict[str, tuple[LatencyStats | None, LatencySeries | None]]:
-        if not operation:
-            return {}
+    def read_latency(s: Session, operation: str) -> dict[str, tuple[LatencyStats | None, LatencySeries | None]]:
         return groups_latency(
             session=s,
             groups=ids_by_group,
@@ -123,11 +121,11 @@ def compare_groups(
             step_s=comparison_step(until_ns - since_ns),
         )
 
-    latency_read = read_beside(session, read_latency)
+    latency_read = read_beside(session, lambda s: read_latency(s, operation)) if operation else None
     gpu_every, _ = fetch_samples(
         session, GPU, every_id, since_ns, until_ns, None, per_gpu=True, only=_GPU_FIGURES
     )
-    latency = latency_read.result()
+    latency = latency_read.result() if latency_read else {}
     every_device = list_devices(session=session, now_ns=until_ns)
     out = []
     for group in groups:

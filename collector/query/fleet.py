@@ -209,7 +209,7 @@ def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int
     latest: dict[tuple[int, int], tuple] = {}
     q = select(
         g.device_id, g.gpu_index, g.ts_ns, g.util_gpu_percent, g.memory_used_bytes, g.temp_c, g.power_w
-    ).where(in_ids(g.device_id, list(ids)), g.ts_ns >= lo, g.ts_ns < hi)
+    ).where(in_ids(g.device_id, ids), g.ts_ns >= lo, g.ts_ns < hi)
     for row in session.execute(q):
         key = (row[0], row[1])
         if key not in latest or row[2] > latest[key][2]:
@@ -227,7 +227,7 @@ def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int
     h = host_samples.c
     host_latest: dict[int, tuple] = {}
     q = select(h.device_id, h.ts_ns, h.cpu_percent, h.mem_used_bytes, h.mem_total_bytes).where(
-        in_ids(h.device_id, list(ids)), h.ts_ns >= lo, h.ts_ns < hi
+        in_ids(h.device_id, ids), h.ts_ns >= lo, h.ts_ns < hi
     )
     for hrow in session.execute(q):
         if hrow[0] not in host_latest or hrow[1] > host_latest[hrow[0]][1]:

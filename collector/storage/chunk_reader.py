@@ -59,7 +59,7 @@ class ChunkRows:
 
 def _chunk_query(table: Any, device_ids: Sequence[int], lo: int, hi: int, gpu_index: int | None) -> Any:
     c = table.c
-    where = [in_ids(c.device_id, list(device_ids)), c.start_ns < hi, c.end_ns >= lo, c.start_ns >= lo - MAX_CHUNK_SPAN_NS]
+    where = [in_ids(c.device_id, device_ids), c.start_ns < hi, c.end_ns >= lo, c.start_ns >= lo - MAX_CHUNK_SPAN_NS]
     if gpu_index is not None:
         where.append(c.gpu_index == gpu_index)
     return where
@@ -127,7 +127,7 @@ def chunked_row_counts(conn: Any, device_ids: Sequence[int] | None = None) -> di
     for name, table in (("host", host_chunks), ("gpu", gpu_chunks)):
         q = select(func.coalesce(func.sum(table.c.rows), 0))
         if device_ids is not None:
-            q = q.where(in_ids(table.c.device_id, list(device_ids)))
+            q = q.where(in_ids(table.c.device_id, device_ids))
         out[name] = int(conn.execute(q).scalar_one())
     return out
 
@@ -136,7 +136,7 @@ def newest_chunked_ns(conn: Any, device_ids: Sequence[int]) -> int | None:
     """The time of the newest row held in the devices' chunks; None: no chunk."""
     best: int | None = None
     for table in (host_chunks, gpu_chunks):
-        v = conn.execute(select(func.max(table.c.end_ns)).where(in_ids(table.c.device_id, list(device_ids)))).scalar()
+        v = conn.execute(select(func.max(table.c.end_ns)).where(in_ids(table.c.device_id, device_ids))).scalar()
         if v is not None:
             best = int(v) if best is None else max(best, int(v))
     return best

@@ -186,5 +186,5 @@ def read_progress(conn: Connection, device_ids: Sequence[int] | None = None) -> 
     """``{(device_id, step_s): rolled_until_ns}``."""
     q = select(rollup_progress.c.device_id, rollup_progress.c.step_s, rollup_progress.c.rolled_until_ns)
     if device_ids is not None:
-        q = q.where(in_ids(rollup_progress.c.device_id, list(device_ids)))
+        q = q.where(in_ids(rollup_progress.c.device_id, device_ids))
     return {(d, s): u for d, s, u in conn.execute(q)}

@@ -5,7 +5,7 @@
 Each round runs ``bench_ingest.py ingest``'s load (N simulated agents streaming 1,125-row
 batches as fast as their window lets them, from separate generator processes) twice against a
 fresh collector on a fresh SQLite database: once plaintext, once with TLS (certificates from
-``fleetscope.collector.certs.init_certs``, as ``fleetscope certs init`` makes them). The order
+``fleetscope.collector.commands.certs.init_certs``, as ``fleetscope certs init`` makes them). The order
 alternates between rounds so drift in the machine's state favours neither. Prints each run's
 stored rows per second (steady state, from database counts), the collector's CPU seconds per
 million rows, and the medians.
@@ -84,7 +84,7 @@ def main() -> int:
     p.add_argument("--agents", type=int, default=50)
     p.add_argument("--processes", type=int, default=2)
     args = p.parse_args()
-    from fleetscope.collector.certs import init_certs
+    from fleetscope.collector.commands.certs import init_certs
 
     certs_dir = tempfile.TemporaryDirectory(prefix="fleetscope-bench-certs-")
     certs = Path(certs_dir.name)

@@ -64,13 +64,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command not in AGENT_COMMANDS:
         from fleetscope.cli import demo
         from fleetscope.cli import scan as scan_cli
-        from fleetscope.collector import cli as collector_cli
-        from fleetscope.collector import db_cli
+        from fleetscope.collector import commands as collector_commands
         from fleetscope.dashboard import cli as dashboard_cli
 
         scan_cli.register(sub)
-        collector_cli.register(sub)
-        db_cli.register(sub)
+        collector_commands.register(sub)
         dashboard_cli.register(sub)
         demo.register(sub)
     from fleetscope.cli import config  # last: --config and --log-format for every long-running command

@@ -64,7 +64,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     # TLS, as a newcomer's own fleet should run: a CA and certificates made in the demo's folder.
     from fleetscope.agent.daemon.credentials import ChannelTLS
-    from fleetscope.collector.certs import init_certs
+    from fleetscope.collector.commands.certs import init_certs
     from fleetscope.collector.ingest.tls import ServerTLS
 
     certs = root / "certs"

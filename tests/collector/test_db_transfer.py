@@ -20,7 +20,7 @@ from fleetscope.agent.classify import classify_event
 from fleetscope.agent.tools.simulate import build_fleet
 from fleetscope.cli import main
 from fleetscope.collector import query
-from fleetscope.collector.db_transfer import FORMAT, tables_in_order
+from fleetscope.collector.commands.db_transfer import FORMAT, tables_in_order
 from fleetscope.collector.ingest.server import Collector, CollectorSettings
 from fleetscope.collector.storage import migrations
 from fleetscope.collector.storage.engine import make_engine

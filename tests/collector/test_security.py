@@ -26,7 +26,7 @@ from fleetscope.agent.daemon.credentials import ChannelTLS, load_or_create_devic
 from fleetscope.agent.daemon.uplink import with_sent_ns
 from fleetscope.agent.records import GpuSample
 from fleetscope.cli import main
-from fleetscope.collector.certs import init_certs, issue_certificate, load_or_create_ca
+from fleetscope.collector.commands.certs import init_certs, issue_certificate, load_or_create_ca
 from fleetscope.collector.ingest.agent_limits import AgentLimiter, AgentLimits
 from fleetscope.collector.ingest.server import Collector, CollectorSettings
 from fleetscope.collector.ingest.tls import ServerTLS
@@ -575,7 +575,7 @@ def test_registrations_beyond_the_limit_get_resource_exhausted_with_retry_after(
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_status_asks_a_tls_collector_over_tls(tmp_path: Path, db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from fleetscope.collector.status_cli import collector_health
+    from fleetscope.collector.commands.status import collector_health
 
     certs = tmp_path / "certs"
     init_certs(certs)

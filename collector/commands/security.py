@@ -1,7 +1,7 @@
 """``fleetscope certs``, ``token`` and ``device``: certificates for TLS, enrolment tokens, revoking a device.
 
 * ``certs init --dir DIR [--host NAME ...] [--agent NAME ...] [--days N]``: a CA, the
-  collector's certificate and key, agents' certificates (``collector/certs.py``).
+  collector's certificate and key, agents' certificates (``collector/commands/certs.py``).
 * ``token create --fleet NAME [--expires 30d]``: an enrolment token, printed once (the last
   line of the output); only its SHA-256 is stored. ``token list``, ``token revoke ID``.
 * ``device revoke NAME``: the device's credential is revoked; collectors close its open
@@ -20,7 +20,7 @@ from typing import Any
 
 from fleetscope.cli.args import duration_ns, format_ns
 from fleetscope.cli.terminal import visible
-from fleetscope.collector.cli import DEFAULT_DB
+from fleetscope.collector.commands.output import db_url_arg, needs_extra
 
 MAX_FLEET_CHARS = 200
 
@@ -40,21 +40,6 @@ def _fleet(text: str) -> str:
     return text.strip()
 
 
-def _db(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=DEFAULT_DB, metavar="URL",
-                   help="database URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB (env FLEETSCOPE_DB; default %(default)s)")
-
-
-def _needs(extra_module: str, handler: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        from fleetscope.cli.extras import require
-
-        require("collector", extra_module)
-        return int(handler(args))
-
-    return run
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser("certs", help="certificates for TLS between agents and collectors",
                        description="Make a CA and the certificates a self-hosted fleet needs for TLS and mutual TLS.")
@@ -72,7 +57,7 @@ def register(sub: Any) -> None:
     c.add_argument("--agent", action="append", default=[], metavar="NAME", help="also make a client certificate for this agent (repeatable)")
     c.add_argument("--days", type=int, default=825, metavar="N", help="validity of the certificates (default %(default)s; the CA: 10 years)")
     c.add_argument("--force", action="store_true", help="make the collector's and agents' certificates anew even if present")
-    c.set_defaults(func=_needs("cryptography", run_certs_init))
+    c.set_defaults(func=needs_extra(run_certs_init, "cryptography"))
 
     p = sub.add_parser("token", help="enrolment tokens: create, list, revoke",
                        description="An enrolment token lets agents enrol into one fleet; each enrolled agent gets its own "
@@ -83,16 +68,16 @@ def register(sub: Any) -> None:
     t.add_argument("--expires", type=_expiry, default=30 * 86400 * 10**9, metavar="DURATION",
                    help="no enrolment with it after this long (default 30d; 'never' for no expiry)")
     t.add_argument("--comment", default="", help="a note shown by 'token list'")
-    _db(t)
-    t.set_defaults(func=_needs("sqlalchemy", run_token_create))
+    db_url_arg(t)
+    t.set_defaults(func=needs_extra(run_token_create, "sqlalchemy"))
     t = token_sub.add_parser("list", help="the enrolment tokens (never their secrets)")
     t.add_argument("--fleet", help="only this fleet's tokens")
-    _db(t)
-    t.set_defaults(func=_needs("sqlalchemy", run_token_list))
+    db_url_arg(t)
+    t.set_defaults(func=needs_extra(run_token_list, "sqlalchemy"))
     t = token_sub.add_parser("revoke", help="revoke an enrolment token (agents it enrolled keep their credentials)")
     t.add_argument("id", metavar="ID", help="the token's id (the ID column of 'token list')")
-    _db(t)
-    t.set_defaults(func=_needs("sqlalchemy", run_token_revoke))
+    db_url_arg(t)
+    t.set_defaults(func=needs_extra(run_token_revoke, "sqlalchemy"))
 
     p = sub.add_parser("device", help="a device's identity: revoke it",
                        description="Revoke a device's credential: collectors close its streams at once and refuse its agent id.")
@@ -100,8 +85,8 @@ def register(sub: Any) -> None:
     d = device_sub.add_parser("revoke", help="revoke a device's credential and close its open streams")
     d.add_argument("name", metavar="NAME", help="the device's name or agent id")
     d.add_argument("--all", action="store_true", help="revoke every device of that name (when several share it)")
-    _db(d)
-    d.set_defaults(func=_needs("sqlalchemy", run_device_revoke))
+    db_url_arg(d)
+    d.set_defaults(func=needs_extra(run_device_revoke, "sqlalchemy"))
 
 
 def _fail(command: str, message: str, code: int = 1) -> int:
@@ -110,7 +95,7 @@ def _fail(command: str, message: str, code: int = 1) -> int:
 
 
 def run_certs_init(args: argparse.Namespace) -> int:
-    from fleetscope.collector.certs import CertError, init_certs
+    from fleetscope.collector.commands.certs import CertError, init_certs
 
     try:
         files = init_certs(args.dir, hosts=args.host, agents=args.agent, days=args.days, force=args.force)

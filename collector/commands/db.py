@@ -3,7 +3,7 @@
 ``db upgrade`` is what a collector does on start (unless ``--no-db-upgrade``), run on its own:
 before a fleet of collectors is restarted, after a backup, or from a deployment script.
 ``db export``, ``db import`` and ``db copy`` move a fleet from one database to another (SQLite
-to PostgreSQL, typically); the work is in ``fleetscope.collector.db_transfer``.
+to PostgreSQL, typically); the work is in ``fleetscope.collector.commands.db_transfer``.
 Parsers are built without importing SQLAlchemy, as for the other collector commands.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetscope.collector.cli import DEFAULT_DB
+from fleetscope.collector.commands.output import db_url_arg, needs_extra
 
 EXIT_UNAVAILABLE = 1  # the database cannot be reached, or is refused
 EXIT_USAGE = 2  # the URL itself is wrong
@@ -32,23 +32,23 @@ def register(sub: Any) -> None:
                                       "transaction: it ends at the newest revision or, if a step fails, as it was. "
                                       "Creates the schema in an empty database; adopts a database made before "
                                       "migrations. Prints one line per revision applied.")
-    _db_arg(u)
-    u.set_defaults(func=_needs_collector(run_upgrade))
+    db_url_arg(u)
+    u.set_defaults(func=needs_extra(run_upgrade, "sqlalchemy", "alembic"))
 
     c = db_sub.add_parser("current", help="show the database's schema revision and whether it is the newest",
                           description="Print the database's schema revision and whether it is this fleetscope's "
                                       "newest (head). Reads only; exits 0 whenever the database could be read.")
-    _db_arg(c)
-    c.set_defaults(func=_needs_collector(run_current))
+    db_url_arg(c)
+    c.set_defaults(func=needs_extra(run_current, "sqlalchemy", "alembic"))
 
     e = db_sub.add_parser("export", help="write every table of a database to one portable file",
                           description="Write the fleet in a database (every fleetscope table, with its schema revision and "
                                       "row counts) to FILE: gzip-compressed JSON records, binary-safe, streamed. Reads one "
                                       "snapshot, so a running collector may go on writing. Load it with 'fleetscope db "
                                       "import'. Progress (rows per table) on stderr.")
-    _db_arg(e)
+    db_url_arg(e)
     e.add_argument("--out", required=True, type=Path, metavar="FILE", help="the file to write (refused if it exists)")
-    e.set_defaults(func=_needs_collector(run_export))
+    e.set_defaults(func=needs_extra(run_export, "sqlalchemy", "alembic"))
 
     i = db_sub.add_parser("import", help="load an export file into a database (e.g. a SQLite fleet into PostgreSQL)",
                           description="Load FILE, written by 'fleetscope db export', into the database: in one transaction, "
@@ -57,11 +57,11 @@ def register(sub: Any) -> None:
                                       "this fleetscope's newest. A damaged or truncated file, or any error, leaves the "
                                       "database as it was. A database that already holds a fleet is refused unless "
                                       "--replace.")
-    _db_arg(i)
+    db_url_arg(i)
     i.add_argument("--from", dest="source", required=True, type=Path, metavar="FILE", help="the export file to load")
     i.add_argument("--replace", action="store_true",
                    help="empty a database that already holds data, in the same transaction, before loading")
-    i.set_defaults(func=_needs_collector(run_import))
+    i.set_defaults(func=needs_extra(run_import, "sqlalchemy", "alembic"))
 
     cp = db_sub.add_parser("copy", help="copy one database into another directly (export and import with no file)",
                            description="Copy every fleetscope table from one database into another, as 'db export' then "
@@ -71,25 +71,7 @@ def register(sub: Any) -> None:
     cp.add_argument("--to", dest="target", required=True, metavar="URL", help="the database to load")
     cp.add_argument("--replace", action="store_true",
                     help="empty a target that already holds data, in the same transaction, before loading")
-    cp.set_defaults(func=_needs_collector(run_copy))
-
-
-def _db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=DEFAULT_DB, metavar="URL",
-                   help="database URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB (env FLEETSCOPE_DB; default %(default)s)")
-
-
-def _needs_collector(handler: Any) -> Any:
-    """Check for the collector extra before the handler imports SQLAlchemy."""
-
-    def run(args: argparse.Namespace) -> int:
-        from fleetscope.cli.extras import require
-
-        require("collector", "sqlalchemy")
-        require("collector", "alembic")
-        return int(handler(args))
-
-    return run
+    cp.set_defaults(func=needs_extra(run_copy, "sqlalchemy", "alembic"))
 
 
 def _fail(code: int, message: str) -> int:
@@ -189,7 +171,7 @@ def _print_result(url: str, result: Any, origin: str) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from fleetscope.collector import db_transfer
+    from fleetscope.collector.commands import db_transfer
 
     try:
         engine = _source_engine(args.db)
@@ -207,7 +189,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from fleetscope.collector import db_transfer
+    from fleetscope.collector.commands import db_transfer
     from fleetscope.collector.storage import migrations
 
     try:
@@ -226,7 +208,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_copy(args: argparse.Namespace) -> int:
-    from fleetscope.collector import db_transfer
+    from fleetscope.collector.commands import db_transfer
     from fleetscope.collector.storage import migrations
 
     try:

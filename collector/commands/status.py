@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from fleetscope.cli.args import format_bytes
-
-DEFAULT_DB = os.environ.get("FLEETSCOPE_DB", "sqlite:///fleetscope-data/fleetscope.db")
+from fleetscope.collector.commands.output import DEFAULT_DB
 
 
 def register(sub: Any) -> None:

@@ -15,14 +15,14 @@ from typing import Any
 
 from fleetscope.cli.args import duration_ns, format_ago, format_ns, label
 from fleetscope.cli.terminal import visible
-from fleetscope.collector.cli import _db_arg, _needs_collector, _print_json, _session, _table
+from fleetscope.collector.commands.output import db_arg, needs_collector, open_session, print_json, table
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("alerts", help="alerts: firing, pending and (with --all) resolved",
                        description="The alerts the collector's rules raised (see 'fleetscope collector --alerts'), "
                        "newest first. Without a filter: the firing and pending ones.")
-    _db_arg(p)
+    db_arg(p)
     state = p.add_mutually_exclusive_group()
     state.add_argument("--firing", action="store_true", help="only firing alerts")
     state.add_argument("--all", action="store_true", help="also resolved alerts (the history)")
@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=200, help="most alerts (default %(default)s)")
     p.add_argument("--check", type=Path, metavar="FILE",
                    help="only validate this rules file: print what it holds, or the line and the reason it is refused")
-    p.set_defaults(func=_needs_collector(run_alerts))
+    p.set_defaults(func=needs_collector(run_alerts))
 
     p = sub.add_parser("silence", help="silence alerts for a while: add, list, expire",
                        description="A silence holds back the notifications of the alerts it matches "
@@ -48,19 +48,19 @@ def register(sub: Any) -> None:
                    help="how long, e.g. 30m, 2h, 1d")
     a.add_argument("--comment", default="", help="why (shown in 'silence list')")
     a.add_argument("--by", default=None, help="who (default: your user name)")
-    a.set_defaults(func=_needs_collector(run_silence_add))
+    a.set_defaults(func=needs_collector(run_silence_add))
     ls = ssub.add_parser("list", help="list silences in force (--all: also expired ones)")
-    _db_arg(ls)
+    db_arg(ls)
     ls.add_argument("--all", action="store_true", help="also expired silences")
-    ls.set_defaults(func=_needs_collector(run_silence_list))
+    ls.set_defaults(func=needs_collector(run_silence_list))
     e = ssub.add_parser("expire", help="end a silence now", description="End a silence now, by its id ('silence list').")
     e.add_argument("--db", default=_default_db(), metavar="URL", help="database URL (env FLEETSCOPE_DB)")
     e.add_argument("id", type=int, help="the silence's id")
-    e.set_defaults(func=_needs_collector(run_silence_expire))
+    e.set_defaults(func=needs_collector(run_silence_expire))
 
 
 def _default_db() -> str:
-    from fleetscope.collector.cli import DEFAULT_DB
+    from fleetscope.collector.commands.output import DEFAULT_DB
 
     return DEFAULT_DB
 
@@ -75,7 +75,7 @@ def run_alerts(args: argparse.Namespace) -> int:
 
     states = ["firing"] if args.firing else None if args.all else ["pending", "firing"]
     now = time.time_ns()
-    with _session(args.db) as session:
+    with open_session(args.db) as session:
         try:
             rows = query.list_alerts(session=session, states=states, rule=args.rule, device=args.device,
                                      labels=dict(args.label) or None, now_ns=now, limit=args.limit)
@@ -83,19 +83,19 @@ def run_alerts(args: argparse.Namespace) -> int:
             print(visible(str(exc)), file=sys.stderr)
             return 1
         if args.json:
-            _print_json({"alerts": [{**query.to_jsonable(a), "notifications": query.alert_notifications(a.id, session=session)}
+            print_json({"alerts": [{**query.to_jsonable(a), "notifications": query.alert_notifications(a.id, session=session)}
                                     for a in rows]})
             return 0
     if not rows:
         what = "alerts" if args.all else "firing alerts" if args.firing else "firing or pending alerts"
         print(f"no {what}")
         return 0
-    table = []
+    cells = []
     for a in rows:
         state = a.state + (" (silenced)" if a.silenced else "")
         since = a.resolved_ns if a.state == "resolved" and a.resolved_ns else a.firing_ns or a.pending_ns
-        table.append([str(a.id), state, a.rule, a.device_name or "-", a.severity, format_ago(since, now), a.summary])
-    _table(["ID", "STATE", "RULE", "DEVICE", "SEVERITY", "SINCE", "SUMMARY"], table)
+        cells.append([str(a.id), state, a.rule, a.device_name or "-", a.severity, format_ago(since, now), a.summary])
+    table(["ID", "STATE", "RULE", "DEVICE", "SEVERITY", "SINCE", "SUMMARY"], cells)
     return 0
 
 
@@ -108,7 +108,7 @@ def _check(path: Path, *, as_json: bool) -> int:
         print(visible(str(exc)), file=sys.stderr)
         return 1
     if as_json:
-        _print_json({"file": str(path), "valid": True, "rules": [r.name for r in rules.rules],
+        print_json({"file": str(path), "valid": True, "rules": [r.name for r in rules.rules],
                      "notifiers": sorted(rules.notifiers), "slos": sorted(rules.slo_names)})
         return 0
     print(f"{visible(str(path))}: valid: {len(rules.rules)} rules, {len(rules.notifiers)} notifiers, "
@@ -155,20 +155,20 @@ def run_silence_list(args: argparse.Namespace) -> int:
     from fleetscope.collector import query
 
     now = time.time_ns()
-    with _session(args.db) as session:
+    with open_session(args.db) as session:
         rows = query.list_silences(session=session, active_at_ns=None if args.all else now)
     if args.json:
-        _print_json({"silences": rows})
+        print_json({"silences": rows})
         return 0
     if not rows:
         print("no silences" if args.all else "no silences in force")
         return 0
-    table = []
+    cells = []
     for s in rows:
         labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-"
         left = f"expires {format_ns(s.expires_ns)} UTC" if s.expires_ns > now else f"expired {format_ago(s.expires_ns, now)}"
-        table.append([str(s.id), s.rule or "*", s.device or "*", labels, left, s.created_by, s.comment])
-    _table(["ID", "RULE", "DEVICE", "LABELS", "EXPIRY", "BY", "COMMENT"], table)
+        cells.append([str(s.id), s.rule or "*", s.device or "*", labels, left, s.created_by, s.comment])
+    table(["ID", "RULE", "DEVICE", "LABELS", "EXPIRY", "BY", "COMMENT"], cells)
     return 0
 
 

@@ -1,6 +1,7 @@
 # The two commands a newcomer needs (see README.md):
 #   make demo    set up .venv and run fleetscope on this machine (SQLite); Ctrl-C stops it
-#   make test    run the test suite (needs PostgreSQL on 127.0.0.1 for the storage tests)
+#   make test    run the whole test suite in parallel (needs PostgreSQL on 127.0.0.1 for the storage tests)
+#   make test-fast  the unit and in-process tests only (no processes, servers, browser or PostgreSQL): a quick answer
 PYTHON ?= python3
 VENV ?= .venv
 DURATION ?=
@@ -13,14 +14,22 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(VENV)/bin/pip install --progress-bar on -c constraints.txt -e '.[all,dev,torch]'
 	touch $@
 
-.PHONY: setup demo test lint bench
+# Parallel workers for `make test`: most tests wait on processes, so more workers than cores overlap them.
+TEST_WORKERS ?= 4
+
+.PHONY: setup demo test test-fast lint bench
 setup: $(VENV)/.installed
 
 demo: setup
 	$(VENV)/bin/fleetscope demo --dir fleetscope-demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_ARGS)
 
 test: setup
-	$(VENV)/bin/python -m pytest -q
+	@start=$$(date +%s); $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
+	  echo "make test: $$(( $$(date +%s) - start )) s"; exit $$rc
+
+test-fast: setup
+	@start=$$(date +%s); FLEETSCOPE_TEST_TIER=fast $(VENV)/bin/python -m pytest -q -n 2 -m 'not (processes or server or browser or postgresql)'; rc=$$?; \
+	  echo "make test-fast: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,5 +1,18 @@
 """Shared fixtures: real databases (a SQLite file, a fresh PostgreSQL database per test) and
-real collectors on loopback ports chosen by the OS."""
+real collectors on loopback ports, and the test tiers.
+
+Tiers: a test that starts a process (an agent, a collector, a CLI in a subprocess, a peer such
+as Alertmanager), a server in its own process (a gRPC collector, an HTTP receiver), drives a
+browser, or needs the PostgreSQL server carries the marker ``processes``, ``server``, ``browser``
+or ``postgresql``; ``make test-fast`` runs the rest. Most markers come from what a test uses (its
+directory, its fixtures); a test that starts a process or a server, or opens a PostgreSQL
+connection, without its marker fails in the fast tier and says which marker it needs, so the
+tiers stay honest as tests are added.
+
+Everything here is safe under pytest-xdist: each test gets its own database (SQLite under
+``tmp_path``, a PostgreSQL database of its own) and its own ports (``free_port``: a block of
+ports per xdist worker, below the kernel's ephemeral range).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +22,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,10 +68,106 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return request.getfixturevalue("pg_url")
 
 
+# ---------------------------------------------------------------- tiers
+
+SLOW_MARKERS = ("processes", "server", "browser", "postgresql")
+# Every test under these directories runs real processes (agents, collectors, installers).
+_PROCESS_DIRS = ("e2e", "deploy")
+# Fixtures that start processes or servers of other programs for the tests that use them.
+_PROCESS_FIXTURES = {"collector_process", "pipeline", "small_fleet"}
+# Fixtures that start a server (a gRPC collector) in the test's own process.
+_SERVER_FIXTURES = {"collector"}
+FAST_TIER = os.environ.get("FLEETSCOPE_TEST_TIER") == "fast"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        fixtures = set(getattr(item, "fixturenames", ()))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(d in parts for d in _PROCESS_DIRS) or fixtures & _PROCESS_FIXTURES:
+            item.add_marker(pytest.mark.processes)
+        if fixtures & _SERVER_FIXTURES:
+            item.add_marker(pytest.mark.server)
+        if "pg_url" in fixtures or params.get("db_url") == "postgresql":
+            item.add_marker(pytest.mark.postgresql)
+        if fixtures & {"pipeline"}:
+            # One pipeline (about 70 s to build) per worker that needs it: keep its users on one worker.
+            item.add_marker(pytest.mark.xdist_group("pipeline"))
+
+
+_current_test: list[pytest.Item | None] = [None]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _current_test[0] = item  # module and session fixtures set up inside it are charged to it
+    try:
+        yield
+    finally:
+        _current_test[0] = None
+
+
+def _guarded(original: Callable[..., Any], what: str, marker: str) -> Callable[..., Any]:
+    """``original``, which in the fast tier fails the running test unless it carries ``marker``."""
+
+    def guard(*args: Any, **kwargs: Any) -> Any:
+        item = _current_test[0]
+        if item is not None and not any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            pytest.fail(f"{item.nodeid} {what}: mark it @pytest.mark.{marker} (it then runs in `make test`, not the fast tier)")
+        return original(*args, **kwargs)
+
+    return guard
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the fast tier, a test that starts a process or a server, or connects to PostgreSQL,
+    without its marker fails at once (fixtures of any scope included), naming the marker,
+    instead of slowing the tier unseen."""
+    if not FAST_TIER:
+        return
+    import grpc
+    import grpc.aio
+
+    subprocess.Popen._execute_child = _guarded(subprocess.Popen._execute_child, "starts a process", "processes")  # type: ignore[attr-defined]
+    socket.socket.listen = _guarded(socket.socket.listen, "starts a server", "server")  # type: ignore[method-assign]
+    grpc.server = _guarded(grpc.server, "starts a server", "server")
+    grpc.aio.server = _guarded(grpc.aio.server, "starts a server", "server")
+    try:
+        import psycopg
+    except ImportError:
+        return
+    psycopg.Connection.connect = classmethod(  # type: ignore[method-assign]
+        _guarded(psycopg.Connection.connect.__func__, "connects to PostgreSQL", "postgresql"))  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- ports
+
+_PORT_BLOCK = 1500  # ports per xdist worker; 16 workers fit below 32768, where the kernel's ephemeral range starts
+_PORT_BASE = 8000
+_next_port = [0]
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...; absent without xdist
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port no other test of this run hands out: each xdist worker takes ports from its
+    own block, below the ephemeral range (so no outgoing connection holds one), and each is
+    checked free by binding it."""
+    start = _PORT_BASE + _worker_index() * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        port = start + _next_port[0] % _PORT_BLOCK
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {start}..{start + _PORT_BLOCK - 1}")
 
 
 class CollectorProcess:
@@ -76,7 +186,7 @@ class CollectorProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", self.address, "--db", self.db_url,
-                 "--token", self.token, "--grace", "5s", *self.extra_args],
+                 "--token", self.token, "--grace", "5s", *self._metrics_flag(), *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 30
@@ -88,6 +198,10 @@ class CollectorProcess:
                     return self
             time.sleep(0.05)
         raise RuntimeError("collector did not start listening within 30 s")
+
+    def _metrics_flag(self) -> tuple[str, ...]:
+        # The default metrics address is one fixed port: tests running side by side must not share it.
+        return () if any(a.startswith("--metrics-listen") for a in self.extra_args) else ("--metrics-listen", "off")
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -136,6 +136,7 @@ def test_a_time_that_is_no_time_names_the_accepted_forms(capsys, path, parser) -
     (["incidents", "--since", "7days"], 2, "fleetscope incidents: error: argument --since: not a time: '7days'"),
     (["devices", "--lable", "x"], 2, "fleetscope devices: error: unrecognized arguments: --lable x (did you mean --label?)"),
 ])
+@pytest.mark.processes
 def test_real_processes_print_one_line(argv: list[str], code: int, says: str) -> None:
     run = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=60)
     assert run.returncode == code and run.stdout == "" and "Traceback" not in run.stderr
@@ -145,6 +146,7 @@ def test_real_processes_print_one_line(argv: list[str], code: int, says: str) ->
         assert run.stderr.startswith("usage: fleetscope devices ")
 
 
+@pytest.mark.processes
 def test_version() -> None:
     run = subprocess.run([*CLI, "--version"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stdout.startswith("fleetscope ") and "Python" in run.stdout
@@ -173,6 +175,7 @@ def test_a_log_file_that_does_not_exist_is_said_once(tmp_path, caplog) -> None: 
     assert len([r for r in caplog.records if "--log-file" in r.getMessage()]) == 2
 
 
+@pytest.mark.server
 def test_a_refused_token_is_logged_once_per_agent_and_reason_without_the_token(tmp_path, sqlite_url, caplog) -> None:  # type: ignore[no-untyped-def]
     import logging
     import time

@@ -276,6 +276,7 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
 RANGES = {"1h (raw rows)": 3600, "12h (minute rollups)": 12 * 3600, "7d (hour rollups)": 7 * 86400}
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("name", SQL_BOARDS)
 def test_every_sql_query_returns_rows_on_a_real_fleet(fleet_db: tuple[str, str], name: str) -> None:
     from sqlalchemy import create_engine
@@ -304,6 +305,7 @@ def test_every_sql_query_returns_rows_on_a_real_fleet(fleet_db: tuple[str, str],
     assert empty == [], f"{name}: queries without rows: {empty}"
 
 
+@pytest.mark.server
 def test_a_long_range_reads_rollups_and_a_short_one_raw_rows(fleet_db: tuple[str, str]) -> None:
     """The same panel, one GPU: hour buckets for a week, fine buckets for an hour."""
     from sqlalchemy import create_engine

@@ -47,6 +47,7 @@ def test_formatter_writes_one_line_with_the_exception() -> None:
     assert "Traceback" in doc["exception"] and 'ValueError: bad "quoted"' in doc["exception"]
 
 
+@pytest.mark.processes
 def test_json_mode_turns_all_of_stderr_into_records(tmp_path: Path) -> None:
     """Prints to stderr, warnings, uncaught exceptions in threads: all JSON lines (in a child)."""
     script = tmp_path / "child.py"
@@ -75,6 +76,7 @@ def test_json_mode_turns_all_of_stderr_into_records(tmp_path: Path) -> None:
     assert crash and "RuntimeError: the end" in crash[0]["exception"]
 
 
+@pytest.mark.processes
 def test_an_agent_and_a_collector_log_only_json(tmp_path: Path) -> None:
     """A real collector (log format from its config file) and a real agent (from the flag)."""
     pytest.importorskip("sqlalchemy")
@@ -126,6 +128,7 @@ def test_restore_gives_stderr_back() -> None:
     assert sys.stderr is before and threading.excepthook is hook
 
 
+@pytest.mark.processes
 def test_the_dashboard_logs_only_json(tmp_path: Path) -> None:
     """The wrapper's line and Streamlit's own (its server runs under fleetscope.cli.streamlit_json)."""
     pytest.importorskip("streamlit")

@@ -48,6 +48,7 @@ sys.exit(rc)
 """
 
 
+@pytest.mark.processes
 def test_a_plain_agent_loads_none_of_the_modules_it_does_not_need(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A real agent (host sampling, a followed log, a real collector over loopback) runs for a few
     seconds; then every module in NOT_LOADED_BY_PLAIN_AGENT, and every module under one, must still
@@ -101,6 +102,7 @@ def test_the_agent_commands_are_exactly_what_the_agent_registers() -> None:
     assert tuple(sub.choices) == AGENT_COMMANDS
 
 
+@pytest.mark.processes
 def test_fleetscope_help_still_lists_every_command_and_version_still_answers() -> None:
     import subprocess
     import sys

@@ -31,6 +31,7 @@ def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return py
 
 
+@pytest.mark.processes
 def test_agent_extra_installs_nothing_heavy(agent_env: Path) -> None:
     out = subprocess.run([str(agent_env), "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True)
     names = {p["name"].lower().replace("_", "-") for p in json.loads(out.stdout)}
@@ -38,6 +39,7 @@ def test_agent_extra_installs_nothing_heavy(agent_env: Path) -> None:
     assert not (names & HEAVY), f"heavy packages in an agent install: {names & HEAVY}"
 
 
+@pytest.mark.processes
 def test_agent_runs_from_the_wheel_without_collector_deps(agent_env: Path, tmp_path: Path) -> None:
     code = (
         "import sys, fleetscope.agent.daemon.runner, fleetscope.agent.samplers.host, fleetscope.agent.samplers.nvml, "

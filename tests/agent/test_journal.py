@@ -127,6 +127,7 @@ def test_priority_levels(priority: int, level: str) -> None:
 # ---------------------------------------------------------------------------- following units
 
 
+@pytest.mark.processes
 def test_units_are_followed_with_sources_levels_and_times(tmp_path: Path) -> None:
     lines: list[dict | str] = [
         entry("epoch 3 step 1200 loss 1.873", n=0),
@@ -181,6 +182,7 @@ def test_units_are_followed_with_sources_levels_and_times(tmp_path: Path) -> Non
         src.close()
 
 
+@pytest.mark.processes
 def test_glob_units_name_the_matching_unit(tmp_path: Path) -> None:
     cmd = fake_journalctl(
         tmp_path, [entry("rank 0 up", unit="trainer@0.service"), entry("rank 1 up", unit="trainer@1.service")]
@@ -195,6 +197,7 @@ def test_glob_units_name_the_matching_unit(tmp_path: Path) -> None:
         src.close()
 
 
+@pytest.mark.processes
 def test_a_traceback_from_the_journal_groups_into_one_oom_incident(tmp_path: Path) -> None:
     text = (
         "Traceback (most recent call last):\n"
@@ -232,6 +235,7 @@ def test_a_traceback_from_the_journal_groups_into_one_oom_incident(tmp_path: Pat
 # ------------------------------------------------------------------------ bounds and failures
 
 
+@pytest.mark.processes
 def test_bounded_queue_and_poll_size_lose_nothing(tmp_path: Path) -> None:
     lines: list[dict | str] = [entry(f"line {i}", n=i) for i in range(50)]
     src = JournalSource(
@@ -250,6 +254,7 @@ def test_bounded_queue_and_poll_size_lose_nothing(tmp_path: Path) -> None:
         src.close()
 
 
+@pytest.mark.processes
 def test_oversized_line_is_skipped_whole(tmp_path: Path) -> None:
     big = entry("x" * 5000)
     lines: list[dict | str] = [big, entry("after the big one", n=1)]
@@ -261,6 +266,7 @@ def test_oversized_line_is_skipped_whole(tmp_path: Path) -> None:
         src.close()
 
 
+@pytest.mark.processes
 def test_poll_never_waits(tmp_path: Path) -> None:
     src = JournalSource(["trainer"], journalctl_cmd=fake_journalctl(tmp_path, []))
     try:
@@ -272,6 +278,7 @@ def test_poll_never_waits(tmp_path: Path) -> None:
         src.close()
 
 
+@pytest.mark.processes
 def test_missing_journalctl_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.journal"):
         src = JournalSource(["trainer"], journalctl_cmd=[str(tmp_path / "no-such-journalctl")])
@@ -281,6 +288,7 @@ def test_missing_journalctl_is_said_once(tmp_path: Path, caplog: pytest.LogCaptu
     assert len(said) == 1 and "journal of trainer is not followed" in said[0] and "No such file" in said[0]
 
 
+@pytest.mark.processes
 def test_journalctl_that_ends_is_said_once_with_its_stderr(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -304,6 +312,7 @@ def test_journalctl_that_ends_is_said_once_with_its_stderr(
     assert "exit status 1" in said[0] and "Permission denied" in said[0]
 
 
+@pytest.mark.processes
 def test_close_stops_the_child(tmp_path: Path) -> None:
     src = JournalSource(["trainer"], journalctl_cmd=fake_journalctl(tmp_path, []))
     proc = src._proc

@@ -273,6 +273,7 @@ def poll_until(src: KernelLogSource, count: int, timeout_s: float = 10.0) -> lis
     return out
 
 
+@pytest.mark.processes
 def test_falls_back_to_journalctl_when_kmsg_is_unreadable(tmp_path: Path) -> None:
     lines = [
         kernel_entry(
@@ -327,6 +328,7 @@ def test_kmsg_is_preferred_over_the_journal(tmp_path: Path) -> None:
         src.close()
 
 
+@pytest.mark.processes
 def test_nothing_readable_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.kernel_log"):
         src = KernelLogSource(
@@ -346,6 +348,7 @@ def test_nothing_readable_is_said_once(tmp_path: Path, caplog: pytest.LogCapture
     assert "missing-kmsg" in said[0] and "no-journalctl" in said[0]
 
 
+@pytest.mark.processes
 def test_journalctl_that_ends_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lines = [kernel_entry("usb 1-1: new high-speed USB device", "6", 1714560000123456, 88123456789)]
     with caplog.at_level(logging.WARNING, logger="fleetscope.agent.logs.kernel_log"):

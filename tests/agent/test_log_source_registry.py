@@ -80,6 +80,7 @@ def test_nothing_is_followed_unless_asked_for() -> None:
     assert default_log_sources().build(LogSourceSettings()) == []
 
 
+@pytest.mark.processes
 def test_each_setting_turns_on_its_source(tmp_path: Path) -> None:
     settings = LogSourceSettings(files=(str(tmp_path / "*.log"),), kernel_log=True, journal_units=("trainer",))
     sources = default_log_sources().build(settings)
@@ -98,6 +99,7 @@ def test_the_agents_settings_say_what_to_follow() -> None:
                                                      journal_units=("triton.service",))
 
 
+@pytest.mark.processes
 def test_importing_the_registry_loads_no_source() -> None:
     code = (
         "import sys\n"

@@ -445,6 +445,7 @@ def test_available_is_cheap_and_side_effect_free(monkeypatch: pytest.MonkeyPatch
     assert "pynvml" not in sys.modules  # located, never imported
 
 
+@pytest.mark.processes
 def test_module_import_does_not_import_pynvml() -> None:
     import subprocess
 

@@ -147,6 +147,7 @@ def test_a_jetson_gets_sysfs(server: dict[str, Path], caplog: pytest.LogCaptureF
                for r in caplog.records)
 
 
+@pytest.mark.processes
 def test_a_jetson_asked_for_tegrastats_runs_it_where_installed(server: dict[str, Path], tegrastats_installed: None) -> None:
     server["sysfs_root"] = build_tree(server["sysfs_root"], ORIN_NANO, ORIN_NANO_LINKS)
     assert _names(_build(host=False, jetson_source="tegrastats", **server)) == ["tegrastats"]
@@ -162,12 +163,14 @@ def test_a_server_asked_for_tegrastats_gets_none(server: dict[str, Path], tegras
     assert _build(host=False, jetson_source="tegrastats", **server) == []
 
 
+@pytest.mark.processes
 def test_a_tegrastats_command_is_read_on_any_device(server: dict[str, Path], tmp_path: Path) -> None:
     recording = tmp_path / "flight.log"
     recording.write_text("")
     assert _names(_build(host=False, tegrastats_cmd=f"cat {recording}", **server)) == ["tegrastats"]
 
 
+@pytest.mark.processes
 def test_a_tegrastats_command_that_cannot_run_leaves_the_board_unread(server: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
     # As before the registry: the command was asked for, so sysfs does not stand in for it.
     server["sysfs_root"] = build_tree(server["sysfs_root"], ORIN_NANO, ORIN_NANO_LINKS)
@@ -195,6 +198,7 @@ def test_the_agent_flags_become_sampler_settings() -> None:
     )
 
 
+@pytest.mark.processes
 def test_importing_the_registry_probes_and_loads_nothing() -> None:
     code = (
         "import sys\n"

@@ -423,6 +423,7 @@ def test_cli_db_without_collector_extra_names_it(tmp_path: Path, monkeypatch: py
         _run(["scan", "--db", f"sqlite:///{tmp_path / 'x.db'}", "--device", "d", str(log)])
 
 
+@pytest.mark.processes
 def test_scanning_imports_no_sqlalchemy(tmp_path: Path) -> None:
     log = _write(tmp_path / "a.log", [XID_LINE])
     code = (

@@ -35,6 +35,7 @@ def _drain(sampler: TegrastatsSampler, expect: int):  # type: ignore[no-untyped-
     return rows, out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("path", sample_files("tegrastats"), ids=lambda p: p.name)
 def test_every_recorded_board_becomes_samples(tmp_path: Path, path: Path) -> None:
     line = _one_line(path)
@@ -57,6 +58,7 @@ def test_every_recorded_board_becomes_samples(tmp_path: Path, path: Path) -> Non
         assert g1.sm_clock_mhz == max(reading.gr3d_freq_mhz)
 
 
+@pytest.mark.processes
 def test_metrics_carry_rails_and_sensors(tmp_path: Path) -> None:
     path = next(p for p in sample_files("tegrastats") if p.name == "orin-agx-jp7.2-r39.2.txt")
     recorded = tmp_path / "t.log"
@@ -74,6 +76,7 @@ def test_metrics_carry_rails_and_sensors(tmp_path: Path) -> None:
     assert out.gpu[0].temp_c == 47.625 and out.gpu[0].power_w == 5.139
 
 
+@pytest.mark.processes
 def test_missing_command_turns_the_source_off() -> None:
     with pytest.raises(SourceUnavailable, match="cannot run"):
         TegrastatsSampler(["/nonexistent/tegrastats"])

@@ -247,6 +247,7 @@ def test_two_jobs_on_one_database_notify_once(engine: Engine) -> None:
     assert len(_notifications(engine)) == 3 and len(_alerts(engine)) == 1
 
 
+@pytest.mark.server
 def test_notifier_payloads_reach_each_receiver_type(engine: Engine, receiver: Receiver) -> None:
     dev = _device(engine)
     rules = _rules(f"http://127.0.0.1:{receiver.port}")
@@ -280,6 +281,7 @@ def test_notifier_payloads_reach_each_receiver_type(engine: Engine, receiver: Re
     assert sender.run_once() == 0, "nothing owed twice"
 
 
+@pytest.mark.server
 def test_a_receiver_that_is_down_gets_retries_then_one_delivery(engine: Engine, receiver: Receiver) -> None:
     dev = _device(engine)
     rules = parse_rules(f'[[notifier]]\nname = "ops"\ntype = "webhook"\nurl = "{receiver.url()}"\n'

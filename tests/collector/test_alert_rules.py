@@ -174,6 +174,7 @@ def test_an_invalid_file_at_start_is_refused(tmp_path: Path) -> None:
 CLI = [sys.executable, "-m", "fleetscope.cli"]
 
 
+@pytest.mark.processes
 def test_collector_with_an_invalid_rules_file_says_one_line_and_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "rules.toml"
     path.write_text('[[rule]]\nname = "x"\nincident = ["cuda_oom", "ghost"]\n')
@@ -185,6 +186,7 @@ def test_collector_with_an_invalid_rules_file_says_one_line_and_exits_2(tmp_path
     assert not (tmp_path / "x.db").exists(), "refused before anything started"
 
 
+@pytest.mark.processes
 def test_alerts_check(tmp_path: Path) -> None:
     path = tmp_path / "rules.toml"
     path.write_text(GOOD)
@@ -209,6 +211,7 @@ def test_detector_settings_refused_by_the_detectors_name_the_setting() -> None:
     assert rules.detector_settings().quiet_period_s == 3.0
 
 
+@pytest.mark.processes
 def test_the_alerts_and_silence_commands(tmp_path: Path) -> None:
     from sqlalchemy.orm import Session
 

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from fleetscope.collector.ingest.server import Collector, CollectorSettings
 from fleetscope.collector.ingest.service import IngestBudget
 from tests.conftest import wait_until
@@ -28,6 +30,7 @@ AGENTS = 4
 ROWS = 3_000
 
 
+@pytest.mark.server
 def test_a_locked_database_slows_the_streams_and_loses_nothing(tmp_path: Path) -> None:
     db_path = tmp_path / "fleetscope.db"
     db_url = f"sqlite:///{db_path}"

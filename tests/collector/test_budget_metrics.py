@@ -65,6 +65,7 @@ def test_before_the_service_serves_the_budget_reads_zero() -> None:
     assert "fleetscope_collector_ingest_budget_cap_bytes" not in got
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("cap", [3 << 20])
 def test_a_running_collector_exports_its_budget(tmp_path: Any, cap: int) -> None:
     collector = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=f"sqlite:///{tmp_path / 'c.db'}",

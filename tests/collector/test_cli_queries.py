@@ -237,6 +237,7 @@ def test_compare_side_by_side(fleet, db_url: str, capsys) -> None:  # type: igno
     assert "timed: infer" in err
 
 
+@pytest.mark.processes
 def test_logs_follow_prints_new_events_as_they_arrive(tmp_path: Path, sqlite_url: str) -> None:
     from fleetscope.collector.ingest.server import Collector, CollectorSettings
 

@@ -335,6 +335,7 @@ KILLED_COMPACTOR = textwrap.dedent("""
 """)
 
 
+@pytest.mark.processes
 def test_a_compactor_killed_inside_a_window_loses_and_doubles_nothing(filled: Any, tmp_path: Path) -> None:
     engine, ids = filled
     url = engine.url.render_as_string(hide_password=False)
@@ -365,6 +366,7 @@ def test_a_compactor_killed_inside_a_window_loses_and_doubles_nothing(filled: An
     assert_same_answers(before, answers(engine, ids["incident"]))
 
 
+@pytest.mark.server
 def test_the_collector_runs_compaction_unless_told_not_to(db_url: str) -> None:
     from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
@@ -381,6 +383,7 @@ def test_the_collector_runs_compaction_unless_told_not_to(db_url: str) -> None:
             c.stop()
 
 
+@pytest.mark.processes
 def test_collector_flags() -> None:
     run = subprocess.run([sys.executable, "-m", "fleetscope.cli", "collector", "--fold-after", "soon"],
                          capture_output=True, text=True, timeout=60)

@@ -116,6 +116,7 @@ def test_current_of_a_missing_sqlite_file_says_so_and_creates_nothing(
     ("mysql://u@h/fleet", 2, "unsupported database 'mysql'"),
     ("postgresql+asyncpg://u@h/fleet", 2, "cannot use postgresql+asyncpg://u@h/fleet: "),
 ])
+@pytest.mark.processes
 @pytest.mark.parametrize("command", ["upgrade", "current"])
 def test_ordinary_mistakes_give_one_line_and_no_traceback(url: str, code: int, says: str, command: str) -> None:
     run = subprocess.run([*CLI, "db", command, "--db", url], capture_output=True, text=True, timeout=60)
@@ -124,6 +125,7 @@ def test_ordinary_mistakes_give_one_line_and_no_traceback(url: str, code: int, s
     assert line.startswith(f"fleetscope db: {says}"), line
 
 
+@pytest.mark.processes
 def test_the_installed_command_upgrades_and_reports(sqlite_url: str) -> None:
     bin_fleetscope = Path(sys.executable).parent / "fleetscope"
     if not bin_fleetscope.exists():

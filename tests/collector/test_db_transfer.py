@@ -246,6 +246,7 @@ def test_a_damaged_export_is_one_line_and_leaves_the_target_as_it_was(
     assert _state(pg_url).empty, "the schema made for the import was rolled back with it"
 
 
+@pytest.mark.server
 def test_an_empty_target_with_a_schema_is_loaded_and_a_target_with_rows_only_after_replace(
     capsys: pytest.CaptureFixture[str], fleet_db: tuple[str, int], tmp_path: Path
 ) -> None:
@@ -269,6 +270,7 @@ def test_an_empty_target_with_a_schema_is_loaded_and_a_target_with_rows_only_aft
     assert dump(target) == dump(fleet_db[0])
 
 
+@pytest.mark.server
 def test_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], fleet_db: tuple[str, int], tmp_path: Path) -> None:
     export = tmp_path / "f.export"
     assert main(["db", "export", "--db", fleet_db[0], "--out", str(export)]) == 0
@@ -308,6 +310,7 @@ def test_help(capsys: pytest.CaptureFixture[str], verb: str) -> None:
     assert capsys.readouterr().out.startswith(f"usage: fleetscope db {verb}")
 
 
+@pytest.mark.server
 def test_the_file_says_what_it_holds(fleet_db: tuple[str, int], tmp_path: Path) -> None:
     """The header names the format, the revision and every table with its row count, before any row."""
     export = tmp_path / "f.export"

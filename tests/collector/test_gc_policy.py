@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.processes
 def test_a_collector_process_collects_garbage_less_often_and_freezes_its_start_up_objects() -> None:
     code = (
         "import gc\n"

@@ -257,6 +257,7 @@ def test_a_step_that_fails_halfway_leaves_the_database_as_it_was(db_url: str) ->
         engine.dispose()
 
 
+@pytest.mark.processes
 def test_the_revision_files_ship_in_the_wheel_and_alembic_reads_them_there(tmp_path: Path) -> None:
     if not (REPO / "pyproject.toml").exists():
         pytest.skip("not run from a source tree")
@@ -277,6 +278,7 @@ def test_the_revision_files_ship_in_the_wheel_and_alembic_reads_them_there(tmp_p
 # ---------------------------------------------------------------- who upgrades, who refuses
 
 
+@pytest.mark.processes
 def test_a_database_newer_than_this_code_is_refused_with_one_line(db_url: str) -> None:
     make_engine(db_url).dispose()
     engine = make_engine(db_url, create=False)
@@ -303,6 +305,7 @@ def test_a_database_newer_than_this_code_is_refused_with_one_line(db_url: str) -
         engine.dispose()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("start_from", ["0001", "made before migrations", "empty"])
 def test_collector_with_no_db_upgrade_refuses_a_database_behind_and_names_the_command(
     db_url: str, start_from: str
@@ -326,6 +329,7 @@ def test_collector_with_no_db_upgrade_refuses_a_database_behind_and_names_the_co
     assert state_of(db_url) == before, "the database is left as it was"
 
 
+@pytest.mark.server
 def test_collector_with_no_db_upgrade_starts_on_a_database_at_head(db_url: str) -> None:
     from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
@@ -335,6 +339,7 @@ def test_collector_with_no_db_upgrade_starts_on_a_database_at_head(db_url: str) 
     c.stop()
 
 
+@pytest.mark.processes
 def test_readers_refuse_an_older_database_without_changing_it(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from fleetscope.collector.storage import engine as engine_module
 
@@ -361,6 +366,7 @@ def test_readers_refuse_an_older_database_without_changing_it(db_url: str, monke
         engine.dispose()
 
 
+@pytest.mark.processes
 def test_collectors_starting_together_on_an_empty_database_migrate_it_once(
     tmp_path: Path, db_url: str
 ) -> None:

@@ -217,6 +217,7 @@ def test_one_collector_at_a_time_enforces_retention(sqlite_url: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.processes
 def test_retention_spec_parses_and_refuses_bad_values_in_one_line() -> None:
     s = parse_retention("raw=7d,minute=90d,hour=2y,incidents=2y")
     assert (s.raw_s, s.minute_s, s.hour_s, s.incidents_s) == (7 * 86400, 90 * 86400, 730 * 86400, 730 * 86400)

@@ -192,6 +192,7 @@ def _tls_collector(db_url: str, certs: Path, **kw: object) -> Collector:
     return start_collector(db_url, tls=ServerTLS(certs / "collector.pem", certs / "collector.key", **kw))  # type: ignore[arg-type]
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_wrong_ca_expired_certificate_and_mtls_without_client_cert_are_refused(tmp_path: Path, db_url: str, certs: Path) -> None:
     ok = grpc.ssl_channel_credentials((certs / "ca.pem").read_bytes())
@@ -250,6 +251,7 @@ def test_collector_refuses_unusable_tls_files_with_one_line(tmp_path: Path, caps
 # ---------------------------------------------------------------- enrolment and identity
 
 
+@pytest.mark.server
 def test_enrolment_gives_the_agent_its_own_credential_which_outlives_the_token(tmp_path: Path, db_url: str, running: Collector) -> None:
     token_id, token = new_token(db_url, "drones")
     sampler = CountingSampler(total=200, per_tick=50)
@@ -283,6 +285,7 @@ def test_enrolment_gives_the_agent_its_own_credential_which_outlives_the_token(t
     assert len(gpu_sequence_numbers(db_url, "drone-1")) == 300
 
 
+@pytest.mark.server
 def test_revoked_expired_and_foreign_fleet_tokens_cannot_enrol(db_url: str, running: Collector) -> None:
     addr = address(running)
     revoked_id, revoked = new_token(db_url, "drones")
@@ -302,6 +305,7 @@ def test_revoked_expired_and_foreign_fleet_tokens_cannot_enrol(db_url: str, runn
     assert count(db_url, "SELECT count(*) FROM device_credentials") == 1
 
 
+@pytest.mark.server
 @pytest.mark.timeout(120)
 def test_an_enrolled_agent_claiming_anothers_id_is_refused_and_the_first_ones_data_arrives_exactly_once(
     tmp_path: Path, db_url: str, running: Collector
@@ -345,6 +349,7 @@ def test_an_enrolled_agent_claiming_anothers_id_is_refused_and_the_first_ones_da
     assert victim.uplink.status.rejected == 0
 
 
+@pytest.mark.server
 def test_replayed_credentials_are_refused(db_url: str, running: Collector) -> None:
     addr = address(running)
     _, token = new_token(db_url, "drones")
@@ -370,6 +375,7 @@ def test_replayed_credentials_are_refused(db_url: str, running: Collector) -> No
     assert count(db_url, "SELECT count(*) FROM gpu_samples") == 0
 
 
+@pytest.mark.server
 @pytest.mark.timeout(120)
 def test_device_revoke_closes_the_open_stream_at_once_and_others_go_on(
     tmp_path: Path, db_url: str, running: Collector, capsys: pytest.CaptureFixture[str]
@@ -399,6 +405,7 @@ def test_device_revoke_closes_the_open_stream_at_once_and_others_go_on(
     assert main(["device", "revoke", "no-such-device", "--db", db_url]) == 1
 
 
+@pytest.mark.server
 def test_static_tokens_still_work_and_bind_the_agent_id_to_its_first_key(tmp_path: Path, db_url: str, running: Collector) -> None:
     addr = address(running)
     # A key-less client (an older agent) with the static token: let in, for ids nobody enrolled.
@@ -470,6 +477,7 @@ def test_device_key_is_made_once_and_private(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- hostile text
 
 
+@pytest.mark.server
 def test_sql_looking_strings_in_every_text_field_are_stored_verbatim(tmp_path: Path, db_url: str, running: Collector,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     addr = address(running)
@@ -526,6 +534,7 @@ def test_limiter_throttles_by_rate_and_caps_series_and_registrations() -> None:
     assert set(report) == {"noisy", "big", "r"} and report["noisy"].series_dropped == 3
 
 
+@pytest.mark.server
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_noisy_agent_is_throttled_and_the_rest_of_the_fleet_is_not(tmp_path: Path, db_url: str) -> None:
@@ -562,6 +571,7 @@ def test_a_noisy_agent_is_throttled_and_the_rest_of_the_fleet_is_not(tmp_path: P
     assert count(db_url, "SELECT count(*) FROM metric_points") == 5
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_registrations_beyond_the_limit_get_resource_exhausted_with_retry_after(db_url: str) -> None:
     c = start_collector(db_url, agent_limits=AgentLimits(registrations_per_min=2))
@@ -573,6 +583,7 @@ def test_registrations_beyond_the_limit_get_resource_exhausted_with_retry_after(
         c.stop()
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_status_asks_a_tls_collector_over_tls(tmp_path: Path, db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     from fleetscope.collector.commands.status import collector_health

@@ -62,6 +62,7 @@ def _fleetscope(*args: str) -> str:
     return out.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("command", [["logs", "--device", DEVICE], ["incidents"], ["devices"]])
 def test_text_output_shows_control_characters(hostile_db: str, command: list[str]) -> None:
     printed = _fleetscope(*command, "--db", hostile_db)
@@ -75,6 +76,7 @@ def test_text_output_shows_control_characters(hostile_db: str, command: list[str
         assert "edge\\x1b[31m-7" in printed
 
 
+@pytest.mark.processes
 def test_json_output_stays_exact(hostile_db: str) -> None:
     logs = json.loads(_fleetscope("logs", "--device", DEVICE, "--db", hostile_db, "--json"))["logs"]
     assert logs[0]["message"] == f"before {HOSTILE}\nsecond line\x07"

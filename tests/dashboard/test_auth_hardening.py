@@ -23,6 +23,7 @@ def dashboard(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, env=environ)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "10.1.2.3", "dashboard.example.org"])
 def test_refuses_to_listen_beyond_localhost_without_sign_in(address: str) -> None:
     out = dashboard("--address", address)
@@ -39,11 +40,13 @@ def test_refuses_to_listen_beyond_localhost_without_sign_in(address: str) -> Non
         (["--password-env", "FS_NOPE_Y"], "FS_NOPE_Y: that environment variable is empty or unset"),
     ],
 )
+@pytest.mark.processes
 def test_sign_in_and_tls_mistakes_are_one_line(argv: list[str], message: str) -> None:
     out = dashboard("--address", "0.0.0.0", *argv)
     assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1, out.stderr
 
 
+@pytest.mark.processes
 def test_oidc_needs_its_configuration(tmp_path: Path) -> None:
     out = subprocess.run([FLEETSCOPE, "dashboard", "--address", "0.0.0.0", "--oidc"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})

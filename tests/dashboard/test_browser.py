@@ -18,6 +18,7 @@ import pytest
 from tests.dashboard.pipeline import Pipeline
 
 pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.browser  # each test drives headless Chromium
 CHROMIUM = os.environ.get("FLEETSCOPE_TEST_CHROMIUM", "/usr/bin/chromium")
 if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
     pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)

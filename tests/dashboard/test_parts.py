@@ -87,6 +87,7 @@ def test_command_binds_localhost_and_passes_the_database() -> None:
     )
 
 
+@pytest.mark.processes
 def test_cli_parses_without_importing_streamlit() -> None:
     code = (
         "import argparse, sys\n"
@@ -100,6 +101,7 @@ def test_cli_parses_without_importing_streamlit() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+@pytest.mark.processes
 def test_module_entry_point_refuses_an_unset_password_variable() -> None:
     out = subprocess.run(
         [

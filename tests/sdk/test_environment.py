@@ -31,6 +31,7 @@ def _loader(workers: int = 0, pin: bool = False) -> DataLoader:
     return DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=4, num_workers=workers, pin_memory=pin)
 
 
+@pytest.mark.server
 def test_a_model_on_the_cpu_is_flagged_when_a_gpu_is_present(agent) -> None:
     _, sink = agent
     model = torch.nn.Linear(4, 2)
@@ -80,6 +81,7 @@ def test_a_model_split_across_devices_is_a_warning() -> None:
     assert "model_split_devices" in report.finding_kinds()
 
 
+@pytest.mark.server
 def test_onnxruntime_silent_cpu_fallback_is_an_incident(agent) -> None:
     _, sink = agent
     sessions = {
@@ -181,6 +183,7 @@ def test_doctor_help_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "torch" in out and "CPU-only build" in out
 
 
+@pytest.mark.server
 def test_doctor_send_reaches_the_agent(agent, capsys: pytest.CaptureFixture[str]) -> None:
     server, sink = agent
     assert sdk.doctor_main(["--send", "--assume-gpu", "--socket", server.socket_path]) == 0

@@ -33,6 +33,7 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes
 def test_pytorch_training_example(local_agent) -> None:
     server, sink = local_agent
     proc = _run(
@@ -45,6 +46,7 @@ def test_pytorch_training_example(local_agent) -> None:
     assert {r.process.name for r in sink.reports} == {"example-train"}
 
 
+@pytest.mark.processes
 def test_pytorch_inference_example(local_agent) -> None:
     server, sink = local_agent
     proc = _run(["examples/pytorch_inference.py", "--requests", "40", "--socket", server.socket_path])
@@ -58,12 +60,14 @@ def test_pytorch_inference_example(local_agent) -> None:
     "script",
     ["pytorch_training.py", "pytorch_inference.py", "tensorrt_inference.py", "onnxruntime_inference.py"],
 )
+@pytest.mark.processes
 def test_every_example_has_help(script: str) -> None:
     proc = _run([f"examples/{script}", "--help"])
     assert proc.returncode == 0, proc.stderr
     assert "usage:" in proc.stdout
 
 
+@pytest.mark.processes
 def test_benchmark_has_help() -> None:
     proc = _run(["benchmarks/bench_sdk.py", "--help"])
     assert proc.returncode == 0, proc.stderr

@@ -18,6 +18,7 @@ from fleetscope.agent.sdk._histogram import SCHEME, fast_bucket_index
 from fleetscope.proto import exponential
 
 
+@pytest.mark.server
 def test_torch_forward_passes_reach_the_sink_with_right_count_and_plausible_percentiles(agent) -> None:
     _, sink = agent
     torch.manual_seed(0)
@@ -49,6 +50,7 @@ def test_torch_forward_passes_reach_the_sink_with_right_count_and_plausible_perc
     assert summary is not None and summary.count == n and summary.calls_per_s
 
 
+@pytest.mark.server
 def test_an_exception_counts_as_an_error_and_propagates_unchanged(agent) -> None:
     _, sink = agent
     boom = ValueError("boom")
@@ -65,6 +67,7 @@ def test_an_exception_counts_as_an_error_and_propagates_unchanged(agent) -> None
     assert sink.merged("test.failing").errors == 3
 
 
+@pytest.mark.server
 def test_decorator_sync_and_async(agent) -> None:
     _, sink = agent
 
@@ -120,6 +123,7 @@ def test_nested_use_of_one_object_times_both_blocks() -> None:
     assert exponential.bucket_value(min(h.buckets), h.scheme) < 1e6
 
 
+@pytest.mark.server
 def test_threads_lose_no_update_without_locks(agent) -> None:
     _, sink = agent
     per_thread, threads = 20_000, 8
@@ -218,6 +222,7 @@ class _FakeEvent:
         return end.t - self.t
 
 
+@pytest.mark.server
 def test_cuda_events_are_read_on_the_reporting_thread(monkeypatch: pytest.MonkeyPatch, agent) -> None:
     _, sink = agent
     synced: list[int] = []

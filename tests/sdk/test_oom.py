@@ -28,6 +28,7 @@ OLD_CUDA_MESSAGE = (
 )
 
 
+@pytest.mark.server
 def test_a_real_cpu_allocation_failure_is_reraised_unchanged_and_reported(agent) -> None:
     _, sink = agent
     with pytest.raises(RuntimeError) as caught:
@@ -51,6 +52,7 @@ def test_a_real_cpu_allocation_failure_is_reraised_unchanged_and_reported(agent)
     assert "DefaultCPUAllocator" in incident.excerpt
 
 
+@pytest.mark.server
 def test_decorator_records_argument_shapes_dtypes_and_batch_size(agent) -> None:
     _, sink = agent
 
@@ -70,6 +72,7 @@ def test_decorator_records_argument_shapes_dtypes_and_batch_size(agent) -> None:
     assert "forward" in str(f["guard"])
 
 
+@pytest.mark.server
 def test_inside_train_steps_the_step_and_batch_size_are_added(agent) -> None:
     _, sink = agent
     steps = sdk.train_steps([torch.zeros(5, 2)], name="oomloop")
@@ -81,6 +84,7 @@ def test_inside_train_steps_the_step_and_batch_size_are_added(agent) -> None:
     assert (f["loop"], f["step"], f["batch_size"]) == ("oomloop", 1, 5)
 
 
+@pytest.mark.server
 def test_memory_error_is_a_host_oom_and_other_errors_pass_untouched(agent) -> None:
     _, sink = agent
     with pytest.raises(MemoryError):
@@ -95,6 +99,7 @@ def test_memory_error_is_a_host_oom_and_other_errors_pass_untouched(agent) -> No
     assert facts(sink.incidents("host_oom")[0])["requested_bytes"] == 2 * 2**60
 
 
+@pytest.mark.server
 def test_nested_guards_report_one_exception_once(agent) -> None:
     _, sink = agent
 
@@ -132,6 +137,7 @@ def test_cuda_oom_messages_new_and_old_are_parsed() -> None:
     assert sdk.classify_oom(RuntimeError("shape mismatch")) is None
 
 
+@pytest.mark.server
 def test_a_cuda_oom_reports_allocator_state_and_summary(monkeypatch: pytest.MonkeyPatch, agent) -> None:
     _, sink = agent
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -164,6 +170,7 @@ def test_a_cuda_oom_reports_allocator_state_and_summary(monkeypatch: pytest.Monk
     assert incident.title == "CUDA OOM on cuda:0: tried to allocate 20.00 MiB in gpu"
 
 
+@pytest.mark.server
 def test_excepthook_reports_an_uncaught_oom_then_calls_the_previous_hook(agent, monkeypatch) -> None:
     _, sink = agent
     seen: list[BaseException] = []
@@ -186,6 +193,7 @@ def test_excepthook_reports_an_uncaught_oom_then_calls_the_previous_hook(agent, 
     assert not getattr(sys.excepthook, "__qualname__", "").startswith("install_oom_hook")
 
 
+@pytest.mark.server
 def test_report_oom_for_programs_that_catch_it_themselves(agent) -> None:
     _, sink = agent
     try:

@@ -46,6 +46,7 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.server
 def test_a_slow_loader_shows_more_data_wait_than_compute(agent, one_torch_thread) -> None:
     _, sink = agent
     model, opt = _model()
@@ -82,6 +83,7 @@ def test_a_slow_loader_shows_more_data_wait_than_compute(agent, one_torch_thread
     assert len(sink.metrics("slowload.loss")) == 16
 
 
+@pytest.mark.server
 def test_nan_and_inf_losses_raise_one_incident_per_run_of_them(agent) -> None:
     _, sink = agent
     steps = sdk.train_steps([torch.zeros(4, 2)] * 8, name="nanloop")
@@ -101,6 +103,7 @@ def test_nan_and_inf_losses_raise_one_incident_per_run_of_them(agent) -> None:
     assert all(m.value == m.value for m in sink.metrics("nanloop.loss"))  # NaN never goes out as a number
 
 
+@pytest.mark.server
 def test_a_real_grad_scaler_whose_scale_collapses_is_an_incident(agent) -> None:
     _, sink = agent
     model, opt = _model()
@@ -168,6 +171,7 @@ def test_a_loader_error_propagates_unchanged() -> None:
     assert steps.totals().steps == 1
 
 
+@pytest.mark.server
 def test_cuda_memory_stats_are_recorded_per_step_when_cuda_is_in_use(
     monkeypatch: pytest.MonkeyPatch, agent
 ) -> None:

@@ -123,6 +123,7 @@ class _Config:
         return {_MemoryPoolType.WORKSPACE: 1 << 30, _MemoryPoolType.TACTIC_SHARED_MEMORY: 48 << 10}[pool]
 
 
+@pytest.mark.server
 def test_the_logger_subclasses_ilogger_and_forwards_each_severity(agent) -> None:
     _, sink = agent
     cls = sdk.trt_logger_class(trt)
@@ -149,6 +150,7 @@ def test_the_logger_subclasses_ilogger_and_forwards_each_severity(agent) -> None
     }
 
 
+@pytest.mark.server
 def test_the_default_minimum_is_warning_and_errors_become_one_incident_each(agent, capsys) -> None:
     _, sink = agent
     logger = sdk.create_trt_logger(trt=trt)
@@ -212,6 +214,7 @@ class _Stream:
         self.synced += 1
 
 
+@pytest.mark.server
 def test_trt_timed_runs_the_right_entry_point_and_feeds_latency(agent) -> None:
     _, sink = agent
     ctx, stream = _Context(), _Stream()
@@ -233,6 +236,7 @@ def test_trt_timed_runs_the_right_entry_point_and_feeds_latency(agent) -> None:
     assert sink.merged("test.trt", engine="resnet").errors == 2
 
 
+@pytest.mark.server
 def test_engine_metadata_is_sent_as_a_tensorrt_engine_record(agent) -> None:
     _, sink = agent
     info = sdk.describe_engine(_Engine(), config=_Config(), trt=trt)

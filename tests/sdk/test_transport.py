@@ -58,6 +58,7 @@ def test_without_an_agent_latency_works_nothing_raises_and_drops_are_counted() -
     assert s is not None and s.count == 1000
 
 
+@pytest.mark.server
 def test_dropped_count_reaches_an_agent_that_starts_later(tmp_path_factory: pytest.TempPathFactory) -> None:
     folder = tmp_path_factory.mktemp("late")
     path = os.path.join(str(folder), "agent.sock")
@@ -90,6 +91,7 @@ def test_a_full_queue_drops_and_counts_instead_of_growing() -> None:
     assert sdk.stats().dropped_total - before >= 90
 
 
+@pytest.mark.server
 def test_non_finite_and_unreadable_metric_values_are_not_sent(agent) -> None:
     _, sink = agent
     before = sdk.invalid_values()
@@ -103,6 +105,7 @@ def test_non_finite_and_unreadable_metric_values_are_not_sent(agent) -> None:
     assert sdk.invalid_values() - before == 3
 
 
+@pytest.mark.server
 def test_records_are_split_into_reports_below_the_limit(agent) -> None:
     _, sink = agent
     sdk.configure(max_records_per_report=50)
@@ -113,6 +116,7 @@ def test_records_are_split_into_reports_below_the_limit(agent) -> None:
     assert max(len(r.metrics) for r in sink.reports) <= 50
 
 
+@pytest.mark.server
 def test_process_labels_and_name_travel_in_process_ref(agent) -> None:
     _, sink = agent
     sdk.configure(process_name="trainer", labels={"job": "j1", "rank": 0})
@@ -123,6 +127,7 @@ def test_process_labels_and_name_travel_in_process_ref(agent) -> None:
     assert report.process.name == "trainer" and dict(report.process.labels) == {"job": "j1", "rank": "0"}
 
 
+@pytest.mark.server
 def test_a_sink_that_fails_counts_as_dropped(tmp_path_factory: pytest.TempPathFactory) -> None:
     def sink(report: pb.SdkReport) -> None:
         raise RuntimeError("agent bug")
@@ -141,6 +146,7 @@ def test_a_sink_that_fails_counts_as_dropped(tmp_path_factory: pytest.TempPathFa
         server.stop(0.5)
 
 
+@pytest.mark.processes
 def test_import_does_not_load_torch_numpy_grpc_or_start_a_thread() -> None:
     code = """
         import sys, threading
@@ -161,6 +167,7 @@ def test_import_does_not_load_torch_numpy_grpc_or_start_a_thread() -> None:
     assert proc.stdout.strip() == "ok"
 
 
+@pytest.mark.processes
 def test_exit_does_not_hang_without_an_agent_or_with_a_stale_socket(tmp_path: Path) -> None:
     stale = tmp_path / "stale.sock"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -182,6 +189,7 @@ def test_exit_does_not_hang_without_an_agent_or_with_a_stale_socket(tmp_path: Pa
         assert elapsed < 15
 
 
+@pytest.mark.processes
 def test_exit_is_bounded_when_the_agent_hangs(tmp_path_factory: pytest.TempPathFactory) -> None:
     import threading
 
@@ -214,6 +222,7 @@ def test_exit_is_bounded_when_the_agent_hangs(tmp_path_factory: pytest.TempPathF
         server.stop(0.5)
 
 
+@pytest.mark.processes
 def test_a_forked_child_stays_silent_until_configured(tmp_path: Path) -> None:
     code = """
         import os, sys
@@ -253,6 +262,7 @@ def test_disabled_sdk_starts_no_thread_and_still_times() -> None:
 # ---------------------------------------------------------------- LocalReportServer
 
 
+@pytest.mark.server
 def test_server_acks_the_record_count_and_makes_its_directory_0o770(tmp_path: Path) -> None:
     sink = Sink()
     path = tmp_path / "run" / "fleetscope" / "agent.sock"
@@ -270,6 +280,7 @@ def test_server_acks_the_record_count_and_makes_its_directory_0o770(tmp_path: Pa
     assert not path.exists()
 
 
+@pytest.mark.server
 def test_server_removes_a_stale_socket_but_not_a_live_one_or_a_file(tmp_path: Path) -> None:
     stale = tmp_path / "stale.sock"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

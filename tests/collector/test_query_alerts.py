@@ -304,3 +304,24 @@ def test_alert_periods(db: tuple[Any, dict[str, int]]) -> None:
         assert alert_periods(ids["drone-2"], NOW - 86400 * S, NOW - 3600 * S, session=s) == []
         with pytest.raises(UnknownDevice):
             alert_periods("nobody", 0, NOW, session=s)
+
+
+def test_the_alerts_and_silence_commands_print_their_tables(db: tuple[Any, dict[str, int]],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """What an operator reads: every alert of the history with its state, rule and device, and
+    every silence with its scope (the table path, beside --json)."""
+    from fleetscope.cli import main
+
+    engine, ids = db
+    url = engine.url.render_as_string(hide_password=False)
+    assert main(["alerts", "--db", url, "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["ID", "STATE", "RULE", "DEVICE"]
+    rows = {int(ln.split()[0]): ln.split() for ln in lines[1:]}
+    assert set(rows) == {ids["firing"], ids["pending"], ids["resolved"], ids["fleetwide"]}
+    assert rows[ids["pending"]][1:5] == ["pending", "(silenced)", "hot-gpu", "drone-2"]  # a silence holds it
+    assert rows[ids["resolved"]][1] == "resolved" and rows[ids["fleetwide"]][2:4] == ["slo-infer", "-"]
+    assert main(["silence", "list", "--db", url, "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["ID", "RULE", "DEVICE"] and len(lines) == 4
+    assert any(ln.split()[1:3] == ["hot-gpu", "drone-2"] for ln in lines[1:])

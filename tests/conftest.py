@@ -80,6 +80,7 @@ _SERVER_FIXTURES = {"collector"}
 FAST_TIER = os.environ.get("FLEETSCOPE_TEST_TIER") == "fast"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).parts
@@ -91,9 +92,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.server)
         if "pg_url" in fixtures or params.get("db_url") == "postgresql":
             item.add_marker(pytest.mark.postgresql)
-        if fixtures & {"pipeline"}:
-            # One pipeline (about 70 s to build) per worker that needs it: keep its users on one worker.
-            item.add_marker(pytest.mark.xdist_group("pipeline"))
+        group = _shared_fixture_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The xdist group that keeps the users of one expensive shared fixture on one worker, so it
+    is built once: a session fixture of the tests (the dashboard's pipeline, about 70 s) by its
+    name, a module fixture (a filled fleet database) by its module."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module_group = None
+    for name, defs in info.name2fixturedefs.items():
+        fixturedef = defs[-1]
+        if not getattr(fixturedef.func, "__module__", "").startswith("tests."):
+            continue  # pytest's own (tmp_path_factory, ...) cost nothing to build twice
+        if fixturedef.scope == "session":
+            return name
+        if fixturedef.scope in ("module", "package"):
+            module_group = item.nodeid.split("::")[0]
+    return module_group
 
 
 _current_test: list[pytest.Item | None] = [None]

@@ -376,7 +376,9 @@ def test_max_lines_must_allow_a_block() -> None:
 
 
 def test_plain_lines_are_cheap() -> None:
-    # The agent runs the grouper over every line: 100k ordinary lines must be a small cost.
+    # The agent runs the grouper over every line: 100k ordinary lines must be a small cost. The
+    # speed is a benchmark's; this bound, far above it even on a loaded machine, catches work that
+    # grows with the lines already seen (a quadratic grouper takes minutes here).
     lines = [
         LogEvent(ts_ns=i, source=f"/var/log/app{i % 4}.log", message=f"step {i} loss 0.{i % 97}")
         for i in range(100_000)
@@ -386,7 +388,7 @@ def test_plain_lines_are_cheap() -> None:
     out = g.feed(lines)
     elapsed = time.perf_counter() - start
     assert len(out) == len(lines)
-    assert elapsed < 2.0, f"{elapsed:.2f} s for 100k lines"
+    assert elapsed < 10.0, f"{elapsed:.2f} s for 100k lines"
 
 
 # ------------------------------------------------------- the rules the agent shares with scan

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from collections.abc import Callable
 
 import pytest
@@ -907,16 +906,8 @@ def _ordinary_corpus(n: int = 20000) -> list[str]:
     ]
 
 
-def test_throughput_on_ordinary_lines() -> None:
+def test_ordinary_lines_give_no_finding() -> None:
+    """The lines of a busy, healthy service give nothing (their speed through the classifiers is a
+    benchmark's: benchmarks/bench_classify.py, not a timed test)."""
     lines = _ordinary_corpus()
-    size_mb = sum(len(line) + 1 for line in lines) / 1e6
-    best = 0.0
-    for _ in range(5):
-        start = time.perf_counter()
-        for line in lines:
-            for c in ALL:
-                c.classify(line)
-        best = max(best, size_mb / (time.perf_counter() - start))
-    # The agent budget is 50 MB/s for all classifiers together; these three together run well
-    # above a third of it on a laptop core, so this floor only catches a lost prefilter.
-    assert best >= 20, f"{best:.0f} MB/s"
+    assert not [line for line in lines for c in ALL if c.classify(line)]

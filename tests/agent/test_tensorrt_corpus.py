@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from collections.abc import Callable
 
 import pytest
@@ -423,15 +422,16 @@ def _ordinary_corpus(n: int = 20000) -> list[str]:
     ]
 
 
-def test_throughput_on_ordinary_lines() -> None:
+def test_ordinary_lines_stop_at_the_prefilter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keeps this classifier cheap (about 0.3 us an ordinary line; the speed itself is a
+    benchmark: benchmarks/bench_classify.py): an ordinary line never reaches the line parsers."""
+    from fleetscope.agent.classify import tensorrt
+
+    reached: list[str] = []
+    parse = tensorrt._classify
+    monkeypatch.setattr(tensorrt, "_classify", lambda text: reached.append(text) or parse(text))
     lines = _ordinary_corpus()
-    size = sum(len(line) + 1 for line in lines)
-    best = 0.0
-    for _ in range(5):
-        start = time.perf_counter()
-        for line in lines:
-            CLASSIFIER.classify(line)
-        best = max(best, size / (time.perf_counter() - start) / 1e6)
-    # The agent budget is 50 MB/s for all classifiers together on one core; this one alone
-    # runs several times faster on a laptop core, so this floor only catches a lost prefilter.
-    assert best >= 50, f"{best:.0f} MB/s"
+    assert all(CLASSIFIER.classify(line) == [] for line in lines)
+    assert reached == [], f"{len(reached)} of {len(lines)} ordinary lines passed the prefilter, e.g. {reached[:3]}"
+    assert CLASSIFIER.classify("[TRT] [E] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime (out of memory)")
+    assert reached, "a TensorRT line reaches the parsers"

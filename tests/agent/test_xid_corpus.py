@@ -7,7 +7,6 @@ cannot be silently ignored.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -281,15 +280,8 @@ def _ordinary_corpus(n: int = 20000) -> list[str]:
     ]
 
 
-def test_throughput_on_ordinary_lines() -> None:
+def test_ordinary_lines_give_no_finding() -> None:
+    """The lines of a busy, healthy service give nothing (their speed through the classifiers is a
+    benchmark's: benchmarks/bench_classify.py, not a timed test)."""
     lines = _ordinary_corpus()
-    size = sum(len(line) + 1 for line in lines)
-    best = 0.0
-    for _ in range(5):
-        start = time.perf_counter()
-        for line in lines:
-            CLASSIFIER.classify(line)
-        best = max(best, size / (time.perf_counter() - start) / 1e6)
-    # The agent budget is 50 MB/s for all classifiers together on one core; this one alone
-    # runs several times faster on a laptop core, so this floor only catches a lost prefilter.
-    assert best >= 50, f"{best:.0f} MB/s"
+    assert not [line for line in lines for c in [CLASSIFIER] if c.classify(line)]

@@ -39,11 +39,13 @@ def test_torch_forward_passes_reach_the_sink_with_right_count_and_plausible_perc
     msgs = sink.histograms("test.forward", model="mlp")
     assert all(m.start_ns < m.end_ns for m in msgs)
     assert sum(m.count for m in msgs) == n
-    # The block is inside the outer timing, so its percentiles sit just below the outer ones.
+    # The block is inside the outer timing, so its percentiles sit below the outer ones (within the
+    # histogram's 3 % bucket error). How far below is the SDK's overhead, a benchmark's business: on a
+    # loaded machine it can be most of a small forward pass, so the floor only catches a wrong unit.
     outer.sort()
     p50, p99 = h.quantile(0.5), h.quantile(0.99)
     assert p50 is not None and p99 is not None
-    assert 0.5 * statistics.median(outer) < p50 <= statistics.median(outer) * 1.03
+    assert 0.05 * statistics.median(outer) < p50 <= statistics.median(outer) * 1.03
     assert p50 <= p99 <= outer[-1] * 1.03
     assert h.sum_ns <= sum(outer)
     summary = sdk.latency_summary("test.forward", model="mlp")

@@ -12,7 +12,9 @@ Four dashboards:
   week is a few thousand rows per series and the chart still reaches now.
 * ``fleetscope-dcgm.json``: the Prometheus datasource over the collector's fleet exposition, which
   carries GPU readings under dcgm-exporter's names and labels (``DCGM_FI_DEV_GPU_UTIL``, ...,
-  ``gpu``, ``Hostname``, ``modelName``), for servers and Jetson drones alike.
+  ``gpu``, ``Hostname``, ``modelName``), for servers and Jetson drones alike. Series are grouped by
+  ``Hostname`` (the exposition puts the device's name there) and ``UUID``, so each GPU of each
+  device is its own series even where devices share an OS hostname (cloned Jetson images).
 
 Timestamps are nanoseconds since the epoch (``ts_ns``); Grafana's ``$__unixEpochNano*`` macros
 filter on them directly.
@@ -354,14 +356,14 @@ def dcgm() -> dict[str, Any]:
                PROM, "celsius"), 6, 4)
     legend = "{{Hostname}} GPU {{gpu}} ({{modelName}})"
     b.add(timeseries("GPU utilisation", [prom_target(
-        f"avg by (Hostname, gpu, modelName) (DCGM_FI_DEV_GPU_UTIL{{{DCGM_SEL}}})", legend)], "percent", PROM), 12, 8)
+        f"avg by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_GPU_UTIL{{{DCGM_SEL}}})", legend)], "percent", PROM), 12, 8)
     b.add(timeseries("Framebuffer memory used", [prom_target(
-        f"avg by (Hostname, gpu, modelName) (DCGM_FI_DEV_FB_USED{{{DCGM_SEL}}})", legend)], "decmbytes", PROM,
+        f"avg by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_FB_USED{{{DCGM_SEL}}})", legend)], "decmbytes", PROM,
         "DCGM_FI_DEV_FB_USED is in MiB, as dcgm-exporter exports it."), 12, 8)
     b.add(timeseries("GPU temperature", [prom_target(
-        f"max by (Hostname, gpu, modelName) (DCGM_FI_DEV_GPU_TEMP{{{DCGM_SEL}}})", legend)], "celsius", PROM), 12, 8)
+        f"max by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_GPU_TEMP{{{DCGM_SEL}}})", legend)], "celsius", PROM), 12, 8)
     b.add(timeseries("Power draw", [prom_target(
-        f"avg by (Hostname, gpu, modelName) (DCGM_FI_DEV_POWER_USAGE{{{DCGM_SEL}}})", legend)], "watt", PROM), 12, 8)
+        f"avg by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_POWER_USAGE{{{DCGM_SEL}}})", legend)], "watt", PROM), 12, 8)
     b.add(table("GPUs by model", [prom_target(
         f"count by (modelName) (DCGM_FI_DEV_GPU_UTIL{{{DCGM_SEL}}})", "{{modelName}}", instant=True)], PROM), 24, 6)
     label_var = [

@@ -130,11 +130,18 @@ def test_self_metrics_move_with_the_pipeline_and_the_fleet_carries_dcgm_names(pi
         free = fleet_samples[("DCGM_FI_DEV_FB_FREE", labels)]
         total = fleet_samples[("DCGM_FI_DEV_FB_TOTAL", labels)]
         assert free == pytest.approx(total - r["memory_used_bytes"] / 2**20)
+    # The simulated devices share this machine's OS hostname, as cloned Jetson images do: the
+    # device's name is dcgm-exporter's Hostname, so a dashboard's `avg by (Hostname, gpu,
+    # modelName)` keeps one series per GPU; the OS hostname is its own label.
+    util = [dict(k[1]) for k in fleet_samples if k[0] == "DCGM_FI_DEV_GPU_UTIL"]
+    assert len({lab["os_hostname"] for lab in util}) == 1
+    assert all(lab["Hostname"] == lab["fleetscope_device"] for lab in util)
+    assert len({(lab["Hostname"], lab["gpu"], lab["modelName"]) for lab in util}) == len(rows) == 5
     for dev in devices.values():
-        assert fleet_samples[("fleetscope_device_up", (("Hostname", next(dict(k[1])["Hostname"] for k in fleet_samples
-                                                                          if k[0] == "fleetscope_device_up"
-                                                                          and dict(k[1])["fleetscope_device"] == dev.name)),
-                                                      ("fleetscope_device", dev.name)))] == 1
+        up = [v for k, v in fleet_samples.items() if k[0] == "fleetscope_device_up" and dict(k[1])["fleetscope_device"] == dev.name]
+        assert up == [1]
+        (labels,) = [dict(k[1]) for k in fleet_samples if k[0] == "fleetscope_device_up" and dict(k[1])["fleetscope_device"] == dev.name]
+        assert labels["Hostname"] == dev.name and labels["os_hostname"]
     assert any(k[0] == "fleetscope_host_memory_used_bytes" for k in fleet_samples)
     assert any(k[0] == "fleetscope_device_info" and ("label_fleet", "drones") in k[1] for k in fleet_samples)
 

@@ -317,9 +317,21 @@ def fleet_health(*, session: Session, now_ns: int, rate_window_s: float = 300.0,
     )  # fmt: skip
 
 
+# The detector_progress key (device 0) of each detector's last complete pass: the detector job
+# writes the pass's time there once it has read every device's data up to it.
+DETECTOR_PASS_KEY = "_pass"
+
+
 def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> list[JobLag]:
-    """How far the rollup job (minute rollups) and each detector are behind the data: for each,
-    the worst device heard from within ``recent_ns`` (its newest data minus the job's mark)."""
+    """How far the rollup job (minute rollups) and each detector are behind the data.
+
+    ``rollup``: the worst device heard from within ``recent_ns``, its newest data minus the end
+    of its newest minute rolled up (a minute is rolled once it is over: about 60-120 s normally).
+    ``detector:<name>``: now minus the detector's last complete pass (``DETECTOR_PASS_KEY``), the
+    age of the newest data it has looked at for every device: about the pass interval normally,
+    growing when its passes stop or cannot keep up. Not a device's data minus the detector's mark
+    for it: a detector moves a device's mark only when it reads rows of its own (GPU detectors
+    never do on a GPU-less device), so that difference grew for ever on a healthy collector."""
     by_id = {int(r.id): r for r in session.execute(select(Device.id, Device.name, Device.last_seen_ns))}
     recent = {i: r for i, r in by_id.items() if now_ns - r.last_seen_ns <= recent_ns}
     lags: list[JobLag] = []
@@ -327,15 +339,10 @@ def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> lis
         select(rollup_progress.c.device_id, rollup_progress.c.rolled_until_ns).where(rollup_progress.c.step_s == 60)
     )}  # fmt: skip
     lags.append(_worst("rollup", recent, marks))
-    per_detector: dict[str, dict[int, int]] = {}
-    q = select(detector_progress.c.detector, detector_progress.c.device_id, func.max(detector_progress.c.until_ns)).group_by(
-        detector_progress.c.detector, detector_progress.c.device_id
-    )
-    for det, d, until in session.execute(q):
-        if d is not None and int(d) > 0:
-            per_detector.setdefault(str(det), {})[int(d)] = int(until)
-    for det in sorted(per_detector):
-        lags.append(_worst(f"detector:{det}", {i: r for i, r in recent.items() if i in per_detector[det]}, per_detector[det]))
+    p = detector_progress.c
+    passes = session.execute(select(p.detector, p.until_ns).where(p.device_id == 0, p.key == DETECTOR_PASS_KEY)).all()
+    for det, until in sorted(passes):
+        lags.append(JobLag(job=f"detector:{det}", lag_s=max(0.0, (now_ns - int(until)) / NS), device=""))
     return lags
 
 
@@ -369,6 +376,7 @@ def database_bytes(*, session: Session) -> int | None:
 
 
 __all__ = [
+    "DETECTOR_PASS_KEY",
     "JETSON_POINT_NAMES",
     "FleetHealth",
     "GpuIdentity",

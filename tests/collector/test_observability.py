@@ -216,3 +216,44 @@ def test_a_wrong_metrics_address_is_one_line_exit_2(bad: str, capsys: pytest.Cap
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "not an address" in err and "Traceback" not in err
+
+
+def test_job_metrics_survive_a_scrape_config_and_detector_lag_is_small_on_a_gpu_less_device(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """A self-metric labelled ``job`` becomes ``exported_job`` under Prometheus' scrape config (the
+    scrape's own ``job`` wins), so ``{job="rollup"}`` found nothing: the jobs are ``collector_job``.
+    And a detector's lag is how long since it last looked at everything: a GPU detector that never
+    reads a row of a GPU-less device is not behind on it (its lag read 401.9 s after 1.5 min)."""
+    import subprocess
+    import sys
+
+    collector = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=sqlite_url, tokens=frozenset([TOKEN]),
+                                            metrics_listen="127.0.0.1:0", detectors_interval_s=0.5))
+    port = collector.start()
+    with open(tmp_path / "agent.log", "ab") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "fleetscope.cli", "agent", "--token", TOKEN, "--name", "no-gpu",
+             "--collector", f"127.0.0.1:{port}", "--spool", str(tmp_path / "agent"), "--interval", "250ms",
+             "--no-gpu", "--no-kernel-log"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        mport = collector.observability.metrics_port
+
+        def lags() -> dict[str, float]:
+            return {dict(k[1])["collector_job"]: v for k, v in scrape(mport).items()
+                    if k[0] == "fleetscope_collector_job_lag_seconds"}
+
+        wait_until(lambda: {"detector:gpu_throttling", "detector:memory_growth"} <= set(lags()), timeout_s=30,
+                   message="the detectors' lag")
+        time.sleep(4.0)  # several passes, and past the first windows the detectors read on a new device
+        samples = scrape(mport)
+        assert not [k for k in samples if {"job", "instance"} & {name for name, _ in k[1]}], \
+            "a target's own job/instance labels are renamed exported_* by Prometheus"
+        held = {dict(k[1])["collector_job"] for k in samples if k[0] == "fleetscope_collector_job_holds_lease"}
+        assert {"rollup", "detectors"} <= held
+        for job, lag in lags().items():
+            if job.startswith("detector:"):
+                assert lag < 3.0, (job, lag)
+    finally:
+        agent.terminate()
+        agent.wait(30)
+        collector.stop()

@@ -42,6 +42,7 @@ from fleetscope.collector.jobs.detectors._common import (
     loads,
 )
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
+from fleetscope.collector.query.latest import DETECTOR_PASS_KEY as PASS_KEY
 from fleetscope.collector.storage import incident_lifecycle as lifecycle
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.rollups import read_progress
@@ -146,12 +147,14 @@ class DetectorJob:
         self._held_until_ns = now_ns + self.lease.ttl_ns
         settings = self.settings
         report = DetectorReport(ran=True, holder=self.owner)
+        caught_up: list[str] = []
         with self.engine.connect() as conn:
             ctx = self._context(conn, now_ns, settings)
             for name, detect in DETECTORS:
                 if self._stop.is_set() or not settings.enabled(name):
                     continue
                 t0 = time.monotonic()
+                ctx.catchup_left_out = False
                 changes = detect(ctx)
                 conn.rollback()  # end the read transaction: the next detector sees what was written
                 try:
@@ -164,6 +167,9 @@ class DetectorJob:
                     self._progress = None  # what was applied is unknown: read the marks again
                     raise
                 report.per_detector_s[name] = time.monotonic() - t0
+                if not ctx.catchup_left_out:
+                    caught_up.append(name)
+        self._mark_passes(caught_up, now_ns)
         report.seconds = time.monotonic() - started
         self.last_report = report
         return report
@@ -241,6 +247,19 @@ class DetectorJob:
             self.lease.renew_in(conn, now_ns)
         dirty.clear()
         self._persisted_ns[ch.detector] = now_ns
+
+    def _mark_passes(self, detectors: list[str], now_ns: int) -> None:
+        """Record that these detectors looked at every device's data up to ``now_ns``: their
+        ``PASS_KEY`` mark (device 0), which is what their lag is measured from
+        (``query.job_lags``). One small upsert per pass; a failure only leaves the lag older."""
+        if not detectors:
+            return
+        try:
+            with self._write_lock, self.engine.begin() as conn:
+                for name in detectors:
+                    self._write_progress(conn, name, {(0, PASS_KEY): (now_ns, {})})
+        except Exception as exc:  # the database is busy: the next pass marks again
+            log.debug("could not mark the detectors' pass: %s", exc)
 
     def _write_progress(self, conn: Connection, detector: str, rows: dict[tuple[int, str], tuple[int, dict]]) -> None:
         """Every mark in one statement: an executemany of one upsert (INSERT ... ON CONFLICT DO UPDATE,

@@ -196,7 +196,10 @@ def render_fleet(readings: LatestReadings) -> str:
         f.add("fleetscope_device_info", "gauge", "One series per device, value 1: its kind and labels (label_<key>), to join with group_left.", _labels(info), 1)
     for d in readings.devices:
         lab = _labels(_host_labels(d))
-        f.add("fleetscope_device_up", "gauge", "1 when the device was heard from within the last minute.", lab, 1 if d.online else 0)
+        f.add("fleetscope_device_up", "gauge", "1 while the device is online: heard from within its offline threshold "
+              "(3 of its batch intervals, at least 10 s, or the collector's --offline-after).", lab, 1 if d.online else 0)
+        f.add("fleetscope_device_stopped", "gauge", "1 when the device's agent said it stopped cleanly (not an outage).",
+              lab, 1 if d.state == query.STATE_STOPPED else 0)
         f.add("fleetscope_device_last_seen_timestamp_seconds", "gauge", "When the collector last received data from the device (Unix time).", lab, d.last_seen_ns / 1e9)
         f.add("fleetscope_device_clock_skew_seconds", "gauge", "The device clock minus the collector's, as measured at registration and per batch.", lab, d.clock_skew_ns / 1e9)
         c = d.counters

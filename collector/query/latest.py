@@ -21,7 +21,15 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query.devices import ONLINE_WITHIN_NS
+from fleetscope.collector.query._common import DETECTOR_PASS_KEY
+from fleetscope.collector.query.devices import (
+    ONLINE_WITHIN_NS,
+    STATE_OFFLINE,
+    STATE_ONLINE,
+    STATE_STOPPED,
+    liveness,
+    offline_rule,
+)
 from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollup_schema import rollup_progress
 from fleetscope.collector.storage.schema import (
@@ -77,6 +85,7 @@ class LatestDevice:
     gpus: list[GpuIdentity]
     clock_skew_ns: int
     counters: dict[str, Any]  # as the agent last reported them (spool depth, drops, ...)
+    state: str = STATE_ONLINE  # online, offline or stopped (query.devices.liveness)
 
 
 @dataclass(frozen=True)
@@ -167,6 +176,7 @@ def latest_readings(
     names: dict[int, str] = {}
     fresh: list[int] = []
     jetsons: list[int] = []
+    rule = offline_rule(session)
     for d in session.scalars(select(Device).order_by(Device.name)):
         inv = d.inventory or {}
         gpus = [
@@ -176,12 +186,12 @@ def latest_readings(
             )
             for i, g in enumerate(inv.get("gpus", []) or [])
         ]  # fmt: skip
-        online = now_ns - d.last_seen_ns <= ONLINE_WITHIN_NS
+        state = liveness(last_seen_ns=d.last_seen_ns, now_ns=now_ns, inventory=inv, counters=d.counters, rule=rule)
         devices.append(
             LatestDevice(
                 name=d.name, agent_id=d.agent_id, kind=d.kind, hostname=d.hostname, labels=dict(d.labels or {}),
-                online=online, last_seen_ns=d.last_seen_ns, driver_version=str(inv.get("driver_version", "") or ""),
-                gpus=gpus, clock_skew_ns=d.clock_skew_ns, counters=dict(d.counters or {}),
+                online=state == STATE_ONLINE, last_seen_ns=d.last_seen_ns, driver_version=str(inv.get("driver_version", "") or ""),
+                gpus=gpus, clock_skew_ns=d.clock_skew_ns, counters=dict(d.counters or {}), state=state,
             )
         )  # fmt: skip
         names[d.id] = d.name
@@ -285,13 +295,18 @@ class FleetHealth:
     spools: dict[str, dict[str, int]] = field(default_factory=dict)  # device -> {batches, bytes} as reported, non-empty ones
     database_bytes: int | None = None
     open_incidents: dict[str, int] = field(default_factory=dict)  # severity -> open incidents
+    stopped: list[str] = field(default_factory=list)  # devices whose agents said they stopped cleanly
 
 
 def fleet_health(*, session: Session, now_ns: int, rate_window_s: float = 300.0, recent_ns: int = 600 * NS) -> FleetHealth:
     """Devices online/offline, the recent ingest rate, job lag, reported spools, size, open incidents."""
-    rows = session.execute(select(Device.id, Device.name, Device.last_seen_ns, Device.counters)).all()
-    online = [r for r in rows if now_ns - r.last_seen_ns <= ONLINE_WITHIN_NS]
-    offline = sorted(r.name for r in rows if now_ns - r.last_seen_ns > ONLINE_WITHIN_NS)
+    rows = session.execute(select(Device.id, Device.name, Device.last_seen_ns, Device.counters, Device.inventory)).all()
+    rule = offline_rule(session)
+    states = {r.id: liveness(last_seen_ns=r.last_seen_ns, now_ns=now_ns, inventory=r.inventory, counters=r.counters,
+                             rule=rule) for r in rows}
+    online = [r for r in rows if states[r.id] == STATE_ONLINE]
+    offline = sorted(r.name for r in rows if states[r.id] == STATE_OFFLINE)
+    stopped = sorted(r.name for r in rows if states[r.id] == STATE_STOPPED)
     since = now_ns - int(rate_window_s * NS)
     n_batches, n_rows = session.execute(
         select(func.count(), func.coalesce(func.sum(ingested_batches.c.rows), 0)).where(ingested_batches.c.received_ns >= since)
@@ -313,13 +328,8 @@ def fleet_health(*, session: Session, now_ns: int, rate_window_s: float = 300.0,
         now_ns=now_ns, devices=len(rows), online=len(online), offline=offline,
         rows_per_min=float(n_rows) / minutes, batches_per_min=float(n_batches) / minutes, rate_window_s=rate_window_s,
         lags=lags, spools=dict(sorted(spools.items())), database_bytes=database_bytes(session=session),
-        open_incidents=dict(sorted(open_by_sev.items())),
+        open_incidents=dict(sorted(open_by_sev.items())), stopped=stopped,
     )  # fmt: skip
-
-
-# The detector_progress key (device 0) of each detector's last complete pass: the detector job
-# writes the pass's time there once it has read every device's data up to it.
-DETECTOR_PASS_KEY = "_pass"
 
 
 def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> list[JobLag]:
@@ -376,7 +386,6 @@ def database_bytes(*, session: Session) -> int | None:
 
 
 __all__ = [
-    "DETECTOR_PASS_KEY",
     "JETSON_POINT_NAMES",
     "FleetHealth",
     "GpuIdentity",

@@ -137,9 +137,11 @@ def test_self_metrics_move_with_the_pipeline_and_the_fleet_carries_dcgm_names(pi
     assert len({lab["os_hostname"] for lab in util}) == 1
     assert all(lab["Hostname"] == lab["fleetscope_device"] for lab in util)
     assert len({(lab["Hostname"], lab["gpu"], lab["modelName"]) for lab in util}) == len(rows) == 5
-    for dev in devices.values():
+    for dev in devices.values():  # the fleet stopped cleanly above: stopped, not up (and not an outage)
         up = [v for k, v in fleet_samples.items() if k[0] == "fleetscope_device_up" and dict(k[1])["fleetscope_device"] == dev.name]
-        assert up == [1]
+        stopped = [v for k, v in fleet_samples.items()
+                   if k[0] == "fleetscope_device_stopped" and dict(k[1])["fleetscope_device"] == dev.name]
+        assert up == [0] and stopped == [1]
         (labels,) = [dict(k[1]) for k in fleet_samples if k[0] == "fleetscope_device_up" and dict(k[1])["fleetscope_device"] == dev.name]
         assert labels["Hostname"] == dev.name and labels["os_hostname"]
     assert any(k[0] == "fleetscope_host_memory_used_bytes" for k in fleet_samples)

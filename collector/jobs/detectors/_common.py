@@ -42,6 +42,7 @@ class DeviceInfo:
     last_seen_ns: int
     agent_id: str
     counters: dict[str, Any]
+    batch_interval_s: float | None = None  # as its agent said at registration (None: an older agent)
 
 
 @dataclass

@@ -42,7 +42,8 @@ from fleetscope.collector.jobs.detectors._common import (
     loads,
 )
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
-from fleetscope.collector.query.latest import DETECTOR_PASS_KEY as PASS_KEY
+from fleetscope.collector.query._common import DETECTOR_PASS_KEY as PASS_KEY
+from fleetscope.collector.query.devices import batch_interval_s
 from fleetscope.collector.storage import incident_lifecycle as lifecycle
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.rollups import read_progress
@@ -147,7 +148,7 @@ class DetectorJob:
         self._held_until_ns = now_ns + self.lease.ttl_ns
         settings = self.settings
         report = DetectorReport(ran=True, holder=self.owner)
-        caught_up: list[str] = []
+        caught_up: list[str] = []  # the detectors that read every device's data this pass
         with self.engine.connect() as conn:
             ctx = self._context(conn, now_ns, settings)
             for name, detect in DETECTORS:
@@ -169,7 +170,7 @@ class DetectorJob:
                 report.per_detector_s[name] = time.monotonic() - t0
                 if not ctx.catchup_left_out:
                     caught_up.append(name)
-        self._mark_passes(caught_up, now_ns)
+        self._mark_passes(caught_up, now_ns, settings)
         report.seconds = time.monotonic() - started
         self.last_report = report
         return report
@@ -177,10 +178,10 @@ class DetectorJob:
     def _context(self, conn: Connection, now_ns: int, settings: DetectorSettings) -> PassContext:
         devices = {
             r.id: DeviceInfo(r.id, r.name, r.kind, dict(loads(r.labels) or {}), r.last_seen_ns, r.agent_id,
-                             dict(loads(r.counters) or {}))
+                             dict(loads(r.counters) or {}), batch_interval_s(loads(r.inventory)))
             for r in conn.execute(
                 select(Device.id, Device.name, Device.kind, Device.labels, Device.last_seen_ns, Device.agent_id,
-                       Device.counters)
+                       Device.counters, Device.inventory)
             )
         }
         if self._progress is None:
@@ -248,16 +249,20 @@ class DetectorJob:
         dirty.clear()
         self._persisted_ns[ch.detector] = now_ns
 
-    def _mark_passes(self, detectors: list[str], now_ns: int) -> None:
+    def _mark_passes(self, detectors: list[str], now_ns: int, settings: DetectorSettings) -> None:
         """Record that these detectors looked at every device's data up to ``now_ns``: their
         ``PASS_KEY`` mark (device 0), which is what their lag is measured from
-        (``query.job_lags``). One small upsert per pass; a failure only leaves the lag older."""
+        (``query.job_lags``). The offline detector's mark also holds its threshold settings, which
+        ``query.offline_rule`` reads, so `fleetscope devices`, the dashboard and the exposition
+        call a device offline when it does. One small upsert per pass; a failure only leaves the
+        lag older."""
         if not detectors:
             return
         try:
             with self._write_lock, self.engine.begin() as conn:
                 for name in detectors:
-                    self._write_progress(conn, name, {(0, PASS_KEY): (now_ns, {})})
+                    state = settings.offline_rule().as_state() if name == KIND_AGENT_OFFLINE else {}
+                    self._write_progress(conn, name, {(0, PASS_KEY): (now_ns, state)})
         except Exception as exc:  # the database is busy: the next pass marks again
             log.debug("could not mark the detectors' pass: %s", exc)
 

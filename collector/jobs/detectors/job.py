@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, delete, select
 
 from fleetscope.collector.jobs.detectors import latency, memory, offline, oom, starved, throttling
 from fleetscope.collector.jobs.detectors._common import (
@@ -256,10 +256,17 @@ class DetectorJob:
         ``query.offline_rule`` reads, so `fleetscope devices`, the dashboard and the exposition
         call a device offline when it does. One small upsert per pass; a failure only leaves the
         lag older."""
-        if not detectors:
+        off = [name for name, _ in DETECTORS if not settings.enabled(name) and name != KIND_AGENT_OFFLINE]
+        if not settings.enabled(KIND_AGENT_OFFLINE):  # its settings still say when a device is offline
+            detectors = [*detectors, KIND_AGENT_OFFLINE]
+        if not detectors and not off:
             return
         try:
             with self._write_lock, self.engine.begin() as conn:
+                if off:  # a detector turned off has no lag: its mark would only grow
+                    p = detector_progress.c
+                    conn.execute(delete(detector_progress).where(p.detector.in_(off), p.device_id == 0,
+                                                                 p.key == PASS_KEY))
                 for name in detectors:
                     state = settings.offline_rule().as_state() if name == KIND_AGENT_OFFLINE else {}
                     self._write_progress(conn, name, {(0, PASS_KEY): (now_ns, state)})

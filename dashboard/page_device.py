@@ -77,6 +77,8 @@ def _header(d: DeviceSummary, installs: list[DeviceSummary], now_ns: int) -> Non
     state = device_state(d)
     if state == STATE_IMPORTED:
         shown = ":gray[● imported] · history from log files (`fleetscope scan --db`), never an agent"
+    elif d.stopped:
+        shown = f":blue[● stopped] · its agent stopped cleanly {fmt.ago(d.last_seen_ns, now_ns)}"
     elif d.online:
         shown = ":green[● online]"
     else:

@@ -24,10 +24,10 @@ if TYPE_CHECKING:  # what st.column_config's helpers return; streamlit does not 
 
 REFRESH = {"5 s": 5, "10 s": 10, "30 s": 30, "1 min": 60, "Off": 0}
 SORTS = ("Offline first", "Name", "Last seen", "GPU utilisation", "Temperature", "Power", "Open incidents")
-STATES = ("All", "Online", "Offline", "Imported")
+STATES = ("All", "Online", "Offline", "Stopped", "Imported")
 # "imported": made by `fleetscope scan --db` from log files, never an agent: neither online nor offline.
-STATE_COLORS = {"online": "#21a366", "offline": "#d62728", "imported": "#8c8c8c"}
-_STATE_ORDER = {"offline": 0, "online": 1, "imported": 2}
+STATE_COLORS = {"online": "#21a366", "offline": "#d62728", "stopped": "#4c78a8", "imported": "#8c8c8c"}
+_STATE_ORDER = {"offline": 0, "online": 1, "stopped": 2, "imported": 3}
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,8 @@ def _offline_notice(overview: FleetOverview) -> None:
 def _summary(overview: FleetOverview, shown: Sequence[FleetDevice]) -> None:
     online = sum(d.state == "online" for d in overview.devices)
     offline = sum(d.state == "offline" for d in overview.devices)
-    imported = len(overview.devices) - online - offline
-    total = online + offline  # devices with an agent: imported ones never had one
+    imported = sum(d.state == "imported" for d in overview.devices)
+    total = len(overview.devices) - imported  # devices with an agent: imported ones never had one
     utils = [d.util_percent for d in shown if d.util_percent is not None]
     firing = data.alerts(data.url(), overview.now_ns, (ALERT_FIRING,))
     c = st.columns(6)

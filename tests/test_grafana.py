@@ -108,6 +108,10 @@ def test_the_dcgm_dashboard_speaks_dcgm_exporter_names() -> None:
         assert labels <= DCGM_LABELS, (e, labels - DCGM_LABELS)
     legends = " ".join(t["legendFormat"] for _, t in targets(board))
     assert {"{{Hostname}}", "{{gpu}}", "{{modelName}}"} <= set(re.findall(r"\{\{\w+\}\}", legends))
+    # One series per GPU of each device, also where devices share an OS hostname (cloned Jetson
+    # images): a per-GPU grouping keeps the GPU's UUID.
+    per_gpu = [g for e in exprs for g in re.findall(r"\bby\s*\(([^)]*)\)", e) if "gpu" in g]
+    assert per_gpu and all("UUID" in g and "Hostname" in g for g in per_gpu), per_gpu
 
 
 def test_the_dcgm_names_are_what_the_fleet_exposition_exports() -> None:

@@ -71,7 +71,7 @@ SURFACES: dict[str, list[str]] = {
         "HostAtIncident", "HostPoint", "IncidentContext", "IncidentCount", "IncidentView", "JetsonReading",
         "JetsonView", "JobLag", "LatencySeries", "LatencyStats", "LatestReadings", "LogLine", "MAX_POINTS",
         "MetricSummary", "MetricsSummary", "NotificationAttempt", "NotificationRow", "ONLINE_WITHIN_NS",
-        "POINTS_PER_CHART", "STATE_IMPORTED", "STATE_OFFLINE", "STATE_ONLINE", "STATE_REPLACED", "SeriesTable",
+        "POINTS_PER_CHART", "STATE_IMPORTED", "STATE_OFFLINE", "STATE_ONLINE", "STATE_REPLACED", "STATE_STOPPED", "SeriesTable",
         "Session", "SilenceRow", "UnknownDevice", "UnknownIncident", "UnknownIncidentKind", "alert_notifications",
         "alert_periods", "benchmark_records", "compare_groups", "comparison_start", "count_devices", "count_samples",
         "describe_resolution", "device_groups", "device_installs", "device_metrics", "device_model", "device_series",

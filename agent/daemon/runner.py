@@ -169,6 +169,7 @@ class Agent:
             kind=self._kind,  # type: ignore[arg-type]
             agent_version=__version__,
             capabilities=list(CAPABILITIES),
+            batch_interval_s=max(self.settings.interval_s, self.settings.batch_interval_s),
         )
         req.inventory.CopyFrom(self._inventory)
         req.labels.update(self.settings.labels)
@@ -237,15 +238,17 @@ class Agent:
             return last
         return wall, mono
 
-    def flush(self, now_ns: int | None = None) -> int:
-        """Move pending records into the spool as batches; returns how many were written."""
+    def flush(self, now_ns: int | None = None, *, final: bool = False) -> int:
+        """Move pending records into the spool as batches; returns how many were written.
+        ``final``: the agent is stopping cleanly; its last batch (an empty one when nothing is
+        pending) says so, and the collector shows the device as stopped, not offline."""
         now_mono_ns = 0  # unknown for a caller's time
         if now_ns is None:
             now_ns, now_mono_ns = self._batch_clocks()
         with self._pending_lock:
             pending, self._pending = self._pending, Pending()
         if pending.empty():
-            if self._drops_unreported():
+            if final or self._drops_unreported():
                 # Drops caused by the last batches' own writes are in no batch yet; with nothing
                 # else to send (sampling stopped, a quiet device) they would never be reported.
                 built = [BuiltBatch(CLASS_INCIDENTS, pb.Batch(created_ns=now_ns, created_mono_ns=now_mono_ns,
@@ -263,6 +266,7 @@ class Agent:
             b = bb.batch
             b.agent_id, b.boot_id, b.seq = self.agent_id, self.boot_id, seq
             b.counters.CopyFrom(counters)
+            b.final = final and bb is built[-1]
             try:
                 self.spool.put(seq, b.SerializeToString(), delivery_class=bb.delivery_class, samples=bb.samples,
                                logs=bb.logs, incidents=bb.incidents)
@@ -370,7 +374,8 @@ class Agent:
         # keep the spool from being closed cleanly.
         steps: list[tuple[str, Callable[[], object]]] = [
             ("flush logs", lambda: self.add(self._logs.close())),
-            ("flush", self.flush),
+            # A clean stop says so in its last batch; a dead sampling loop does not (it is an outage).
+            ("flush", lambda: self.flush(final=self.fatal is None)),
             ("stop the SDK socket", lambda: self._local_server.stop(1.0) if self._local_server is not None else None),
             ("drain", self._drain_and_stop_uplink),
             *[(f"close {s.name}", s.close) for s in self._samplers],

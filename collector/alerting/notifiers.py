@@ -21,6 +21,15 @@ slow receiver never holds up evaluation:
 The bodies (``request_for``): a webhook gets the document as it is; Slack an incoming-webhook
 message (``text`` and ``blocks``); Alertmanager a one-alert array for ``POST /api/v2/alerts``
 (``labels``, ``annotations``, ``startsAt``, ``endsAt``, ``generatorURL``).
+
+**Alertmanager is told again while an alert fires** (``resend_once``), as Prometheus does:
+Alertmanager resolves an alert by itself at its ``endsAt``, or ``resolve_timeout`` (5 min) after
+it last heard of it when it has none, so one POST at the transition is not enough. Every
+``resend`` (a notifier's setting, default 1 min) the alerts still firing that were delivered to
+an Alertmanager notifier are POSTed to it again, in arrays, each with ``endsAt`` =
+now + ``RESEND_VALID_FOR`` x ``resend`` (Prometheus: 4 x max(resend delay, evaluation
+interval)), which leaves room for missed sends and resolves them when no collector sends any
+more. These re-sends are not notifications: nothing is recorded but a failure in the log.
 """
 
 from __future__ import annotations
@@ -35,15 +44,18 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
 from fleetscope.collector.alerting.rules import Notifier, Rules, RuleSet, rules_source
-from fleetscope.collector.storage.schema import notification_attempts, notifications
+from fleetscope.collector.storage.schema import alerts, notification_attempts, notifications
 from fleetscope.collector.storage.write_lock import WriteLock
+from fleetscope.proto.vocabulary import ALERT_FIRING
 
 __all__ = [
+    "RESEND_VALID_FOR",
     "Attempt",
     "Sender",
     "alertmanager_body",
@@ -56,6 +68,10 @@ log = logging.getLogger(__name__)
 
 NS = 10**9
 USER_AGENT = "fleetscope-alerts/1"
+# A firing alert sent to Alertmanager ends this many re-send intervals later unless sent again:
+# room for two or three missed sends (Prometheus uses 4 x its resend delay).
+RESEND_VALID_FOR = 4
+RESEND_BATCH = 500  # alerts per POST when re-sending
 
 
 @dataclass(frozen=True)
@@ -92,8 +108,17 @@ def slack_body(doc: Mapping[str, Any]) -> dict[str, Any]:
 _LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
-def alertmanager_body(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A one-alert array for Alertmanager's ``POST /api/v2/alerts``."""
+def _iso_ns(ts_ns: int) -> str:
+    return datetime.fromtimestamp(ts_ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def alertmanager_body(doc: Mapping[str, Any], *, valid_until_ns: int | None = None) -> list[dict[str, Any]]:
+    """A one-alert array for Alertmanager's ``POST /api/v2/alerts``.
+
+    A resolved alert ends when it resolved; a firing one at ``valid_until_ns`` when given (the
+    time of sending plus ``RESEND_VALID_FOR`` re-send intervals), so that Alertmanager keeps it
+    firing until then and no longer, whatever its ``resolve_timeout``.
+    """
     labels = {"alertname": doc["rule"], "severity": doc["severity"], "kind": doc["kind"]}
     if doc.get("device"):
         labels["device"] = doc["device"]
@@ -108,20 +133,30 @@ def alertmanager_body(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     }
     if doc["state"] == "resolved" and doc.get("ended"):
         alert["endsAt"] = doc["ended"]
+    elif doc["state"] == "firing" and valid_until_ns is not None:
+        alert["endsAt"] = _iso_ns(valid_until_ns)
     if doc.get("dashboard_url"):
         alert["generatorURL"] = doc["dashboard_url"]
     return [alert]
 
 
-def request_for(notifier: Notifier, doc: Mapping[str, Any]) -> tuple[str, Any]:
-    """The URL and JSON body to POST for ``doc`` to ``notifier``."""
+def alertmanager_url(notifier: Notifier) -> str:
+    url = notifier.url.rstrip("/")
+    return url if url.endswith("/api/v2/alerts") else url + "/api/v2/alerts"
+
+
+def valid_until_ns(notifier: Notifier, now_ns: int) -> int:
+    """Until when Alertmanager should hold a firing alert sent now to ``notifier``."""
+    return now_ns + int(RESEND_VALID_FOR * notifier.resend_s * NS)
+
+
+def request_for(notifier: Notifier, doc: Mapping[str, Any], *, now_ns: int | None = None) -> tuple[str, Any]:
+    """The URL and JSON body to POST for ``doc`` to ``notifier`` (sent at ``now_ns``, default now)."""
     if notifier.type == "slack":
         return notifier.url, slack_body(doc)
     if notifier.type == "alertmanager":
-        url = notifier.url.rstrip("/")
-        if not url.endswith("/api/v2/alerts"):
-            url += "/api/v2/alerts"
-        return url, alertmanager_body(doc)
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        return alertmanager_url(notifier), alertmanager_body(doc, valid_until_ns=valid_until_ns(notifier, now_ns))
     return notifier.url, dict(doc)
 
 
@@ -191,6 +226,8 @@ class Sender:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: set[int] = set()
+        self._next_resend: dict[str, float] = {}  # notifier -> monotonic time of its next re-send
+        self._resending: set[str] = set()
         self._lock = threading.Lock()
         self._write_lock = threading.local()
 
@@ -240,7 +277,7 @@ class Sender:
                               duration_ms=0.0)
             self._record(row, attempt, give_up=True)
             return attempt
-        url, body = request_for(notifier, row["payload"])
+        url, body = request_for(notifier, row["payload"], now_ns=self._clock())
         attempt = self._post(url, body, headers=notifier.headers, timeout_s=notifier.timeout_s)
         self._record(row, attempt)
         if not attempt.ok:
@@ -275,6 +312,65 @@ class Sender:
                 tried += 1
         return tried
 
+    # -- re-sending what still fires to Alertmanager -----------------------------------------
+
+    def firing_documents(self, notifier: str) -> list[dict[str, Any]]:
+        """The documents of the alerts firing now whose "firing" was delivered to ``notifier``."""
+        n, a = notifications.c, alerts.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(n.payload).join(alerts, a.id == n.alert_id)
+                .where(n.notifier == notifier, n.transition == ALERT_FIRING, n.state == "delivered",
+                       a.state == ALERT_FIRING)
+                .order_by(n.alert_id))
+            return [dict(r[0]) for r in rows]
+
+    def resend(self, notifier: Notifier, now_ns: int | None = None) -> tuple[int, list[Attempt]]:
+        """POST every alert still firing to an Alertmanager ``notifier`` again, with a fresh
+        ``endsAt``; returns how many alerts and the attempts (one per ``RESEND_BATCH``)."""
+        now_ns = self._clock() if now_ns is None else now_ns
+        docs = self.firing_documents(notifier.name)
+        until = valid_until_ns(notifier, now_ns)
+        attempts = []
+        for i in range(0, len(docs), RESEND_BATCH):
+            body = [a for d in docs[i : i + RESEND_BATCH] for a in alertmanager_body(d, valid_until_ns=until)]
+            attempt = self._post(alertmanager_url(notifier), body, headers=notifier.headers, timeout_s=notifier.timeout_s)
+            if not attempt.ok:
+                log.warning("re-sending %d firing alerts to %s failed (tried again in %g s): %s", len(body),
+                            notifier.name, notifier.resend_s, attempt.error)
+            attempts.append(attempt)
+        return len(docs), attempts
+
+    def resend_once(self, now_ns: int | None = None) -> int:
+        """Re-send to every Alertmanager notifier now; returns how many alerts were sent."""
+        return sum(self.resend(nt, now_ns)[0] for nt in self._rules().notifiers.values() if nt.type == "alertmanager")
+
+    def _resend_due(self) -> None:
+        """On the loop: start the re-sends whose interval has passed, each on the pool."""
+        assert self._pool is not None
+        now = time.monotonic()
+        for nt in self._rules().notifiers.values():
+            if nt.type != "alertmanager":
+                continue
+            with self._lock:
+                if nt.name in self._resending:
+                    continue
+                due = self._next_resend.setdefault(nt.name, now + nt.resend_s)
+                if now < due:
+                    continue
+                self._next_resend[nt.name] = now + nt.resend_s
+                self._resending.add(nt.name)
+            self._pool.submit(self._resend_then_release, nt)
+
+    def _resend_then_release(self, notifier: Notifier) -> None:
+        try:
+            self.resend(notifier)
+        except Exception as exc:  # the database went away: the next interval tries again
+            log.warning("re-sending firing alerts to %s: %s", notifier.name, exc)
+        finally:
+            with self._lock:
+                self._resending.discard(notifier.name)
+
     # -- on threads ---------------------------------------------------------------------------
 
     def _deliver_then_release(self, row: dict[str, Any]) -> None:
@@ -303,6 +399,7 @@ class Sender:
                     with self._lock:
                         self._in_flight.add(nid)
                     self._pool.submit(self._deliver_then_release, row)
+                self._resend_due()
             except Exception as exc:  # database busy or restarting: try again on the next round
                 log.warning("notification sender: %s", exc)
             self._wake.wait(self.poll_s)

@@ -8,6 +8,7 @@
     url = "http://127.0.0.1:9000/hook"
     headers = { Authorization = "Bearer ..." }    # optional
     timeout = "5s"                    # optional (default 5s)
+    resend = "1m"                     # alertmanager only: re-send firing alerts this often (default 1m)
 
     [[rule]]
     name = "gpu-oom"
@@ -113,6 +114,10 @@ class Notifier:
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 5.0
+    # Alertmanager only: how often the alerts still firing are sent again. Each carries
+    # ``endsAt`` = now + RESEND_VALID_FOR x this, so Alertmanager keeps them firing between
+    # sends, and resolves them by itself once a collector stops sending (as with Prometheus).
+    resend_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -301,7 +306,7 @@ def _notifiers(doc: _Doc, raw: Any) -> dict[str, Notifier]:
         raise doc.error("'notifier' must be an array of tables: write [[notifier]]", "notifier")
     out: dict[str, Notifier] = {}
     for i, entry in enumerate(raw):
-        _check_keys(doc, "notifier", i, entry, {"name", "type", "url", "headers", "timeout"})
+        _check_keys(doc, "notifier", i, entry, {"name", "type", "url", "headers", "timeout", "resend"})
         name = _string(doc, "notifier", i, entry, "name", required=True)
         assert name is not None
         if not _NAME.match(name):
@@ -320,7 +325,13 @@ def _notifiers(doc: _Doc, raw: Any) -> dict[str, Notifier]:
         assert timeout is not None
         if timeout <= 0:
             raise doc.error("'timeout' must be more than 0", "notifier", i, "timeout")
-        out[name] = Notifier(name=name, type=kind, url=url, headers=headers, timeout_s=timeout)
+        resend = _duration(doc, "notifier", i, entry, "resend", 60.0)
+        assert resend is not None
+        if "resend" in entry and kind != "alertmanager":
+            raise doc.error(f"'resend' applies to alertmanager notifiers only (this one is {kind})", "notifier", i, "resend")
+        if resend < 1:
+            raise doc.error("'resend' must be at least 1s", "notifier", i, "resend")
+        out[name] = Notifier(name=name, type=kind, url=url, headers=headers, timeout_s=timeout, resend_s=resend)
     return out
 
 

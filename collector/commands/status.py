@@ -109,7 +109,7 @@ def _status_doc(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     finally:
         engine.dispose()
     doc["database"] = {"url": query.hide_password(args.db), "bytes": h.database_bytes}
-    doc["devices"] = {"total": h.devices, "online": h.online, "offline": h.offline}
+    doc["devices"] = {"total": h.devices, "online": h.online, "offline": h.offline, "stopped": h.stopped}
     doc["ingest"] = {"rows_per_min": round(h.rows_per_min, 1), "batches_per_min": round(h.batches_per_min, 1),
                      "window_s": h.rate_window_s}
     doc["lag"] = [{"job": j.job, "lag_s": None if j.lag_s is None else round(j.lag_s, 1), "device": j.device} for j in h.lags]
@@ -134,7 +134,8 @@ def _text(doc: dict[str, Any]) -> str:
     d = doc["devices"]
     off = d["offline"]
     shown = ", ".join(visible(n) for n in off[:8]) + (f" (+{len(off) - 8} more)" if len(off) > 8 else "")
-    lines.append(f"devices     {d['online']} online, {len(off)} offline of {d['total']}" + (f": {shown}" if off else ""))
+    stopped = f", {len(d['stopped'])} stopped" if d.get("stopped") else ""
+    lines.append(f"devices     {d['online']} online, {len(off)} offline{stopped} of {d['total']}" + (f": {shown}" if off else ""))
     i = doc["ingest"]
     lines.append(f"ingest      {i['rows_per_min']:,.0f} rows/min, {i['batches_per_min']:,.1f} batches/min (last {i['window_s'] / 60:.0f} min)")
     lags = [f"{j['job']} {j['lag_s']:.0f}s" + (f" ({visible(j['device'])})" if j["device"] else "") for j in doc["lag"] if j["lag_s"] is not None]

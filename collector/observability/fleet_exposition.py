@@ -5,9 +5,11 @@ GPU readings use dcgm-exporter's field names, units and labels (``DCGM_FI_DEV_GP
 ``gpu``, ``UUID``, ``device`` = ``nvidiaN``, ``modelName``, ``Hostname``,
 ``DCGM_FI_DRIVER_VERSION``, ``pci_bus_id``) so that dashboards and alert rules written for
 dcgm-exporter work unchanged, for servers and for Jetson drones (whose integrated GPU has no
-NVML UUID: it is given ``JETSON-<agent id>``). Every series also carries ``fleetscope_device``
-(the device's name); its other labels are on ``fleetscope_device_info`` (join with
-``group_left``). Host and Jetson readings, device state, incidents and Xids use ``fleetscope_``
+NVML UUID: it is given ``JETSON-<agent id>``). ``Hostname``, which dcgm-exporter users group
+by, is the fleetscope device's name: cloned Jetson images share one OS hostname, and grouping by
+it merged their GPUs into one series. The OS hostname is ``os_hostname``. Every series also
+carries ``fleetscope_device`` (the device's name); its other labels are on
+``fleetscope_device_info`` (join with ``group_left``). Host and Jetson readings, device state, incidents and Xids use ``fleetscope_``
 names. Readings are shown only for devices heard from within the freshness window (a minute):
 an exporter reports what is current.
 
@@ -155,6 +157,12 @@ class _Families:
         return "\n".join(out) + "\n" if out else ""
 
 
+def _host_labels(dev: LatestDevice) -> list[tuple[str, str]]:
+    """Which device a series is about: the device's name as ``fleetscope_device`` and as
+    dcgm-exporter's ``Hostname`` (unique where OS hostnames are not), the OS hostname apart."""
+    return [("fleetscope_device", dev.name), ("Hostname", dev.name), ("os_hostname", dev.hostname)]
+
+
 def _gpu_labels(dev: LatestDevice, gpu_index: int) -> list[tuple[str, str]]:
     ident = next((g for g in dev.gpus if g.index == gpu_index), None)
     uuid = ident.uuid if ident is not None and ident.uuid else ""
@@ -165,7 +173,7 @@ def _gpu_labels(dev: LatestDevice, gpu_index: int) -> list[tuple[str, str]]:
         ("UUID", uuid),
         ("device", f"nvidia{gpu_index}"),
         ("modelName", ident.name if ident is not None else ""),
-        ("Hostname", dev.hostname or dev.name),
+        *_host_labels(dev)[1:],
         ("DCGM_FI_DRIVER_VERSION", dev.driver_version),
         ("pci_bus_id", ident.pci_bus_id if ident is not None else ""),
         ("fleetscope_device", dev.name),
@@ -177,7 +185,7 @@ def render_fleet(readings: LatestReadings) -> str:
     f = _Families()
     devs = {d.name: d for d in readings.devices}
     for d in readings.devices:
-        base = [("fleetscope_device", d.name), ("Hostname", d.hostname or d.name)]
+        base = _host_labels(d)
         info = [*base, ("agent_id", d.agent_id), ("kind", d.kind)]
         taken = {k for k, _ in info}
         for k, lv in sorted(d.labels.items()):
@@ -187,8 +195,11 @@ def render_fleet(readings: LatestReadings) -> str:
                 info.append((key, str(lv)))
         f.add("fleetscope_device_info", "gauge", "One series per device, value 1: its kind and labels (label_<key>), to join with group_left.", _labels(info), 1)
     for d in readings.devices:
-        lab = _labels([("fleetscope_device", d.name), ("Hostname", d.hostname or d.name)])
-        f.add("fleetscope_device_up", "gauge", "1 when the device was heard from within the last minute.", lab, 1 if d.online else 0)
+        lab = _labels(_host_labels(d))
+        f.add("fleetscope_device_up", "gauge", "1 while the device is online: heard from within its offline threshold "
+              "(3 of its batch intervals, at least 10 s, or the collector's --offline-after).", lab, 1 if d.online else 0)
+        f.add("fleetscope_device_stopped", "gauge", "1 when the device's agent said it stopped cleanly (not an outage).",
+              lab, 1 if d.state == query.STATE_STOPPED else 0)
         f.add("fleetscope_device_last_seen_timestamp_seconds", "gauge", "When the collector last received data from the device (Unix time).", lab, d.last_seen_ns / 1e9)
         f.add("fleetscope_device_clock_skew_seconds", "gauge", "The device clock minus the collector's, as measured at registration and per batch.", lab, d.clock_skew_ns / 1e9)
         c = d.counters
@@ -224,7 +235,7 @@ def render_fleet(readings: LatestReadings) -> str:
         f.add("fleetscope_gpu_xid_errors_total", "counter", "Xid errors reported, by Xid code (kernel log and NVML events, merged).", _labels([*pairs, ("xid", str(xt.xid))]), xt.occurrences)
     for h in readings.hosts:
         dev = devs[h.device]
-        lab = _labels([("fleetscope_device", dev.name), ("Hostname", dev.hostname or dev.name), ("kind", dev.kind)])
+        lab = _labels([*_host_labels(dev), ("kind", dev.kind)])
         for fld in HOST_FIELDS:
             x = h.values.get(fld.column)
             if x is not None:
@@ -234,8 +245,10 @@ def render_fleet(readings: LatestReadings) -> str:
         if jf is None:
             continue
         dev = devs[p.device]
-        extra = sorted((_LABEL_KEY.sub("_", k), v) for k, v in p.labels.items() if k not in ("fleetscope_device", "Hostname"))
-        f.add(jf.name, jf.type, jf.help, _labels([("fleetscope_device", dev.name), ("Hostname", dev.hostname or dev.name), *extra]), p.value * jf.scale)
+        host = _host_labels(dev)
+        taken = {k for k, _ in host}
+        extra = sorted((_LABEL_KEY.sub("_", k), v) for k, v in p.labels.items() if _LABEL_KEY.sub("_", k) not in taken)
+        f.add(jf.name, jf.type, jf.help, _labels([*host, *extra]), p.value * jf.scale)
     for t in readings.incidents:
         lab = _labels([("fleetscope_device", t.device), ("kind", t.kind), ("severity", t.severity)])
         f.add("fleetscope_incidents_total", "counter", "Incident reports (every occurrence folded into an incident), by device, kind and severity.", lab, t.occurrences)

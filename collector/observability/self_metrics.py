@@ -26,6 +26,9 @@ from fleetscope.collector.query.latest import JobLag, job_lags
 # Group commits take from a fraction of a millisecond (SQLite, a few batches) to seconds
 # (PostgreSQL under a flood, 100,000 rows).
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Not "job": Prometheus gives every scraped series the scrape config's ``job`` label, and renames
+# a target's own to ``exported_job`` (honor_labels off), so ``{job="rollup"}`` matched nothing.
+JOB_LABEL = "collector_job"
 SCRAPE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -112,9 +115,10 @@ class CollectorSelfMetrics:
         if self._probe is not None:
             yield GaugeMetricFamily("fleetscope_collector_database_up", "1 while the database answers the health probe.",
                                     value=1 if self._probe.reachable else 0)
-        last = GaugeMetricFamily("fleetscope_collector_job_last_pass_seconds", "How long the job's last pass took.", labels=["job"])
+        last = GaugeMetricFamily("fleetscope_collector_job_last_pass_seconds", "How long the job's last pass took.",
+                                 labels=[JOB_LABEL])
         ran = GaugeMetricFamily("fleetscope_collector_job_holds_lease", "1 when this collector ran the job's last pass (it holds the lease).",
-                                labels=["job"])
+                                labels=[JOB_LABEL])
         for name, job in sorted(self._jobs.items()):
             report = getattr(job, "last_report", None)
             if report is not None:
@@ -123,8 +127,9 @@ class CollectorSelfMetrics:
         yield last
         yield ran
         lag = GaugeMetricFamily("fleetscope_collector_job_lag_seconds",
-                                "How far a job's progress is behind the newest data (worst recent device): rollup, detector:<name>.",
-                                labels=["job"])
+                                "How far a job is behind the data: rollup (worst recent device's newest data minus its "
+                                "newest minute rolled up), detector:<name> (seconds since its last complete pass).",
+                                labels=[JOB_LABEL])
         for jl in self._job_lags():
             if jl.lag_s is not None:
                 lag.add_metric([jl.job], jl.lag_s)
@@ -152,4 +157,4 @@ def _budget_metrics(budget: Any) -> Iterator[Metric]:
                                 value=budget.peak)
 
 
-__all__ = ["COMMIT_BUCKETS", "CollectorSelfMetrics"]
+__all__ = ["COMMIT_BUCKETS", "JOB_LABEL", "CollectorSelfMetrics"]

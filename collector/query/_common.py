@@ -14,6 +14,10 @@ from fleetscope.collector.storage.schema import Device
 
 NS = 10**9
 T = TypeVar("T")
+# The detector_progress key (device 0) of each detector's last complete pass: the detector job
+# writes the pass's time there once it has read every device's data up to it (the detector's
+# lag), and the offline detector its threshold settings in the row's state (``offline_rule``).
+DETECTOR_PASS_KEY = "_pass"
 
 
 def device_rows(session: Session, name: str) -> list[Device]:

@@ -2,28 +2,109 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, undefer_group
 
-from fleetscope.collector.query._common import device_row, device_rows
+from fleetscope.collector.query._common import DETECTOR_PASS_KEY, device_row, device_rows
 from fleetscope.collector.query.types import DeviceSummary
-from fleetscope.collector.storage.schema import Device
-from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, DEVICE_KIND_SERVER
+from fleetscope.collector.storage.schema import Device, detector_progress
+from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, DEVICE_KIND_SERVER, KIND_AGENT_OFFLINE
 
-ONLINE_WITHIN_NS = 60 * 10**9  # a device heard from within a minute is online
+NS = 10**9
+# Readings newer than this are current: the fleet exposition shows a device's readings only then.
+# Not whether a device is online: that is ``OfflineRule`` (from the device's own interval).
+ONLINE_WITHIN_NS = 60 * NS
+
+# -- online, offline, stopped ------------------------------------------------------------------
+# One threshold for the offline detector, `fleetscope devices`, the dashboard and the fleet
+# exposition: a device is offline after OFFLINE_INTERVALS of its own batch intervals without
+# data (what its agent said at registration; 1 s for an agent too old to say), at least
+# OFFLINE_MIN_S, unless a threshold is set outright (the collector's --offline-after, or
+# [detectors] offline_after). A device whose agent said it stopped cleanly is "stopped".
+OFFLINE_INTERVALS = 3.0
+OFFLINE_MIN_S = 10.0
+DEFAULT_BATCH_INTERVAL_S = 1.0
 
 
-def summary_of(d: Device, now_ns: int) -> DeviceSummary:
+@dataclass(frozen=True)
+class OfflineRule:
+    """When a silent device counts as offline (the offline detector's settings)."""
+
+    after_s: float | None = None  # set outright; None: from the device's interval
+    intervals: float = OFFLINE_INTERVALS
+    min_s: float = OFFLINE_MIN_S
+
+    def threshold_s(self, batch_interval_s: float | None) -> float:
+        if self.after_s is not None:
+            return self.after_s
+        return max(self.min_s, self.intervals * max(DEFAULT_BATCH_INTERVAL_S, batch_interval_s or 0.0))
+
+    def as_state(self) -> dict[str, Any]:
+        return {"offline_after_s": self.after_s, "offline_intervals": self.intervals, "offline_min_s": self.min_s}
+
+
+def batch_interval_s(inventory: Mapping[str, Any] | None) -> float | None:
+    """How often the device's agent sends (it says so when it registers); None when it did not."""
+    value = (inventory or {}).get("batch_interval_s")
+    try:
+        v = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return v if v is not None and math.isfinite(v) and v > 0 else None
+
+
+def said_stopped(counters: Mapping[str, Any] | None) -> bool:
+    """Whether the device's newest batch was its agent's last before a clean stop."""
+    return bool((counters or {}).get("stopped"))
+
+
+def offline_rule(session: Session) -> OfflineRule:
+    """The offline threshold the collectors' detector uses (it records its settings on each
+    pass), so that every reader agrees with it; the defaults when no detector has run."""
+    p = detector_progress.c
+    state = session.execute(select(p.state).where(
+        p.detector == KIND_AGENT_OFFLINE, p.device_id == 0, p.key == DETECTOR_PASS_KEY)).scalar()
+    if isinstance(state, str):  # a JSON column read raw (SQLite through a plain select)
+        import json
+
+        state = json.loads(state)
+    if not isinstance(state, dict):
+        return OfflineRule()
+    try:
+        after = state.get("offline_after_s")
+        return OfflineRule(after_s=float(after) if after is not None else None,
+                           intervals=float(state.get("offline_intervals", OFFLINE_INTERVALS)),
+                           min_s=float(state.get("offline_min_s", OFFLINE_MIN_S)))
+    except (TypeError, ValueError):
+        return OfflineRule()
+
+
+def liveness(*, last_seen_ns: int, now_ns: int, inventory: Mapping[str, Any] | None,
+             counters: Mapping[str, Any] | None, rule: OfflineRule) -> str:
+    """``online``, ``offline`` (silent past the device's threshold) or ``stopped`` (its agent
+    said it stopped cleanly): the one answer every part gives."""
+    if said_stopped(counters):
+        return STATE_STOPPED
+    silent_ns = now_ns - last_seen_ns
+    return STATE_ONLINE if silent_ns <= rule.threshold_s(batch_interval_s(inventory)) * NS else STATE_OFFLINE
+
+
+def summary_of(d: Device, now_ns: int, rule: OfflineRule | None = None) -> DeviceSummary:
     gpus = (d.inventory or {}).get("gpus", [])
+    rule = rule or OfflineRule()
+    live = liveness(last_seen_ns=d.last_seen_ns, now_ns=now_ns, inventory=d.inventory, counters=d.counters, rule=rule)
     return DeviceSummary(
         name=d.name,
         agent_id=d.agent_id,
         kind=d.kind,
         hostname=d.hostname,
         labels=dict(d.labels or {}),
-        online=now_ns - d.last_seen_ns <= ONLINE_WITHIN_NS,
+        online=live == STATE_ONLINE,
         first_seen_ns=d.first_seen_ns,
         last_seen_ns=d.last_seen_ns,
         agent_version=d.agent_version,
@@ -38,6 +119,8 @@ def summary_of(d: Device, now_ns: int) -> DeviceSummary:
         simulated=d.simulated,
         batches_reanchored=d.batches_reanchored or 0,
         last_clock_step_ns=d.last_clock_step_ns or 0,
+        stopped=live == STATE_STOPPED,
+        offline_after_s=rule.threshold_s(batch_interval_s(d.inventory)),
     )
 
 
@@ -46,17 +129,19 @@ def list_devices(
 ) -> list[DeviceSummary]:
     """Every registered device by name; ``label`` keeps those with all of these labels."""
     out = []
+    rule = offline_rule(session)
     for d in session.scalars(select(Device).order_by(Device.name).options(undefer_group("clock_steps"))):
         labels = d.labels or {}
         if label and any(labels.get(k) != v for k, v in label.items()):
             continue
-        out.append(summary_of(d, now_ns))
+        out.append(summary_of(d, now_ns, rule))
     return out
 
 
 # What a device is, beyond online and offline (``device_state``).
 STATE_ONLINE = "online"
 STATE_OFFLINE = "offline"
+STATE_STOPPED = "stopped"  # its agent said it stopped cleanly (a drone landed, a service stopped)
 STATE_IMPORTED = "imported"  # made by `fleetscope scan --db`: history from files, never an agent
 STATE_REPLACED = "replaced"  # an earlier install of a name that registered again (new agent id)
 IMPORTED_LABEL = "imported"  # the label `scan --db` gives the devices it creates (ingest.scan_import)
@@ -68,7 +153,8 @@ def is_imported(d: DeviceSummary) -> bool:
 
 
 def device_state(d: DeviceSummary, devices: Sequence[DeviceSummary] = ()) -> str:
-    """``online``, ``offline``, ``imported`` (neither: it never had an agent), or ``replaced``: an
+    """``online``, ``offline``, ``stopped`` (its agent said it stopped cleanly), ``imported``
+    (neither: it never had an agent), or ``replaced``: an
     earlier install of a name among ``devices`` that fell silent before a newer install of the name
     first registered (a reinstalled device: new state directory, new agent id). Not offline: its
     name's newest install speaks for it, and the name reaches both. Two devices that run at once
@@ -78,19 +164,22 @@ def device_state(d: DeviceSummary, devices: Sequence[DeviceSummary] = ()) -> str
     if any(o.name == d.name and o.agent_id != d.agent_id and not is_imported(o)
            and o.first_seen_ns >= d.last_seen_ns for o in devices):
         return STATE_REPLACED
+    if d.stopped:
+        return STATE_STOPPED
     return STATE_ONLINE if d.online else STATE_OFFLINE
 
 
 def get_device(*, session: Session, device: str, now_ns: int) -> DeviceSummary:
     """One device by agent id, or the newest install of a name; ``UnknownDevice`` (naming some known
     devices) when none. ``device_installs`` gives every install of a name."""
-    return summary_of(device_row(session, device), now_ns)
+    return summary_of(device_row(session, device), now_ns, offline_rule(session))
 
 
 def device_installs(*, session: Session, device: str, now_ns: int) -> list[DeviceSummary]:
     """Every install ``device`` reaches, newest first: a name reaches each device registered under
     it (a reinstalled device gets a new agent id), an agent id its one install."""
-    return [summary_of(d, now_ns) for d in device_rows(session, device)]
+    rule = offline_rule(session)
+    return [summary_of(d, now_ns, rule) for d in device_rows(session, device)]
 
 
 def count_devices(*, session: Session) -> int:

@@ -52,8 +52,8 @@ class FleetDevice:
     spark_power: list[float | None]
     open_incidents: int
     worst_severity: str  # "" when none
-    # devices.device_state: "online", "offline", or "imported" (made by `scan --db`: history from
-    # files, never an agent; neither online nor offline). Earlier installs of a name that registered
+    # devices.device_state: "online", "offline", "stopped" (its agent said it stopped cleanly), or
+    # "imported" (made by `scan --db`: history from files, never an agent; neither online nor offline). Earlier installs of a name that registered
     # again under a new agent id ("replaced") are not rows: their open incidents count on the newest.
     state: str = "online"
     agent_id: str = ""

@@ -21,7 +21,15 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query.devices import ONLINE_WITHIN_NS
+from fleetscope.collector.query._common import DETECTOR_PASS_KEY
+from fleetscope.collector.query.devices import (
+    ONLINE_WITHIN_NS,
+    STATE_OFFLINE,
+    STATE_ONLINE,
+    STATE_STOPPED,
+    liveness,
+    offline_rule,
+)
 from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollup_schema import rollup_progress
 from fleetscope.collector.storage.schema import (
@@ -77,6 +85,7 @@ class LatestDevice:
     gpus: list[GpuIdentity]
     clock_skew_ns: int
     counters: dict[str, Any]  # as the agent last reported them (spool depth, drops, ...)
+    state: str = STATE_ONLINE  # online, offline or stopped (query.devices.liveness)
 
 
 @dataclass(frozen=True)
@@ -167,6 +176,7 @@ def latest_readings(
     names: dict[int, str] = {}
     fresh: list[int] = []
     jetsons: list[int] = []
+    rule = offline_rule(session)
     for d in session.scalars(select(Device).order_by(Device.name)):
         inv = d.inventory or {}
         gpus = [
@@ -176,12 +186,12 @@ def latest_readings(
             )
             for i, g in enumerate(inv.get("gpus", []) or [])
         ]  # fmt: skip
-        online = now_ns - d.last_seen_ns <= ONLINE_WITHIN_NS
+        state = liveness(last_seen_ns=d.last_seen_ns, now_ns=now_ns, inventory=inv, counters=d.counters, rule=rule)
         devices.append(
             LatestDevice(
                 name=d.name, agent_id=d.agent_id, kind=d.kind, hostname=d.hostname, labels=dict(d.labels or {}),
-                online=online, last_seen_ns=d.last_seen_ns, driver_version=str(inv.get("driver_version", "") or ""),
-                gpus=gpus, clock_skew_ns=d.clock_skew_ns, counters=dict(d.counters or {}),
+                online=state == STATE_ONLINE, last_seen_ns=d.last_seen_ns, driver_version=str(inv.get("driver_version", "") or ""),
+                gpus=gpus, clock_skew_ns=d.clock_skew_ns, counters=dict(d.counters or {}), state=state,
             )
         )  # fmt: skip
         names[d.id] = d.name
@@ -285,13 +295,18 @@ class FleetHealth:
     spools: dict[str, dict[str, int]] = field(default_factory=dict)  # device -> {batches, bytes} as reported, non-empty ones
     database_bytes: int | None = None
     open_incidents: dict[str, int] = field(default_factory=dict)  # severity -> open incidents
+    stopped: list[str] = field(default_factory=list)  # devices whose agents said they stopped cleanly
 
 
 def fleet_health(*, session: Session, now_ns: int, rate_window_s: float = 300.0, recent_ns: int = 600 * NS) -> FleetHealth:
     """Devices online/offline, the recent ingest rate, job lag, reported spools, size, open incidents."""
-    rows = session.execute(select(Device.id, Device.name, Device.last_seen_ns, Device.counters)).all()
-    online = [r for r in rows if now_ns - r.last_seen_ns <= ONLINE_WITHIN_NS]
-    offline = sorted(r.name for r in rows if now_ns - r.last_seen_ns > ONLINE_WITHIN_NS)
+    rows = session.execute(select(Device.id, Device.name, Device.last_seen_ns, Device.counters, Device.inventory)).all()
+    rule = offline_rule(session)
+    states = {r.id: liveness(last_seen_ns=r.last_seen_ns, now_ns=now_ns, inventory=r.inventory, counters=r.counters,
+                             rule=rule) for r in rows}
+    online = [r for r in rows if states[r.id] == STATE_ONLINE]
+    offline = sorted(r.name for r in rows if states[r.id] == STATE_OFFLINE)
+    stopped = sorted(r.name for r in rows if states[r.id] == STATE_STOPPED)
     since = now_ns - int(rate_window_s * NS)
     n_batches, n_rows = session.execute(
         select(func.count(), func.coalesce(func.sum(ingested_batches.c.rows), 0)).where(ingested_batches.c.received_ns >= since)
@@ -313,13 +328,20 @@ def fleet_health(*, session: Session, now_ns: int, rate_window_s: float = 300.0,
         now_ns=now_ns, devices=len(rows), online=len(online), offline=offline,
         rows_per_min=float(n_rows) / minutes, batches_per_min=float(n_batches) / minutes, rate_window_s=rate_window_s,
         lags=lags, spools=dict(sorted(spools.items())), database_bytes=database_bytes(session=session),
-        open_incidents=dict(sorted(open_by_sev.items())),
+        open_incidents=dict(sorted(open_by_sev.items())), stopped=stopped,
     )  # fmt: skip
 
 
 def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> list[JobLag]:
-    """How far the rollup job (minute rollups) and each detector are behind the data: for each,
-    the worst device heard from within ``recent_ns`` (its newest data minus the job's mark)."""
+    """How far the rollup job (minute rollups) and each detector are behind the data.
+
+    ``rollup``: the worst device heard from within ``recent_ns``, its newest data minus the end
+    of its newest minute rolled up (a minute is rolled once it is over: about 60-120 s normally).
+    ``detector:<name>``: now minus the detector's last complete pass (``DETECTOR_PASS_KEY``), the
+    age of the newest data it has looked at for every device: about the pass interval normally,
+    growing when its passes stop or cannot keep up. Not a device's data minus the detector's mark
+    for it: a detector moves a device's mark only when it reads rows of its own (GPU detectors
+    never do on a GPU-less device), so that difference grew for ever on a healthy collector."""
     by_id = {int(r.id): r for r in session.execute(select(Device.id, Device.name, Device.last_seen_ns))}
     recent = {i: r for i, r in by_id.items() if now_ns - r.last_seen_ns <= recent_ns}
     lags: list[JobLag] = []
@@ -327,15 +349,10 @@ def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> lis
         select(rollup_progress.c.device_id, rollup_progress.c.rolled_until_ns).where(rollup_progress.c.step_s == 60)
     )}  # fmt: skip
     lags.append(_worst("rollup", recent, marks))
-    per_detector: dict[str, dict[int, int]] = {}
-    q = select(detector_progress.c.detector, detector_progress.c.device_id, func.max(detector_progress.c.until_ns)).group_by(
-        detector_progress.c.detector, detector_progress.c.device_id
-    )
-    for det, d, until in session.execute(q):
-        if d is not None and int(d) > 0:
-            per_detector.setdefault(str(det), {})[int(d)] = int(until)
-    for det in sorted(per_detector):
-        lags.append(_worst(f"detector:{det}", {i: r for i, r in recent.items() if i in per_detector[det]}, per_detector[det]))
+    p = detector_progress.c
+    passes = session.execute(select(p.detector, p.until_ns).where(p.device_id == 0, p.key == DETECTOR_PASS_KEY)).all()
+    for det, until in sorted(passes):
+        lags.append(JobLag(job=f"detector:{det}", lag_s=max(0.0, (now_ns - int(until)) / NS), device=""))
     return lags
 
 

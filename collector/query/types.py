@@ -32,6 +32,8 @@ class DeviceSummary:
     simulated: bool
     batches_reanchored: int = 0  # placed by the device's monotonic clock after its wall clock stepped
     last_clock_step_ns: int = 0  # the last such step (rows' clock minus send-time clock); 0: none
+    stopped: bool = False  # its agent said it stopped cleanly (neither online nor offline)
+    offline_after_s: float = 10.0  # silent longer than this: offline (query.devices.OfflineRule)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,13 @@ def register_device(
         device.boot_id = req.boot_id
         device.agent_version = req.agent_version
         device.labels = labels
+        # The agent's batch interval, for the offline threshold (query.devices.offline_after_s);
+        # 0 from an agent older than the field: left out, taken as 1 s.
+        if req.batch_interval_s > 0:
+            inventory["batch_interval_s"] = req.batch_interval_s
         device.inventory = inventory
+        if (device.counters or {}).get("stopped"):  # a stopped agent that registers again runs again
+            device.counters = {k: v for k, v in device.counters.items() if k != "stopped"}
         device.capabilities = list(req.capabilities)
         device.last_seen_ns = received_ns
         device.clock_skew_ns = skew

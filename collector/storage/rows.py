@@ -226,8 +226,12 @@ def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_
     return out
 
 
-def counters_dict(c: pb.AgentCounters) -> dict[str, object]:
+def counters_dict(c: pb.AgentCounters, *, final: bool = False) -> dict[str, object]:
+    """The device's ``counters`` column: the agent's counters as its newest batch reported them,
+    and ``stopped: true`` when that batch was its last before a clean stop (``Batch.final``); the
+    next batch (a restarted agent) replaces them, and with them the mark."""
     return {
+        **({"stopped": True} if final else {}),
         "spool_batches": c.spool_batches,
         "spool_bytes": c.spool_bytes,
         "dropped_batches": c.dropped_batches,

@@ -325,8 +325,8 @@ class BatchWriter:
                     upd["reanchored"] = upd.get("reanchored", 0) + 1
                     upd["clock_step_ns"] = item.clock_step_ns
                 assert item.batch is not None
-                if item.batch.HasField("counters"):
-                    upd["counters"] = counters_dict(item.batch.counters)
+                if item.batch.HasField("counters") or item.batch.final:
+                    upd["counters"] = counters_dict(item.batch.counters, final=item.batch.final)
                 outcomes.append(WriteOutcome(item.seq, False, rows.sample_rows))
             if states:
                 values["gpu_state"] = list(chain.from_iterable(states)) if sqlite else states

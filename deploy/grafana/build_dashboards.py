@@ -12,7 +12,9 @@ Four dashboards:
   week is a few thousand rows per series and the chart still reaches now.
 * ``fleetscope-dcgm.json``: the Prometheus datasource over the collector's fleet exposition, which
   carries GPU readings under dcgm-exporter's names and labels (``DCGM_FI_DEV_GPU_UTIL``, ...,
-  ``gpu``, ``Hostname``, ``modelName``), for servers and Jetson drones alike.
+  ``gpu``, ``Hostname``, ``modelName``), for servers and Jetson drones alike. Series are grouped by
+  ``Hostname`` (the exposition puts the device's name there) and ``UUID``, so each GPU of each
+  device is its own series even where devices share an OS hostname (cloned Jetson images).
 
 Timestamps are nanoseconds since the epoch (``ts_ns``); Grafana's ``$__unixEpochNano*`` macros
 filter on them directly.
@@ -210,12 +212,29 @@ def dashboard(uid: str, title: str, description: str, board: Board, variables: l
 # --------------------------------------------------------------------------- the dashboards
 
 
+# A device's state as fleetscope.collector.query.devices.liveness gives it: "stopped" when its
+# agent said so, else offline once silent past its threshold: the offline detector's settings as
+# its last pass recorded them (detector_progress: agent_offline, device 0, key _pass), 3 of the
+# device's batch intervals (as its agent registered; 1 s if it did not say) and at least 10 s
+# by default, or the collector's --offline-after.
+DEVICES_WITH_RULE = ("FROM devices d LEFT JOIN detector_progress r\n"
+                     "  ON r.detector = 'agent_offline' AND r.device_id = 0 AND r.key = '_pass'")
+OFFLINE_AFTER_S = ("COALESCE((r.state->>'offline_after_s')::float, GREATEST(COALESCE((r.state->>'offline_min_s')::float, 10),\n"
+                   "  COALESCE((r.state->>'offline_intervals')::float, 3)"
+                   " * GREATEST(1, COALESCE((d.inventory->>'batch_interval_s')::float, 1))))")
+DEVICE_STATE = ("CASE WHEN (d.counters->>'stopped')::boolean THEN 'stopped'\n"
+                f"  WHEN d.last_seen_ns >= (extract(epoch FROM now()) - {OFFLINE_AFTER_S}) * 1000000000 THEN 'online'\n"
+                "  ELSE 'offline' END")
+
+
 def fleet() -> dict[str, Any]:
     b = Board()
     b.add(stat("Devices", [sql_target("SELECT count(*) AS devices FROM devices d", "table")], PG), 4, 4)
-    b.add(stat("Online (seen in the last 2 min)", [sql_target(
-        "SELECT count(*) AS online FROM devices d\n"
-        "WHERE d.last_seen_ns >= (extract(epoch FROM now()) - 120) * 1000000000", "table")], PG), 5, 4)
+    b.add(stat("Online", [sql_target(
+        f"SELECT count(*) AS online {DEVICES_WITH_RULE}\n"
+        f"WHERE {DEVICE_STATE} = 'online'", "table")], PG, description=
+        "Heard from within the offline threshold: 3 of the device's batch intervals, at least 10 s, or the "
+        "collector's --offline-after (as `fleetscope devices`, the dashboard and the detectors)."), 5, 4)
     b.add(stat("Jetson drones", [sql_target(
         "SELECT count(*) AS jetson FROM devices d WHERE d.kind = 'jetson'", "table")], PG), 5, 4)
     b.add(stat("GPU servers", [sql_target(
@@ -224,10 +243,12 @@ def fleet() -> dict[str, Any]:
         "SELECT count(*) AS open FROM incidents i WHERE i.state = 'open'", "table")], PG), 5, 4)
     b.add(table("Devices", [sql_target(
         "SELECT d.name AS device, d.kind, d.hostname,\n"
-        "  CASE WHEN d.last_seen_ns >= (extract(epoch FROM now()) - 120) * 1000000000 THEN 'online' ELSE 'offline' END AS state,\n"
+        f"  {DEVICE_STATE} AS state,\n"
         "  to_timestamp(d.last_seen_ns / 1e9) AS last_seen, d.agent_version, d.labels::text AS labels,\n"
         "  d.batches_stored, d.clock_skew_ns / 1e9 AS clock_skew_s\n"
-        "FROM devices d ORDER BY d.name", "table")], PG, "Every registered device; offline when silent for 2 minutes."), 24, 8)
+        f"{DEVICES_WITH_RULE} ORDER BY d.name", "table")], PG,
+        "Every registered device: online, offline (silent past its threshold: 3 of its batch intervals, at least "
+        "10 s, or the collector's --offline-after) or stopped (its agent said it stopped cleanly)."), 24, 8)
     by_device = "d.name"
     b.add(timeseries("GPU utilisation (mean over the device's GPUs)", [sql_target(
         gpu_series("util_gpu_percent", weighted("util_avg"), "avg", by_device))], "percent", PG), 12, 8)
@@ -354,14 +375,14 @@ def dcgm() -> dict[str, Any]:
                PROM, "celsius"), 6, 4)
     legend = "{{Hostname}} GPU {{gpu}} ({{modelName}})"
     b.add(timeseries("GPU utilisation", [prom_target(
-        f"avg by (Hostname, gpu, modelName) (DCGM_FI_DEV_GPU_UTIL{{{DCGM_SEL}}})", legend)], "percent", PROM), 12, 8)
+        f"avg by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_GPU_UTIL{{{DCGM_SEL}}})", legend)], "percent", PROM), 12, 8)
     b.add(timeseries("Framebuffer memory used", [prom_target(
-        f"avg by (Hostname, gpu, modelName) (DCGM_FI_DEV_FB_USED{{{DCGM_SEL}}})", legend)], "decmbytes", PROM,
+        f"avg by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_FB_USED{{{DCGM_SEL}}})", legend)], "decmbytes", PROM,
         "DCGM_FI_DEV_FB_USED is in MiB, as dcgm-exporter exports it."), 12, 8)
     b.add(timeseries("GPU temperature", [prom_target(
-        f"max by (Hostname, gpu, modelName) (DCGM_FI_DEV_GPU_TEMP{{{DCGM_SEL}}})", legend)], "celsius", PROM), 12, 8)
+        f"max by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_GPU_TEMP{{{DCGM_SEL}}})", legend)], "celsius", PROM), 12, 8)
     b.add(timeseries("Power draw", [prom_target(
-        f"avg by (Hostname, gpu, modelName) (DCGM_FI_DEV_POWER_USAGE{{{DCGM_SEL}}})", legend)], "watt", PROM), 12, 8)
+        f"avg by (Hostname, UUID, gpu, modelName) (DCGM_FI_DEV_POWER_USAGE{{{DCGM_SEL}}})", legend)], "watt", PROM), 12, 8)
     b.add(table("GPUs by model", [prom_target(
         f"count by (modelName) (DCGM_FI_DEV_GPU_UTIL{{{DCGM_SEL}}})", "{{modelName}}", instant=True)], PROM), 24, 6)
     label_var = [

@@ -100,7 +100,7 @@ class Inventory(_message.Message):
     def __init__(self, cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., swap_total_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., os: _Optional[str] = ..., kernel: _Optional[str] = ..., python: _Optional[str] = ..., driver_version: _Optional[str] = ..., cuda_driver_version: _Optional[str] = ..., board_model: _Optional[str] = ..., l4t_release: _Optional[str] = ..., jetpack_version: _Optional[str] = ..., arch: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("agent_id", "boot_id", "name", "hostname", "kind", "inventory", "agent_version", "labels", "capabilities", "sent_ns")
+    __slots__ = ("agent_id", "boot_id", "name", "hostname", "kind", "inventory", "agent_version", "labels", "capabilities", "sent_ns", "batch_interval_s")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +118,7 @@ class RegisterRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     SENT_NS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     boot_id: str
     name: str
@@ -128,7 +129,8 @@ class RegisterRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     sent_ns: int
-    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., name: _Optional[str] = ..., hostname: _Optional[str] = ..., kind: _Optional[_Union[DeviceKind, str]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., agent_version: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., sent_ns: _Optional[int] = ...) -> None: ...
+    batch_interval_s: float
+    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., name: _Optional[str] = ..., hostname: _Optional[str] = ..., kind: _Optional[_Union[DeviceKind, str]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., agent_version: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., sent_ns: _Optional[int] = ..., batch_interval_s: _Optional[float] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("collector_version", "received_ns", "clock_skew_ns", "max_batch_bytes", "max_rows_per_batch", "capabilities")
@@ -435,7 +437,7 @@ class AgentCounters(_message.Message):
     def __init__(self, spool_batches: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., dropped_batches: _Optional[int] = ..., dropped_samples: _Optional[int] = ..., dropped_logs: _Optional[int] = ..., dropped_incidents: _Optional[int] = ..., reconnects: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sampler_errors: _Optional[int] = ..., rss_bytes: _Optional[float] = ..., cpu_seconds: _Optional[float] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records", "created_mono_ns", "sent_mono_ns", "sent_boot_id", "created_boot_id")
+    __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records", "created_mono_ns", "sent_mono_ns", "sent_boot_id", "created_boot_id", "final")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -453,6 +455,7 @@ class Batch(_message.Message):
     SENT_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     SENT_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     boot_id: str
     seq: int
@@ -470,7 +473,8 @@ class Batch(_message.Message):
     sent_mono_ns: int
     sent_boot_id: str
     created_boot_id: str
-    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ..., created_mono_ns: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., sent_boot_id: _Optional[str] = ..., created_boot_id: _Optional[str] = ...) -> None: ...
+    final: bool
+    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ..., created_mono_ns: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., sent_boot_id: _Optional[str] = ..., created_boot_id: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("seq", "status", "code", "reason", "rows")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 from sqlalchemy import Engine, insert, select, update
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from fleetscope.collector.alerting.engine import AlertJob, fingerprint
 from fleetscope.collector.alerting.notifiers import Sender, alertmanager_body, slack_body
-from fleetscope.collector.alerting.rules import parse_rules
+from fleetscope.collector.alerting.rules import RulesError, parse_rules
 from fleetscope.collector.alerting.silences import UnknownSilence, add_silence, expire_silence
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.schema import (
@@ -270,7 +271,10 @@ def test_notifier_payloads_reach_each_receiver_type(engine: Engine, receiver: Re
     (am,), _ = by_path["/api/v2/alerts"]
     assert am["labels"]["alertname"] == "gpu-oom" and am["labels"]["device"] == "drone-1" and am["labels"]["site"] == "field"
     assert am["annotations"]["summary"] == hook["summary"] and am["startsAt"] == hook["started"]
-    assert am["generatorURL"] == hook["dashboard_url"] and "endsAt" not in am
+    assert am["generatorURL"] == hook["dashboard_url"]
+    # A firing alert ends four re-send intervals (1 min by default) after it was sent, unless sent again.
+    ends = datetime.fromisoformat(am.pop("endsAt").replace("Z", "+00:00")).timestamp()
+    assert 235 < ends - time.time() <= 240
     assert [am] == alertmanager_body(hook)
     assert all(n.state == "delivered" and n.attempts == 1 for n in _notifications(engine))
     _resolve(engine, inc)
@@ -334,3 +338,40 @@ def test_two_senders_never_claim_the_same_notification(engine: Engine) -> None:
     claims = [(a._claim(i, now), b._claim(i, now)) for i in ids]
     assert all((x is None) != (y is None) for x, y in claims)
     assert a._due(now) == [] and b._due(now) == [], "claimed notifications are not due"
+
+
+def test_firing_alerts_are_sent_to_alertmanager_again_each_resend_with_a_fresh_ends_at(
+        engine: Engine, receiver: Receiver) -> None:
+    """Alertmanager resolves an alert at its endsAt (or resolve_timeout after it last heard of it):
+    every ``resend`` the alerts still firing go to it again, until they resolve."""
+    dev = _device(engine)
+    rules = parse_rules(f'[[notifier]]\nname = "am"\ntype = "alertmanager"\nurl = "{receiver.url()}"\nresend = "10s"\n'
+                        '[[rule]]\nname = "oom"\nincident = ["cuda_oom"]\nnotify = ["am"]\n')
+    assert rules.notifiers["am"].resend_s == 10.0
+    first, second = _incident(engine, dev), _incident(engine, dev, ts_ns=T0 + NS)
+    job = AlertJob(engine, rules)
+    job.run_once()
+    sender = Sender(engine, rules)
+    assert sender.run_once() == 2 and len(receiver.bodies()) == 2
+    now = time.time_ns()
+    assert sender.resend_once(now) == 2
+    (again,) = receiver.bodies()[2:]
+    assert len(again) == 2 and {a["labels"]["alertname"] for a in again} == {"oom"}
+    for a in again:
+        ends = datetime.fromisoformat(a["endsAt"].replace("Z", "+00:00")).timestamp()
+        assert abs(ends - (now / NS + 40)) < 0.01, "endsAt = now + 4 x resend"
+    _resolve(engine, first)
+    job.run_once()
+    assert sender.run_once() == 1, "the resolution, once"
+    assert sender.resend_once() == 1, "only what still fires is sent again"
+    _resolve(engine, second)
+    job.run_once()
+    sender.run_once()
+    assert sender.resend_once() == 0
+
+
+def test_resend_applies_to_alertmanager_notifiers_only() -> None:
+    with pytest.raises(RulesError, match="alertmanager notifiers only"):
+        parse_rules('[[notifier]]\nname = "ops"\ntype = "webhook"\nurl = "http://x/"\nresend = "1m"\n')
+    with pytest.raises(RulesError, match="at least 1s"):
+        parse_rules('[[notifier]]\nname = "am"\ntype = "alertmanager"\nurl = "http://x/"\nresend = "100ms"\n')

@@ -45,11 +45,11 @@ LIVE = T0 + 10**6 * NS  # a device that keeps sending (no agent_offline in tests
 
 
 def _device(engine: Engine, name: str = "dev-1", *, kind: str = "server", last_seen: int = LIVE,
-            labels: dict | None = None) -> int:
+            labels: dict | None = None, inventory: dict | None = None, counters: dict | None = None) -> int:
     with engine.begin() as conn:
         res = conn.execute(insert(Device.__table__).values(
             agent_id=f"agent-{name}", name=name, kind=kind, first_seen_ns=T0 - 3600 * NS, last_seen_ns=last_seen,
-            labels=labels or {}, inventory={}, capabilities=[], counters={}))
+            labels=labels or {}, inventory=inventory or {}, capabilities=[], counters=counters or {}))
         return int(res.inserted_primary_key[0])
 
 
@@ -115,12 +115,11 @@ def test_agent_offline_opens_after_the_threshold_and_resolves_with_the_gap_and_r
 
 
 def test_offline_after_overrides_the_threshold_and_the_interval_is_the_devices_own(engine: Engine) -> None:
-    slow = _device(engine, "slow", last_seen=T0)
-    _rows(engine, host_samples, [{"device_id": slow, "ts_ns": T0 - k * 5 * NS, "cpu_percent": 1.0} for k in range(10)])
-    fast = _device(engine, "fast", last_seen=T0)
+    slow = _device(engine, "slow", last_seen=T0, inventory={"batch_interval_s": 5.0})  # as its agent registered
+    fast = _device(engine, "fast", last_seen=T0)  # an agent too old to say: 1 s
     job = _job(engine)
     job.run_once(T0 + 12 * NS)
-    assert [i.device_id for i in _incidents(engine)] == [fast], "5 s sampling: 3 intervals = 15 s allowed"
+    assert [i.device_id for i in _incidents(engine)] == [fast], "5 s batches: 3 intervals = 15 s allowed"
     job.run_once(T0 + 16 * NS)
     assert sorted(i.device_id for i in _incidents(engine)) == [slow, fast]
     other = _device(engine, "other", last_seen=T0 + 10 * NS)
@@ -128,6 +127,38 @@ def test_offline_after_overrides_the_threshold_and_the_interval_is_the_devices_o
     job.release()
     _job(engine, "b", offline_after_s=3.0).run_once(T0 + 17 * NS)
     assert other in [i.device_id for i in _incidents(engine)], "silent 7 s, allowed 3 s"
+
+
+def test_one_offline_threshold_for_the_detector_and_every_reader_and_a_clean_stop_is_no_incident(engine: Engine) -> None:
+    """The detector, `fleetscope devices` (list_devices), `status` (fleet_health) and the exposition
+    (latest_readings) call a device offline at the same moment: 3 of its own batch intervals, at
+    least 10 s, or the detector's threshold set outright, which every reader takes from its pass."""
+    from sqlalchemy.orm import Session
+
+    from fleetscope.collector.query import fleet_health, latest_readings, list_devices
+
+    def readers(now_ns: int) -> dict[str, tuple[bool, ...]]:
+        with Session(engine) as s:
+            listed = {d.name: (d.online, d.stopped) for d in list_devices(session=s, now_ns=now_ns)}
+            health = fleet_health(session=s, now_ns=now_ns)
+            latest = {d.name: d.state for d in latest_readings(session=s, now_ns=now_ns, incidents=False).devices}
+        return {n: (*listed[n], n in health.offline, n in health.stopped, latest[n]) for n in listed}
+
+    slow = _device(engine, "slow", last_seen=T0, inventory={"batch_interval_s": 5.0})
+    _device(engine, "landed", last_seen=T0, counters={"stopped": True, "spool_batches": 0})
+    job = _job(engine)
+    job.run_once(T0 + 14 * NS)
+    assert _incidents(engine) == []
+    assert readers(T0 + 14 * NS) == {"slow": (True, False, False, False, "online"),
+                                     "landed": (False, True, False, True, "stopped")}
+    job.run_once(T0 + 16 * NS)
+    assert [(i.device_id, i.facts["threshold_s"]) for i in _incidents(engine)] == [(slow, 15.0)]
+    assert readers(T0 + 16 * NS)["slow"] == (False, False, True, False, "offline")
+    job.release()
+    # A threshold set outright (--offline-after) is the readers' too, once the detector ran with it.
+    _job(engine, "b", offline_after_s=60.0).run_once(T0 + 17 * NS)
+    assert readers(T0 + 30 * NS)["slow"] == (True, False, False, False, "online")
+    assert len(_incidents(engine, "agent_offline")) == 1, "a clean stop never opens one"
 
 
 # -------------------------------------------------------------------------------- latency

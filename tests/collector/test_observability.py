@@ -130,11 +130,20 @@ def test_self_metrics_move_with_the_pipeline_and_the_fleet_carries_dcgm_names(pi
         free = fleet_samples[("DCGM_FI_DEV_FB_FREE", labels)]
         total = fleet_samples[("DCGM_FI_DEV_FB_TOTAL", labels)]
         assert free == pytest.approx(total - r["memory_used_bytes"] / 2**20)
-    for dev in devices.values():
-        assert fleet_samples[("fleetscope_device_up", (("Hostname", next(dict(k[1])["Hostname"] for k in fleet_samples
-                                                                          if k[0] == "fleetscope_device_up"
-                                                                          and dict(k[1])["fleetscope_device"] == dev.name)),
-                                                      ("fleetscope_device", dev.name)))] == 1
+    # The simulated devices share this machine's OS hostname, as cloned Jetson images do: the
+    # device's name is dcgm-exporter's Hostname, so a dashboard's `avg by (Hostname, gpu,
+    # modelName)` keeps one series per GPU; the OS hostname is its own label.
+    util = [dict(k[1]) for k in fleet_samples if k[0] == "DCGM_FI_DEV_GPU_UTIL"]
+    assert len({lab["os_hostname"] for lab in util}) == 1
+    assert all(lab["Hostname"] == lab["fleetscope_device"] for lab in util)
+    assert len({(lab["Hostname"], lab["gpu"], lab["modelName"]) for lab in util}) == len(rows) == 5
+    for dev in devices.values():  # the fleet stopped cleanly above: stopped, not up (and not an outage)
+        up = [v for k, v in fleet_samples.items() if k[0] == "fleetscope_device_up" and dict(k[1])["fleetscope_device"] == dev.name]
+        stopped = [v for k, v in fleet_samples.items()
+                   if k[0] == "fleetscope_device_stopped" and dict(k[1])["fleetscope_device"] == dev.name]
+        assert up == [0] and stopped == [1]
+        (labels,) = [dict(k[1]) for k in fleet_samples if k[0] == "fleetscope_device_up" and dict(k[1])["fleetscope_device"] == dev.name]
+        assert labels["Hostname"] == dev.name and labels["os_hostname"]
     assert any(k[0] == "fleetscope_host_memory_used_bytes" for k in fleet_samples)
     assert any(k[0] == "fleetscope_device_info" and ("label_fleet", "drones") in k[1] for k in fleet_samples)
 
@@ -209,3 +218,44 @@ def test_a_wrong_metrics_address_is_one_line_exit_2(bad: str, capsys: pytest.Cap
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "not an address" in err and "Traceback" not in err
+
+
+def test_job_metrics_survive_a_scrape_config_and_detector_lag_is_small_on_a_gpu_less_device(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """A self-metric labelled ``job`` becomes ``exported_job`` under Prometheus' scrape config (the
+    scrape's own ``job`` wins), so ``{job="rollup"}`` found nothing: the jobs are ``collector_job``.
+    And a detector's lag is how long since it last looked at everything: a GPU detector that never
+    reads a row of a GPU-less device is not behind on it (its lag read 401.9 s after 1.5 min)."""
+    import subprocess
+    import sys
+
+    collector = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=sqlite_url, tokens=frozenset([TOKEN]),
+                                            metrics_listen="127.0.0.1:0", detectors_interval_s=0.5))
+    port = collector.start()
+    with open(tmp_path / "agent.log", "ab") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "fleetscope.cli", "agent", "--token", TOKEN, "--name", "no-gpu",
+             "--collector", f"127.0.0.1:{port}", "--spool", str(tmp_path / "agent"), "--interval", "250ms",
+             "--no-gpu", "--no-kernel-log"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        mport = collector.observability.metrics_port
+
+        def lags() -> dict[str, float]:
+            return {dict(k[1])["collector_job"]: v for k, v in scrape(mport).items()
+                    if k[0] == "fleetscope_collector_job_lag_seconds"}
+
+        wait_until(lambda: {"detector:gpu_throttling", "detector:memory_growth"} <= set(lags()), timeout_s=30,
+                   message="the detectors' lag")
+        time.sleep(4.0)  # several passes, and past the first windows the detectors read on a new device
+        samples = scrape(mport)
+        assert not [k for k in samples if {"job", "instance"} & {name for name, _ in k[1]}], \
+            "a target's own job/instance labels are renamed exported_* by Prometheus"
+        held = {dict(k[1])["collector_job"] for k in samples if k[0] == "fleetscope_collector_job_holds_lease"}
+        assert {"rollup", "detectors"} <= held
+        for job, lag in lags().items():
+            if job.startswith("detector:"):
+                assert lag < 3.0, (job, lag)
+    finally:
+        agent.terminate()
+        agent.wait(30)
+        collector.stop()

@@ -230,7 +230,10 @@ def build(tmp: Path, *, offline_after_s: float = 65.0) -> Pipeline:
     started = time.monotonic()
     try:
         wait_for(lambda: fleet.acked() >= 12 and lost.uplink.status.acked >= 3, 30, "first batches")
-        lost.stop()  # the drone flies out of range: nothing more from it
+        # The drone flies out of range: its link goes first, so no word of a clean stop arrives
+        # (that would make it "stopped", not offline).
+        lost.uplink.stop()
+        lost.stop()
         silent_since = time.monotonic()
         by_name = {a.settings.name: a for a in fleet.agents}
         rng = random.Random(7)

@@ -112,7 +112,7 @@ class HostCollector(CollectorProcess):
         return out
 
     def holds(self, job: str) -> bool:
-        return self.metrics().get(f'fleetscope_collector_job_holds_lease{{job="{job}"}}', 0.0) == 1.0
+        return self.metrics().get(f'fleetscope_collector_job_holds_lease{{collector_job="{job}"}}', 0.0) == 1.0
 
     def streams(self) -> int:
         return int(self.metrics().get("fleetscope_collector_streams_open", 0.0))

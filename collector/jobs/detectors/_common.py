@@ -42,6 +42,7 @@ class DeviceInfo:
     last_seen_ns: int
     agent_id: str
     counters: dict[str, Any]
+    batch_interval_s: float | None = None  # as its agent said at registration (None: an older agent)
 
 
 @dataclass
@@ -63,11 +64,14 @@ class PassContext:
     # left over are read from the next pass on, their marks unmoved, so nothing is skipped.
     catchup_until: float = float("inf")
     catchup_taken: bool = False
+    catchup_left_out: bool = False  # a chunk of first windows was left for a later pass
+
 
     def take_catchup(self) -> bool:
         """May this pass read one more chunk of first windows? Yes while its budget lasts, and
         always for the first chunk of the pass (so catching up always moves on)."""
         if self.catchup_taken and time.monotonic() >= self.catchup_until:
+            self.catchup_left_out = True
             return False
         self.catchup_taken = True
         return True

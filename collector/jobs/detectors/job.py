@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, delete, select
 
 from fleetscope.collector.jobs.detectors import latency, memory, offline, oom, starved, throttling
 from fleetscope.collector.jobs.detectors._common import (
@@ -42,6 +42,8 @@ from fleetscope.collector.jobs.detectors._common import (
     loads,
 )
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
+from fleetscope.collector.query._common import DETECTOR_PASS_KEY as PASS_KEY
+from fleetscope.collector.query.devices import batch_interval_s
 from fleetscope.collector.storage import incident_lifecycle as lifecycle
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.rollups import read_progress
@@ -146,12 +148,14 @@ class DetectorJob:
         self._held_until_ns = now_ns + self.lease.ttl_ns
         settings = self.settings
         report = DetectorReport(ran=True, holder=self.owner)
+        caught_up: list[str] = []  # the detectors that read every device's data this pass
         with self.engine.connect() as conn:
             ctx = self._context(conn, now_ns, settings)
             for name, detect in DETECTORS:
                 if self._stop.is_set() or not settings.enabled(name):
                     continue
                 t0 = time.monotonic()
+                ctx.catchup_left_out = False
                 changes = detect(ctx)
                 conn.rollback()  # end the read transaction: the next detector sees what was written
                 try:
@@ -164,6 +168,9 @@ class DetectorJob:
                     self._progress = None  # what was applied is unknown: read the marks again
                     raise
                 report.per_detector_s[name] = time.monotonic() - t0
+                if not ctx.catchup_left_out:
+                    caught_up.append(name)
+        self._mark_passes(caught_up, now_ns, settings)
         report.seconds = time.monotonic() - started
         self.last_report = report
         return report
@@ -171,10 +178,10 @@ class DetectorJob:
     def _context(self, conn: Connection, now_ns: int, settings: DetectorSettings) -> PassContext:
         devices = {
             r.id: DeviceInfo(r.id, r.name, r.kind, dict(loads(r.labels) or {}), r.last_seen_ns, r.agent_id,
-                             dict(loads(r.counters) or {}))
+                             dict(loads(r.counters) or {}), batch_interval_s(loads(r.inventory)))
             for r in conn.execute(
                 select(Device.id, Device.name, Device.kind, Device.labels, Device.last_seen_ns, Device.agent_id,
-                       Device.counters)
+                       Device.counters, Device.inventory)
             )
         }
         if self._progress is None:
@@ -241,6 +248,30 @@ class DetectorJob:
             self.lease.renew_in(conn, now_ns)
         dirty.clear()
         self._persisted_ns[ch.detector] = now_ns
+
+    def _mark_passes(self, detectors: list[str], now_ns: int, settings: DetectorSettings) -> None:
+        """Record that these detectors looked at every device's data up to ``now_ns``: their
+        ``PASS_KEY`` mark (device 0), which is what their lag is measured from
+        (``query.job_lags``). The offline detector's mark also holds its threshold settings, which
+        ``query.offline_rule`` reads, so `fleetscope devices`, the dashboard and the exposition
+        call a device offline when it does. One small upsert per pass; a failure only leaves the
+        lag older."""
+        off = [name for name, _ in DETECTORS if not settings.enabled(name) and name != KIND_AGENT_OFFLINE]
+        if not settings.enabled(KIND_AGENT_OFFLINE):  # its settings still say when a device is offline
+            detectors = [*detectors, KIND_AGENT_OFFLINE]
+        if not detectors and not off:
+            return
+        try:
+            with self._write_lock, self.engine.begin() as conn:
+                if off:  # a detector turned off has no lag: its mark would only grow
+                    p = detector_progress.c
+                    conn.execute(delete(detector_progress).where(p.detector.in_(off), p.device_id == 0,
+                                                                 p.key == PASS_KEY))
+                for name in detectors:
+                    state = settings.offline_rule().as_state() if name == KIND_AGENT_OFFLINE else {}
+                    self._write_progress(conn, name, {(0, PASS_KEY): (now_ns, state)})
+        except Exception as exc:  # the database is busy: the next pass marks again
+            log.debug("could not mark the detectors' pass: %s", exc)
 
     def _write_progress(self, conn: Connection, detector: str, rows: dict[tuple[int, str], tuple[int, dict]]) -> None:
         """Every mark in one statement: an executemany of one upsert (INSERT ... ON CONFLICT DO UPDATE,

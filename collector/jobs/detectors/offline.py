@@ -1,10 +1,15 @@
-"""Agent offline: no data from a device for longer than its sampling allows.
+"""Agent offline: no data from a device for longer than its own interval allows.
 
-The threshold is ``offline_after_s`` when set, otherwise ``offline_intervals`` times the device's
-sampling interval (the median spacing of its last samples, at least the agent's 1 s batching),
-and never under ``offline_min_s``. ``devices.last_seen_ns`` (collector time of the last batch)
-says when data last arrived: the check costs one read of the devices table per pass, and the
-interval is estimated only for devices already silent past ``offline_min_s``.
+The threshold is the one every part uses (``query.devices.OfflineRule``, from the settings'
+``offline_after_s``, ``offline_intervals`` and ``offline_min_s``): ``offline_intervals`` times
+the batch interval the device's agent said when it registered (1 s for an agent too old to
+say), at least ``offline_min_s``, or ``offline_after_s`` outright. ``devices.last_seen_ns``
+(collector time of the last batch) says when data last arrived: the check costs one read of the
+devices table per pass.
+
+A device whose agent said it stopped cleanly (its last batch was ``final``: a drone landing, a
+service stopped) is not offline and gets no incident: it is "stopped" (an alert rule on absence
+still sees it, if one asks).
 
 The incident starts when data stopped (the last arrival) and resolves when data arrives again,
 with the gap's length (last arrival before it to first batch after it, from ``ingested_batches``)
@@ -13,8 +18,6 @@ the gap (sampled while it could not send) and the batches received since it came
 """
 
 from __future__ import annotations
-
-import statistics
 
 from sqlalchemy import func, select
 
@@ -29,6 +32,7 @@ from fleetscope.collector.jobs.detectors._common import (
     Resolve,
     fmt_duration,
 )
+from fleetscope.collector.query.devices import DEFAULT_BATCH_INTERVAL_S, said_stopped
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey
 from fleetscope.collector.storage.schema import gpu_samples, host_samples, ingested_batches, log_events
 from fleetscope.proto.vocabulary import KIND_AGENT_OFFLINE, SEVERITY_ERROR
@@ -36,8 +40,7 @@ from fleetscope.proto.vocabulary import KIND_AGENT_OFFLINE, SEVERITY_ERROR
 
 def detect(ctx: PassContext) -> Changes:
     ch = Changes(KIND_AGENT_OFFLINE)
-    s = ctx.settings
-    floor_ns = int((s.offline_after_s if s.offline_after_s is not None else s.offline_min_s) * NS)
+    rule = ctx.settings.offline_rule()
     for d, dev in ctx.devices.items():
         key = DerivedKey(d, KIND_AGENT_OFFLINE)
         cur = ctx.open.get(key)
@@ -54,16 +57,15 @@ def detect(ctx: PassContext) -> Changes:
                 ch.ops.append(Refresh(cur.id, ctx.now_ns, facts=facts,
                                       title=_title(dev, silent_ns, facts.get("threshold_s", 0))))
             continue
-        if silent_ns <= floor_ns:
+        if said_stopped(dev.counters):
             continue
-        interval_s = _interval_s(ctx, d)
-        threshold_s = (s.offline_after_s if s.offline_after_s is not None
-                       else max(s.offline_min_s, s.offline_intervals * interval_s))
+        threshold_s = rule.threshold_s(dev.batch_interval_s)
         if silent_ns <= threshold_s * NS:
             continue
+        interval_s = dev.batch_interval_s or DEFAULT_BATCH_INTERVAL_S
         facts = {"last_seen_ns": dev.last_seen_ns, "threshold_s": threshold_s, "interval_s": round(interval_s, 3),
                  "silent_s": round(silent_ns / NS, 1), "spool_batches": dev.counters.get("spool_batches")}
-        hints = hint_math.hints_for(ctx.conn, d, dev.last_seen_ns, s, exclude=KIND_AGENT_OFFLINE)
+        hints = hint_math.hints_for(ctx.conn, d, dev.last_seen_ns, ctx.settings, exclude=KIND_AGENT_OFFLINE)
         ch.ops.append(Open(key, dev.last_seen_ns, SEVERITY_ERROR, _title(dev, silent_ns, threshold_s), facts,
                            last_seen_ns=ctx.now_ns, hints=hints))
     return ch
@@ -71,19 +73,6 @@ def detect(ctx: PassContext) -> Changes:
 
 def _title(dev: DeviceInfo, silent_ns: int, threshold_s: float) -> str:
     return f"{dev.name} silent for {fmt_duration(silent_ns / NS)} (offline after {threshold_s:g} s)"
-
-
-def _interval_s(ctx: PassContext, device_id: int) -> float:
-    """The device's sampling interval: the median spacing of its last samples; at least 1 s (an
-    agent batches at most once a second, so data arrives no more often)."""
-    for t in (host_samples, gpu_samples):
-        ts = list(ctx.conn.execute(
-            select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(t.c.ts_ns.desc()).limit(9)
-        ).scalars())
-        steps = [a - b for a, b in zip(ts, ts[1:]) if a > b]
-        if steps:
-            return max(1.0, statistics.median(steps) / NS)
-    return 1.0
 
 
 def _resolution(ctx: PassContext, dev: DeviceInfo, gap_start: int, facts: dict) -> dict:

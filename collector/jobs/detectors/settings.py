@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fleetscope.collector.query.devices import OFFLINE_INTERVALS, OFFLINE_MIN_S, OfflineRule
 from fleetscope.proto.vocabulary import (
     KIND_AGENT_OFFLINE,
     KIND_GPU_STARVED,
@@ -74,11 +75,12 @@ class SloObjective:
 
 @dataclass(frozen=True)
 class DetectorSettings:
-    # -- agent offline: no data for max(offline_min_s, offline_intervals x the device's sampling
-    # interval, estimated from its samples); offline_after_s sets the threshold outright.
+    # -- agent offline: no data for max(offline_min_s, offline_intervals x the batch interval its
+    # agent said at registration); offline_after_s sets the threshold outright. Every reader
+    # (`devices`, the dashboard, the exposition) uses the same (query.devices.OfflineRule).
     offline_after_s: float | None = None
-    offline_intervals: float = 3.0
-    offline_min_s: float = 10.0
+    offline_intervals: float = OFFLINE_INTERVALS
+    offline_min_s: float = OFFLINE_MIN_S
     # -- event incidents (OOM, Xid, ...) are resolved this long after they were last seen
     quiet_period_s: float = 1800.0
     # -- how long after a window's end its data counts as complete (agents batch every second
@@ -150,3 +152,7 @@ class DetectorSettings:
 
     def enabled(self, name: str) -> bool:
         return name not in self.disabled
+
+    def offline_rule(self) -> OfflineRule:
+        """The offline threshold these settings give, shared with every reader (``query.devices``)."""
+        return OfflineRule(after_s=self.offline_after_s, intervals=self.offline_intervals, min_s=self.offline_min_s)

@@ -150,7 +150,7 @@ def fit_widths(df: pd.DataFrame, config: dict[str, ColumnConfig]) -> dict[str, C
         widths = [int(cfg.get("width") or 0), text_px(name, header=True)]
         if name in df.columns:
             widths += [text_px(v) for v in df[name] if isinstance(v, str)]
-        out[name] = {**cfg, "width": max(widths)}  # type: ignore[typeddict-item]
+        out[name] = {**cfg, "width": max(widths)}
     return out
 
 

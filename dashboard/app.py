@@ -56,8 +56,14 @@ def _sidebar() -> None:
         st.caption(f"Database: {short}", help=f"{full} (read-only)")
 
 
+# An emoji, not a ":material/...:" icon: Streamlit draws an emoji favicon in the page itself, but
+# fetches a Material one from Google's font servers, which an air-gapped site never reaches.
+# (Material icons inside the pages are fine: they come from the font Streamlit serves itself.)
+PAGE_ICON = "🛰️"  # satellite
+
+
 def main(*, db_url: str | None = None, password_env: str | None = None, default: str | None = None) -> None:
-    st.set_page_config(page_title="fleetscope", page_icon=":material/satellite_alt:", layout="wide")
+    st.set_page_config(page_title="fleetscope", page_icon=PAGE_ICON, layout="wide")
     password_file, oidc = None, False
     if db_url is None:
         args = parse_args(sys.argv[1:])

@@ -95,6 +95,10 @@ def time_chart(
     ``bands`` shade throttled periods; ``alerts`` (``frames.alert_spans``) shade alert periods
     lightly in their severity's colour with a ribbon along the top; ``markers`` draw incidents.
     """
+    if "gap" in df.columns:
+        # Vega breaks a line at every missing value: only a real gap (``frames``) may break it. A
+        # bucket without this reading (one sample: no rate) is left out, its neighbours joined.
+        df = df[df[y].notna() | df["gap"].astype(bool)]
     y_enc: dict[str, Any] = {"field": y, "type": "quantitative", "title": unit, "axis": {"tickCount": 4}}
     if y_domain:
         y_enc["scale"] = {"domain": list(y_domain)}
@@ -286,7 +290,15 @@ def count_bars(
         "encoding": {
             "x": _x(domain),
             "x2": {"field": "end"},
-            "y": {"field": "count", "type": "quantitative", "stack": True, "title": "incidents"},
+            # Whole numbers only: Vega's default ticks on a small count are 0, 0.2, 0.4, ... ("0.5
+            # incidents").
+            "y": {
+                "field": "count",
+                "type": "quantitative",
+                "stack": True,
+                "title": "incidents",
+                "axis": {"format": "d", "tickMinStep": 1},
+            },
             "color": {
                 "field": "kind",
                 "type": "nominal",
@@ -297,7 +309,7 @@ def count_bars(
             "tooltip": [
                 {"field": "t", "type": "temporal", "title": "from", "format": TIME_FORMAT},
                 {"field": "kind"},
-                {"field": "count", "type": "quantitative"},
+                {"field": "count", "type": "quantitative", "format": "d"},
             ],
         },
     }

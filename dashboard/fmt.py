@@ -97,9 +97,13 @@ def joules(x: float | None) -> str:
 
 
 def rate(x: float | None, unit: str = "/s") -> str:
+    """'1,250 qps', '41.5 qps', '0.0213 inferences/J': three significant figures below 10, where
+    one decimal printed 0.02 inferences per joule as '0.0'."""
     if not _known(x):
         return MISSING
-    return f"{x:,.1f} {unit}" if x < 1000 else f"{x:,.0f} {unit}"
+    if abs(x) < 10:
+        return f"{x:.3g} {unit}"
+    return f"{x:,.1f} {unit}" if abs(x) < 1000 else f"{x:,.0f} {unit}"
 
 
 def mhz(x: float | None) -> str:

@@ -2,8 +2,10 @@
 
 Times become epoch milliseconds in a column ``t`` (what Vega-Lite's temporal scale reads,
 shown in the viewer's time zone). Sizes become GiB, rates MiB/s, throttle counts the share of
-each bucket spent throttled. A gap in the data (a device offline) becomes a row of NaN, so a
-line breaks there instead of drawing a straight line across the outage.
+each bucket spent throttled. A gap in the data (a device offline) becomes a row of NaN marked
+``gap``, so a line breaks there instead of drawing a straight line across the outage; any other
+missing value (a rate of a bucket that holds one sample) is a point the chart leaves out
+(``charts.time_chart``), never a break.
 """
 
 from __future__ import annotations
@@ -20,18 +22,32 @@ MIB = 1024**2
 NS_PER_MS = 10**6
 
 
+# The shortest silence drawn as a break in a line. Buckets of a few seconds over samples taken
+# every second miss one now and then (a sample late by a fraction of a second on a busy host
+# leaves its bucket empty), and a break at every such miss drew 1 s data as dashes.
+GAP_MIN_MS = 10_000
+
+
+def gap_after_ms(step_ms: int) -> float:
+    """How far apart two buckets with data must be for the line between them to break: a whole
+    missing bucket at minute steps and coarser, ``GAP_MIN_MS`` of silence at steps of seconds."""
+    return max(1.5 * step_ms, step_ms + GAP_MIN_MS)
+
+
 def _with_gaps(df: pd.DataFrame, step_ms: int, by: str | None) -> pd.DataFrame:
-    """Insert a NaN row after each bucket that is followed by a missing one."""
+    """Insert a NaN row after each bucket that is followed by a gap (``gap_after_ms``)."""
     if df.empty:
-        return df
+        return df.assign(gap=pd.Series(dtype=bool))
+    df = df.assign(gap=False)
     parts = []
     groups = df.groupby(by, sort=True) if by else [(None, df)]
     for key, g in groups:
         g = g.sort_values("t")
-        gap = g["t"].diff().shift(-1) > 1.5 * step_ms
+        gap = g["t"].diff().shift(-1) > gap_after_ms(step_ms)
         if gap.any():
             fill = g.loc[gap, ["t"]].copy()
             fill["t"] = fill["t"] + step_ms
+            fill["gap"] = True
             if by:
                 fill[by] = key[0] if isinstance(key, tuple) else key
             g = pd.concat([g, fill], ignore_index=True).sort_values("t")
@@ -102,10 +118,12 @@ def host_frame(s: DeviceSeries) -> pd.DataFrame:
 
 
 def long(df: pd.DataFrame, columns: dict[str, str], *, series: str = "series") -> pd.DataFrame:
-    """Wide to long: {column: display name} become rows of (t, series, value)."""
+    """Wide to long: {column: display name} become rows of (t, series, value), and ``gap`` (a
+    break in the line) where the wide frame has one."""
     if df.empty:
-        return pd.DataFrame(columns=["t", series, "value"])
-    out = df[["t", *columns]].melt(id_vars="t", var_name=series, value_name="value")
+        return pd.DataFrame(columns=["t", series, "value", "gap"])
+    ids = ["t", "gap"] if "gap" in df.columns else ["t"]
+    out = df[[*ids, *columns]].melt(id_vars=ids, var_name=series, value_name="value")
     out[series] = out[series].map(columns)
     return out
 

@@ -14,6 +14,7 @@ import streamlit as st
 from fleetscope.collector.errors import UnknownDevice
 from fleetscope.collector.query import (
     STATE_IMPORTED,
+    STATE_ONLINE,
     AlertPeriod,
     DeviceSeries,
     DeviceSummary,
@@ -103,19 +104,36 @@ def _header(d: DeviceSummary, installs: list[DeviceSummary], now_ns: int) -> Non
         )
 
 
-def _now_metrics(gpu: pd.DataFrame, host: pd.DataFrame) -> None:
+def _now_metrics(gpu: pd.DataFrame, host: pd.DataFrame, d: DeviceSummary, now_ns: int) -> None:
+    """The device's readings now; an offline device has none, so its last readings are said as
+    such, with their age, in a line under the (empty) figures, never as if they were current."""
     c = st.columns(6)
     last_gpu = gpu.dropna(subset=["util"]).sort_values("t").groupby("gpu").tail(1) if not gpu.empty else gpu
     last_host = host.dropna(subset=["cpu"]).tail(1) if not host.empty else host
-    has_gpu = not last_gpu.empty
-    c[0].metric("GPU utilisation", fmt.pct(last_gpu["util"].mean()) if has_gpu else fmt.MISSING)
-    c[1].metric("GPU memory", fmt.gib(last_gpu["mem_gib"].sum() * 1024**3) if has_gpu else fmt.MISSING)
-    c[2].metric("Hottest GPU", fmt.celsius(last_gpu["temp_max"].max()) if has_gpu else fmt.MISSING)
-    c[3].metric("GPU power", fmt.watts(last_gpu["power"].sum()) if has_gpu else fmt.MISSING)
-    c[4].metric("CPU", fmt.pct(last_host["cpu"].iloc[0]) if not last_host.empty else fmt.MISSING)
-    c[5].metric(
-        "RAM", fmt.gib(last_host["ram_gib"].iloc[0] * 1024**3) if not last_host.empty else fmt.MISSING
-    )
+    has_gpu, has_host = not last_gpu.empty, not last_host.empty
+    figures = [
+        ("GPU utilisation", fmt.pct(last_gpu["util"].mean()) if has_gpu else fmt.MISSING),
+        ("GPU memory", fmt.gib(last_gpu["mem_gib"].sum() * 1024**3) if has_gpu else fmt.MISSING),
+        ("Hottest GPU", fmt.celsius(last_gpu["temp_max"].max()) if has_gpu else fmt.MISSING),
+        ("GPU power", fmt.watts(last_gpu["power"].sum()) if has_gpu else fmt.MISSING),
+        ("CPU", fmt.pct(last_host["cpu"].iloc[0]) if has_host else fmt.MISSING),
+        ("RAM", fmt.gib(last_host["ram_gib"].iloc[0] * 1024**3) if has_host else fmt.MISSING),
+    ]
+    state = device_state(d)
+    if state == STATE_ONLINE:
+        for col, (label, value) in zip(c, figures):
+            col.metric(label, value)
+        return
+    for col, (label, _value) in zip(c, figures):
+        col.metric(label, fmt.MISSING, help=f"no current reading: the device is {state}")
+    known = [f"{label} {value}" for label, value in figures if value != fmt.MISSING]
+    if known:
+        times = [float(x["t"].max()) for x in (last_gpu, last_host) if not x.empty]
+        at_ns = int(max(times) * 10**6)
+        st.caption(
+            f"No current readings ({state}). Last known, {fmt.ago(at_ns, now_ns)} "
+            f"({fmt.when(at_ns)}) in this range: " + " · ".join(known)
+        )
 
 
 def _gpu_charts(
@@ -429,28 +447,24 @@ def render() -> None:
         st.error(str(exc))
         return
     incidents = data.incidents(data.url(), tr.since_ns, tr.until_ns, devices=(device.name,))
-    # A preset longer than the device's life starts at its first data, not squeezed at the right.
-    # Its first data: the name's first install registering, or earlier samples it had spooled
-    # while it could not reach the collector.
-    start_ns = tr.since_ns
-    first_ns = min(
-        [i.first_seen_ns for i in installs] + [int(t) for t in (*s.gpu.columns["ts_ns"][:1], *s.host.columns["ts_ns"][:1])]
-    )
-    if tr.key != "custom" and tr.since_ns < first_ns < tr.until_ns:
-        start_ns = max(tr.since_ns, first_ns - 30 * 10**9)
-    domain = (start_ns // 10**6, tr.until_ns // 10**6)
+    # The axis is the range asked for, even for a device younger than it: "last 24 hours" that
+    # drew 14 minutes read as a day of data. The caption says when the device's data begins.
+    domain = (tr.since_ns // 10**6, tr.until_ns // 10**6)
     markers = frames.incident_markers([i for i in incidents if i.kind != KIND_TRT_BENCHMARK])
     periods = data.alert_periods(data.url(), device.name, tr.since_ns, tr.until_ns)
     alerts = frames.alert_spans(periods, tr.since_ns, min(now, tr.until_ns))
     gpu, host = frames.gpu_frame(s), frames.host_frame(s)
     gpu = _pick_gpus(gpu)
-    _now_metrics(gpu, host)
+    _now_metrics(gpu, host, device, now)
     marks = "dashed lines are incidents"
     if periods:
         marks += (
             f" · shaded spans with a bar above are alerts ({len(periods)}, see the Incidents tab)"
         )
-    st.caption(f"{tr.label}: {describe_resolution(s.step_s, s.sources)} · {marks}")
+    first_ns = min([i.first_seen_ns for i in installs]
+                   + [int(t) for t in (*s.gpu.columns["ts_ns"][:1], *s.host.columns["ts_ns"][:1])])
+    begins = f" · first data {fmt.when(first_ns)}" if tr.since_ns < first_ns < tr.until_ns else ""
+    st.caption(f"{tr.label}{begins}: {describe_resolution(s.step_s, s.sources)} · {marks}")
     # Only the open tab runs (and only its charts go to the browser); the tab is in the URL.
     names = ["GPU", "Host", "Latency", "Incidents", "Logs", "Hardware"]
     tabs = st.tabs(names, key="tab", on_change="rerun", bind="query-params")

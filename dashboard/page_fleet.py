@@ -130,6 +130,30 @@ def _labels_width(devices: Sequence[FleetDevice]) -> int:
     return max(200, min(900, widest + 16))
 
 
+# Pixels a cell's text takes in the grid's 14 px font (a generous ~7.5 px a character), plus the
+# cell's padding; a header also has its sort and menu marks beside it.
+CHAR_PX = 7.5
+CELL_PAD_PX = 20
+HEADER_PAD_PX = 34
+
+
+def text_px(text: str, *, header: bool = False) -> int:
+    return int(CHAR_PX * len(text)) + (HEADER_PAD_PX if header else CELL_PAD_PX)
+
+
+def fit_widths(df: pd.DataFrame, config: dict[str, ColumnConfig]) -> dict[str, ColumnConfig]:
+    """Widen each column to its header and its longest text: a cell cut to "Jetson Orin NX
+    Engin…" or a header to "Memory 30 r" tells the viewer nothing. Chart and pill columns keep
+    their width for the cells, and grow only to fit the header."""
+    out: dict[str, ColumnConfig] = {}
+    for name, cfg in config.items():
+        widths = [int(cfg.get("width") or 0), text_px(name, header=True)]
+        if name in df.columns:
+            widths += [text_px(v) for v in df[name] if isinstance(v, str)]
+        out[name] = {**cfg, "width": max(widths)}
+    return out
+
+
 def _columns(devices: Sequence[FleetDevice]) -> dict[str, ColumnConfig]:
     cc = st.column_config
     incident_values = sorted({f"{d.open_incidents} {d.worst_severity}" for d in devices if d.open_incidents})
@@ -294,7 +318,7 @@ def _live(filters: Filters, refresh_s: int) -> None:
             df,
             hide_index=True,
             width="stretch",
-            column_config=_columns(shown),
+            column_config=fit_widths(df, _columns(shown)),
             on_select="rerun",
             selection_mode="single-row",
             key="fleet_table",

@@ -101,7 +101,7 @@ class Presented:
     def callers(self, peer: str) -> tuple[str, ...]:
         """Who is calling, for the throttle of refused calls: its address, and the token it holds
         (an enrolment token by its id, any other by a digest): never the identity it claims."""
-        out = (f"peer:{peer}",)
+        out: tuple[str, ...] = (f"peer:{peer}",)
         if is_enrolment_token(self.bearer):
             out += (f"token:{self.bearer.split('.')[1]}",)
         elif self.bearer:

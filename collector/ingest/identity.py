@@ -59,18 +59,18 @@ _CODES = {
     "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
     "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-KEYLESS_GROUP = "keyless"  # the quota group of key-less streams (older agents, scripts)
 
 
 def grpc_code(exc: IdentityRefused) -> grpc.StatusCode:
     return _CODES.get(exc.code, grpc.StatusCode.PERMISSION_DENIED)
 
 
-def quota_group(binding: Binding | None) -> str:
+def quota_group(binding: Binding | None) -> str | None:
     """Whose ingest quota a stream draws on: the enrolment token that enrolled its device
-    ("token:<id>"), else its fleet ("fleet:<name>"); key-less streams share one."""
+    ("token:<id>"), else its fleet ("fleet:<name>"). None for a key-less stream (an older agent,
+    a script): only a static token, the operator's own secret, lets one in."""
     if binding is None:
-        return KEYLESS_GROUP
+        return None
     if binding.via.startswith(TOKEN_VIA_PREFIX):
         return binding.via
     return f"fleet:{binding.fleet}"

@@ -357,8 +357,9 @@ class IngestService(pb_grpc.IngestServicer):
                     accepted.add_done_callback(_call_with_nothing(release))
                     unacked.hold(size, until=accepted)
                     await pending.put(accepted)
-                    pause = max(self.limiter.batch_delay(batch.agent_id, size),
-                                self.limiter.quota_delay(binding.group, batch.agent_id, size))
+                    pause = self.limiter.batch_delay(batch.agent_id, size)
+                    if binding.group is not None:
+                        pause = max(pause, self.limiter.quota_delay(binding.group, batch.agent_id, size))
                     if pause > 0:  # over its rate, or its token's: this agent's stream is not read meanwhile
                         await asyncio.sleep(pause)
                     # Read the next batch only once the writer has caught up: HTTP/2 flow control
@@ -453,7 +454,7 @@ class _StreamBinding:
     event that ends it when that agent is revoked."""
 
     agent_id: str | None
-    group: str  # whose ingest quota it draws on (identity.quota_group)
+    group: str | None  # whose ingest quota it draws on (identity.quota_group); None: none
     revoked: asyncio.Event = field(default_factory=asyncio.Event)
 
 

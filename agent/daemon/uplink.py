@@ -232,7 +232,8 @@ class Uplink:
                     closed_at_once = True
                     if self._closed_at_once.get(address, 0) >= 1:
                         hint = self._closed_at_once_hint()
-                        log.error("collector %s closed the connection at once, again (%s): %s", address, detail, hint)
+                        log.error("collector %s closed the connection at once, again (%s): %s", address, detail,
+                                  hint.replace("does the collector use", "does it use"))
                         self.status.last_error += f" ({hint})"
                     else:
                         log.warning("collector %s closed the connection at once (%s); retrying", address, detail)

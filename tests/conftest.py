@@ -206,7 +206,7 @@ class CollectorProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", self.address, "--db", self.db_url,
-                 "--token", self.token, "--grace", "5s", *self._metrics_flag(), *self.extra_args],
+                 *(("--token", self.token) if self.token else ()), "--grace", "5s", *self._metrics_flag(), *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 30
@@ -244,6 +244,7 @@ def collector_process(tmp_path: Path) -> Iterator:
     made: list[CollectorProcess] = []
 
     def make(db_url: str, *, port: int | None = None, token: str = "test-token", extra_args: tuple[str, ...] = ()) -> CollectorProcess:
+        """A collector process; ``token=""`` starts it without ``--token``."""
         c = CollectorProcess(db_url, port or free_port(), token, tmp_path / f"collector-{len(made)}.log", extra_args)
         made.append(c)
         return c

@@ -221,17 +221,20 @@ class Uplink:
                 elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     self._retry_after_s = _retry_after(exc)
                     log.warning("collector %s: %s (%s); retrying after %.1f s", address, code.name, detail, self._retry_after_s)
-                elif (code == grpc.StatusCode.UNAVAILABLE and self._tls is None and "Socket closed" in str(detail)
-                      and not self._connects):
-                    # A TLS collector ends a plaintext connection at once, every time; so does a
-                    # collector that dies while this agent connects, once, and the next try is
-                    # refused. Only the same answer twice in a row from never-registered-with
-                    # addresses points at TLS.
+                elif code == grpc.StatusCode.UNAVAILABLE and "Socket closed" in str(detail) and not self._connects:
+                    # A TLS collector ends a plaintext connection at once, every time, and a
+                    # collector with mutual TLS ends one whose client certificate it refuses (or
+                    # that has none) the same way: under TLS 1.3 the agent's side of the
+                    # handshake has finished by then, so gRPC says no more than "Socket closed".
+                    # A collector that dies while this agent connects does it once, and the next
+                    # try is refused. Only the same answer twice in a row from never-registered-
+                    # with addresses points at TLS or a certificate.
                     closed_at_once = True
                     if self._closed_at_once.get(address, 0) >= 1:
-                        log.error("collector %s closed the connection at once, again (%s): does it use TLS? give --tls-ca",
-                                  address, detail)
-                        self.status.last_error += " (does the collector use TLS? give --tls-ca)"
+                        hint = self._closed_at_once_hint()
+                        log.error("collector %s closed the connection at once, again (%s): %s", address, detail,
+                                  hint.replace("does the collector use", "does it use"))
+                        self.status.last_error += f" ({hint})"
                     else:
                         log.warning("collector %s closed the connection at once (%s); retrying", address, detail)
                 elif code == grpc.StatusCode.UNAVAILABLE and "handshake" in str(detail).lower():
@@ -265,6 +268,16 @@ class Uplink:
             delay = max(delay, self._retry_after_s)
             self._retry_after_s = 0.0
             self._stop.wait(delay)
+
+    def _closed_at_once_hint(self) -> str:
+        """What a collector that ends every connection at once most likely wants of this agent."""
+        if self._tls is None:
+            return "does the collector use TLS? give --tls-ca"
+        if self._tls.cert is None:
+            return ("a certificate problem: the collector requires a client certificate (mutual TLS, --tls-client-ca); "
+                    "give --tls-cert and --tls-key signed by its CA ('fleetscope certs init --agent NAME')")
+        return (f"a certificate problem: the collector refused this agent's client certificate {self._tls.cert}; "
+                "is it signed by the CA the collector has as --tls-client-ca, and not expired?")
 
     @property
     def _metadata(self) -> tuple[tuple[str, str], ...]:

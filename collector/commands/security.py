@@ -5,7 +5,8 @@
 * ``token create --fleet NAME [--expires 30d]``: an enrolment token, printed once (the last
   line of the output); only its SHA-256 is stored. ``token list``, ``token revoke ID``.
 * ``device revoke NAME``: the device's credential is revoked; collectors close its open
-  streams within a second and refuse its agent id from then on.
+  streams within a second and refuse its agent id from then on, and the same device (its name,
+  its GPUs) cannot enrol again under a new agent id until ``device allow NAME``.
 
 Parsers are built without importing SQLAlchemy or cryptography, so ``--help`` works anywhere.
 """
@@ -31,6 +32,16 @@ def _expiry(text: str) -> int | None:
     value = duration_ns(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"not a positive duration: {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
     return value
 
 
@@ -68,6 +79,10 @@ def register(sub: Any) -> None:
     t.add_argument("--expires", type=_expiry, default=30 * 86400 * 10**9, metavar="DURATION",
                    help="no enrolment with it after this long (default 30d; 'never' for no expiry)")
     t.add_argument("--comment", default="", help="a note shown by 'token list'")
+    t.add_argument("--max-devices", type=_count, default=10_000, metavar="N",
+                   help="the most devices it enrols; then it is refused (default %(default)s; 0: no limit)")
+    t.add_argument("--max-enrolments", type=_count, default=1_000, metavar="N",
+                   help="enrolments per minute; more wait (RESOURCE_EXHAUSTED with a retry-after) (default %(default)s; 0: no limit)")
     db_url_arg(t)
     t.set_defaults(func=needs_extra(run_token_create, "sqlalchemy"))
     t = token_sub.add_parser("list", help="the enrolment tokens (never their secrets)")
@@ -79,14 +94,19 @@ def register(sub: Any) -> None:
     db_url_arg(t)
     t.set_defaults(func=needs_extra(run_token_revoke, "sqlalchemy"))
 
-    p = sub.add_parser("device", help="a device's identity: revoke it",
-                       description="Revoke a device's credential: collectors close its streams at once and refuse its agent id.")
+    p = sub.add_parser("device", help="a device's identity: revoke it (a lost or stolen device), allow it back",
+                       description="Revoke a device's credential: collectors close its streams within a second, refuse its "
+                                   "agent id, and refuse the same device (name, GPUs) under a new agent id until 'device allow'.")
     device_sub = p.add_subparsers(dest="device_command", metavar="COMMAND", required=True)
     d = device_sub.add_parser("revoke", help="revoke a device's credential and close its open streams")
     d.add_argument("name", metavar="NAME", help="the device's name or agent id")
     d.add_argument("--all", action="store_true", help="revoke every device of that name (when several share it)")
     db_url_arg(d)
     d.set_defaults(func=needs_extra(run_device_revoke, "sqlalchemy"))
+    d = device_sub.add_parser("allow", help="let a revoked device enrol again, as a new agent id (an operator's approval)")
+    d.add_argument("name", metavar="NAME", help="the revoked device's name or agent id")
+    db_url_arg(d)
+    d.set_defaults(func=needs_extra(run_device_allow, "sqlalchemy"))
 
 
 def _fail(command: str, message: str, code: int = 1) -> int:
@@ -146,11 +166,14 @@ def run_token_create(args: argparse.Namespace) -> int:
     now = time.time_ns()
     try:
         row, token = create_enrolment_token(engine, fleet=args.fleet, now_ns=now,
-                                            expires_ns=None if args.expires is None else now + args.expires, comment=args.comment)
+                                            expires_ns=None if args.expires is None else now + args.expires, comment=args.comment,
+                                            max_devices=args.max_devices or None, max_enrolments_per_min=args.max_enrolments or None)
     finally:
         engine.dispose()
     expires = "never expires" if row.expires_ns is None else f"expires {format_ns(row.expires_ns)}"
-    print(f"enrolment token {row.id} for fleet {visible(row.fleet)}, {expires}.")
+    devices = "any number of devices" if row.max_devices is None else f"at most {row.max_devices} devices"
+    rate = "" if row.max_enrolments_per_min is None else f", {row.max_enrolments_per_min} a minute"
+    print(f"enrolment token {row.id} for fleet {visible(row.fleet)}, {expires}, enrols {devices}{rate}.")
     print("Give it to agents in a file only they can read: fleetscope agent --token-file FILE (or FLEETSCOPE_TOKEN).")
     print("It is shown this once; only its digest is stored.")
     print(token)
@@ -200,7 +223,7 @@ def run_device_revoke(args: argparse.Namespace) -> int:
     from sqlalchemy.orm import Session
 
     from fleetscope.collector.storage.credentials import revoke_devices
-    from fleetscope.collector.storage.schema import Device
+    from fleetscope.collector.storage.schema import Device, device_credentials
 
     engine = _engine(args, "device revoke", write=True)
     try:
@@ -210,12 +233,37 @@ def run_device_revoke(args: argparse.Namespace) -> int:
             return _fail("device revoke", f"{len(same_name)} devices are named {args.name!r} (agent ids {', '.join(same_name)}): "
                                           "give one agent id, or --all")
         revoked = revoke_devices(engine, args.name, now_ns=time.time_ns())
+        with Session(engine) as session:
+            vias = dict(session.execute(select(device_credentials.c.agent_id, device_credentials.c.via)
+                                        .where(device_credentials.c.agent_id.in_(revoked))).all())
+        revoked_via = [(a, str(vias.get(a, ""))) for a in revoked]
     finally:
         engine.dispose()
-    if not revoked:
+    if not revoked_via:
         return _fail("device revoke", f"no device named {args.name!r} (see 'fleetscope devices')")
-    for agent_id in revoked:
-        print(f"revoked agent {visible(agent_id)}: collectors close its streams and refuse it from now on")
+    for agent_id, via in revoked_via:
+        print(f"revoked agent {visible(agent_id)}: collectors close its streams and refuse it from now on; the same device "
+              f"(name, GPUs) cannot enrol again until 'fleetscope device allow {visible(args.name)}'")
+        if via.startswith("token:"):
+            token_id = via.split(":", 1)[1]
+            print(f"it enrolled with enrolment token {visible(token_id)}: if the device holds that token's file, "
+                  f"revoke it ('fleetscope token revoke {visible(token_id)}'; enrolled devices keep working) "
+                  "and give new devices a new one")
+    return 0
+
+
+def run_device_allow(args: argparse.Namespace) -> int:
+    from fleetscope.collector.storage.credentials import allow_devices
+
+    engine = _engine(args, "device allow", write=True)
+    try:
+        allowed = allow_devices(engine, args.name, now_ns=time.time_ns())
+    finally:
+        engine.dispose()
+    if not allowed:
+        return _fail("device allow", f"no revoked device {args.name!r} waits to be allowed")
+    print(f"{visible(args.name)} may enrol again, as a new agent id: its old one stays revoked (on the device, delete "
+          "agent_id and device_key in the agent's state directory, then start it with an enrolment token)")
     return 0
 
 
@@ -239,6 +287,16 @@ def add_collector_arguments(p: argparse.ArgumentParser) -> None:
                           "(default %(default)s; 0: no limit)")
     lim.add_argument("--agent-max-registrations", type=float, default=30.0, metavar="N",
                      help="registrations per minute per agent; more are refused with a retry-after (default %(default)g)")
+    lim.add_argument("--token-max-bytes", type=_size, default=16 << 20, metavar="SIZE",
+                     help="bytes per second of all the devices one enrolment token enrolled together (devices without one: "
+                          "per fleet), so that identities minted with a stolen token share one rate (default 16MiB; 0: no limit)")
+    lim.add_argument("--max-refusals", type=float, default=60.0, metavar="N",
+                     help="refused calls per minute per caller (address, token) before its calls are refused unread "
+                          "(default %(default)g; 0: no limit)")
+    auth = p.add_argument_group("authentication", "by default only agents with a credential get in: a static token, an "
+                                                  "enrolment token ('fleetscope token create') or their enrolled device key")
+    auth.add_argument("--allow-unauthenticated", action="store_true",
+                      help="let agents that present no credential at all enrol and send (a loopback demo; never on a network)")
 
 
 def _size(text: str) -> int:
@@ -265,8 +323,21 @@ def collector_security(args: argparse.Namespace) -> dict[str, Any]:
     elif args.tls_client_ca:
         raise SystemExit(_fail("collector", "--tls-client-ca needs --tls-cert and --tls-key", 2))
     limits = AgentLimits(batches_per_s=max(0.0, args.agent_max_batches), bytes_per_s=float(max(0, args.agent_max_bytes)),
-                         max_series=max(0, args.agent_max_series), registrations_per_min=max(0.0, args.agent_max_registrations))
-    return {"tls": tls, "agent_limits": limits}
+                         max_series=max(0, args.agent_max_series), registrations_per_min=max(0.0, args.agent_max_registrations),
+                         token_bytes_per_s=float(max(0, args.token_max_bytes)), refusals_per_min=max(0.0, args.max_refusals))
+    if args.allow_unauthenticated and (getattr(args, "token", None) or getattr(args, "tokens_file", None)):
+        raise SystemExit(_fail("collector", "--allow-unauthenticated lets agents in without the --token it was also given: choose one", 2))
+    return {"tls": tls, "agent_limits": limits, "allow_unauthenticated": bool(args.allow_unauthenticated)}
+
+
+def print_auth_notice(args: argparse.Namespace, tokens: frozenset[str] | None) -> None:
+    """Who may enrol, said once at start: an open collector is a warning, never a default."""
+    if args.allow_unauthenticated:
+        print(f"warning: --allow-unauthenticated: any client that reaches {args.listen} may enrol and send, with no token",
+              file=sys.stderr)
+    elif tokens is None:
+        print("no --token: agents enrol with an enrolment token ('fleetscope token create --fleet NAME'); "
+              "agents without a credential are refused", file=sys.stderr)
 
 
 def _loopback(listen: str) -> bool:

@@ -127,8 +127,7 @@ def run_collector(args: argparse.Namespace) -> int:
         except RulesError as exc:
             print(f"fleetscope collector: {visible(str(exc))}", file=sys.stderr)
             return 2
-    if tokens is None:
-        print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
+    security.print_auth_notice(args, tokens)
     if args.workers > 1:
         return _run_workers(args)
     try:

@@ -8,7 +8,15 @@ has token buckets (refilled at the rate, holding up to ``burst_s`` seconds of it
   the agent's window hold the agent back, its spool keeps the rest, and other agents' streams
   are read as before (each stream has its own reader).
 * **registrations per minute**: over it, Register is refused with RESOURCE_EXHAUSTED and a
-  ``retry-after`` (seconds) the agent's uplink honours.
+  ``retry-after`` (seconds) the agent's uplink honours. Only registrations that passed the
+  identity check count: a client that claims an agent id it cannot open spends nothing of it.
+* **a quota per token**: the bytes per second of all the devices one enrolment token enrolled
+  (devices without one: per fleet), so that the identities minted with one stolen token share
+  one rate and cannot fill the disk faster than it; streams over it are read more slowly, as
+  above.
+* **refused calls per caller**: a caller (its address, and the token it holds) whose calls were
+  refused more than ``refusals_per_min`` times gets RESOURCE_EXHAUSTED before any database work,
+  except for calls with a device key this collector has already seen pass.
 * **series**: the distinct latency histograms and metric names (with their labels) one agent
   has sent since this collector started; the points of new series beyond ``max_series`` are
   dropped from the batch (the rest of it is stored) and counted.
@@ -35,10 +43,15 @@ class AgentLimits:
     burst_s: float = 5.0  # how much of the rate an idle agent may spend at once
     max_series: int = 2_000  # distinct latency + metric series per agent (name and labels)
     registrations_per_min: float = 30.0
+    # All the devices of one enrolment token (or one fleet, without one) together: a thousand
+    # devices at the default interval send 1 to 2 MiB/s, so a spool replay still goes at ten times that.
+    token_bytes_per_s: float = 16 << 20
+    refusals_per_min: float = 60.0  # refused Register/Stream calls per caller (address, token)
 
     @property
     def off(self) -> bool:
-        return self.batches_per_s <= 0 and self.bytes_per_s <= 0 and self.max_series <= 0 and self.registrations_per_min <= 0
+        return (self.batches_per_s <= 0 and self.bytes_per_s <= 0 and self.max_series <= 0 and self.registrations_per_min <= 0
+                and self.token_bytes_per_s <= 0 and self.refusals_per_min <= 0)
 
 
 class _Bucket:
@@ -54,6 +67,14 @@ class _Bucket:
         self.level -= amount
         return 0.0 if self.level >= 0 else -self.level / self.rate
 
+    def wait_for(self, amount: float, now: float) -> float:
+        """How long until ``amount`` could be taken (0: now), without taking it."""
+        level = min(self.capacity, self.level + (now - self.at) * self.rate)
+        return 0.0 if level >= amount else (amount - level) / self.rate
+
+    def full(self, now: float) -> bool:
+        return self.level + (now - self.at) * self.rate >= self.capacity
+
 
 @dataclass
 class AgentReport:
@@ -61,6 +82,7 @@ class AgentReport:
     throttled_s: float = 0.0
     series_dropped: int = 0  # points of series beyond the cap
     registrations_refused: int = 0
+    quota_throttled_s: float = 0.0  # seconds its stream paused for its token's (or fleet's) quota
 
 
 @dataclass
@@ -80,6 +102,9 @@ class AgentLimiter:
         self.limits = limits
         self._clock = clock
         self._agents: dict[str, _AgentState] = {}
+        self._groups: dict[str, _Bucket] = {}  # the quota per token (or fleet), by quota group
+        self._refusals: dict[str, _Bucket] = {}  # refused calls, by caller (address, token)
+        self.callers_throttled = 0  # calls refused for their caller's refusals
 
     def _state(self, agent_id: str) -> _AgentState:
         st = self._agents.get(agent_id)
@@ -115,16 +140,65 @@ class AgentLimiter:
         return wait
 
     def registration_retry_after(self, agent_id: str) -> float:
-        """0 when this registration may go on; else the seconds after which to retry."""
+        """0 when this registration may go on; else the seconds after which to retry. Takes
+        nothing: ``registered`` counts a registration once it passed the identity check."""
         st = self._state(agent_id)
         if st.registrations is None:
             return 0.0
-        wait = st.registrations.take(1.0, self._clock())
+        wait = st.registrations.wait_for(1.0, self._clock())
         if wait > 0:
-            st.registrations.level += 1.0  # a refused call costs nothing
             st.report.registrations_refused += 1
             self._note(agent_id, st, f"over {self.limits.registrations_per_min:g} registrations/min")
         return wait
+
+    def registered(self, agent_id: str) -> None:
+        """Count a registration that passed the identity check against its agent's allowance."""
+        st = self._state(agent_id)
+        if st.registrations is not None:
+            st.registrations.take(1.0, self._clock())
+
+    def quota_delay(self, group: str, agent_id: str, size_bytes: int) -> float:
+        """Seconds to pause reading a stream of quota ``group`` (its token, or its fleet) after a
+        batch of ``size_bytes``."""
+        rate = self.limits.token_bytes_per_s
+        if rate <= 0:
+            return 0.0
+        now = self._clock()
+        bucket = self._groups.get(group)
+        if bucket is None:
+            bucket = self._groups[group] = _Bucket(rate, max(1.0, rate * self.limits.burst_s), now)
+        wait = bucket.take(float(size_bytes), now)
+        if wait > 0:
+            st = self._state(agent_id)
+            st.report.quota_throttled_s += wait
+            self._note(agent_id, st, f"its token or fleet ({group}) over {rate:g} bytes/s together")
+        return wait
+
+    def caller_retry_after(self, callers: tuple[str, ...]) -> float:
+        """0 when these callers (address, token) may make a call; else the seconds until one of
+        them may again, having had too many calls refused."""
+        rate = self.limits.refusals_per_min / 60.0
+        if rate <= 0:
+            return 0.0
+        now = self._clock()
+        wait = max((b.wait_for(1.0, now) for c in callers if (b := self._refusals.get(c)) is not None), default=0.0)
+        if wait > 0:
+            self.callers_throttled += 1
+        return wait
+
+    def refused(self, callers: tuple[str, ...]) -> None:
+        """A call of these callers was refused (wrong key, no token, a revoked device...)."""
+        rate = self.limits.refusals_per_min / 60.0
+        if rate <= 0:
+            return
+        now = self._clock()
+        if len(self._refusals) >= 100_000:  # a scan from many addresses: forget the callers that are quiet again
+            self._refusals = {c: b for c, b in self._refusals.items() if not b.full(now)}
+        for caller in callers:
+            bucket = self._refusals.get(caller)
+            if bucket is None:
+                bucket = self._refusals[caller] = _Bucket(rate, max(1.0, rate * 60.0), now)
+            bucket.take(1.0, now)
 
     def trim_series(self, batch: pb.Batch) -> int:
         """Drop from ``batch`` the latency and metric points of new series beyond the cap; returns

@@ -10,9 +10,12 @@ An agent presents, in the call's metadata:
 
 The rule, in every mode: **an agent id with a credential row is opened only by its device key.**
 The first registration with a key for an agent id that has no row binds the two (enrolment),
-admitted by an enrolment token (fleet from the token), a static token, or no token on a
-collector that has none. A client without a key (an older agent, a script) is let in by a static
-token (or none, on an open collector) only for agent ids nobody enrolled. A stream is bound to
+admitted by an enrolment token (fleet from the token, within its device limit and rate), a
+static token, or no token on a collector started with ``--allow-unauthenticated`` (an open
+collector: only by that flag, never by default). A device that was revoked cannot enrol again
+under a new agent id (same name or GPU) until an operator allows it. A client without a key (an
+older agent, a script) is let in by a static token (or none, on an open collector) only for
+agent ids nobody enrolled. A stream is bound to
 the agent id its key opened (or, key-less, to the agent id of its first batch): a batch for any
 other agent id ends it with PERMISSION_DENIED before anything of it is stored.
 
@@ -31,16 +34,21 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.storage.credentials import (
+    TOKEN_VIA_PREFIX,
+    Binding,
     IdentityRefused,
     bind_agent,
     check_device_key,
     check_enrolment_token,
+    check_not_revoked_device,
+    hardware_ids,
     is_bound,
     is_enrolment_token,
+    sha256_hex,
 )
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
-__all__ = ["AGENT_ID_HEADER", "DEVICE_KEY_HEADER", "Authenticator", "IdentityRefused", "Presented", "grpc_code"]
+__all__ = ["AGENT_ID_HEADER", "DEVICE_KEY_HEADER", "Authenticator", "IdentityRefused", "Presented", "grpc_code", "quota_group"]
 
 AGENT_ID_HEADER = "fleetscope-agent-id"
 DEVICE_KEY_HEADER = "fleetscope-device-key"
@@ -49,11 +57,23 @@ _CODES = {
     "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
     "permission_denied": grpc.StatusCode.PERMISSION_DENIED,
     "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
+    "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
 def grpc_code(exc: IdentityRefused) -> grpc.StatusCode:
     return _CODES.get(exc.code, grpc.StatusCode.PERMISSION_DENIED)
+
+
+def quota_group(binding: Binding | None) -> str | None:
+    """Whose ingest quota a stream draws on: the enrolment token that enrolled its device
+    ("token:<id>"), else its fleet ("fleet:<name>"). None for a key-less stream (an older agent,
+    a script): only a static token, the operator's own secret, lets one in."""
+    if binding is None:
+        return None
+    if binding.via.startswith(TOKEN_VIA_PREFIX):
+        return binding.via
+    return f"fleet:{binding.fleet}"
 
 
 @dataclass(frozen=True)
@@ -78,20 +98,32 @@ class Presented:
                 key = v
         return cls(bearer, agent_id, key)
 
+    def callers(self, peer: str) -> tuple[str, ...]:
+        """Who is calling, for the throttle of refused calls: its address, and the token it holds
+        (an enrolment token by its id, any other by a digest): never the identity it claims."""
+        out: tuple[str, ...] = (f"peer:{peer}",)
+        if is_enrolment_token(self.bearer):
+            out += (f"token:{self.bearer.split('.')[1]}",)
+        elif self.bearer:
+            out += (f"token:{sha256_hex(self.bearer)[:16]}",)
+        return out
+
 
 class Authenticator:
     """The checks, given the collector's static tokens (None: an open collector)."""
 
-    def __init__(self, engine: Engine, static_tokens: frozenset[str] | None) -> None:
+    def __init__(self, engine: Engine, static_tokens: frozenset[str] | None, *, allow_unauthenticated: bool = False) -> None:
         import hmac
 
         self._engine = engine
         self._static = static_tokens
+        self._open = allow_unauthenticated
         self._compare = hmac.compare_digest
 
     @property
     def open(self) -> bool:
-        return self._static is None
+        """Whether a client without any credential may enrol: only when the operator said so."""
+        return self._open
 
     def static_ok(self, bearer: str) -> bool:
         if self._static is None:
@@ -127,6 +159,8 @@ class Authenticator:
             if binding is not None:
                 fleet = binding.fleet
             else:
+                # A new agent id: not a device an operator revoked, whatever id it now claims.
+                check_not_revoked_device(session, name=req.name or req.hostname, hardware=hardware_ids(req.inventory))
                 if is_enrolment_token(p.bearer):
                     token_id, fleet = check_enrolment_token(session, p.bearer, now_ns=now)
                     via = f"token:{token_id}"
@@ -146,8 +180,8 @@ class Authenticator:
 
         return authorize
 
-    def stream_agent(self, p: Presented) -> str | None:
-        """The agent id a new stream is bound to; None: key-less, bound by its first batch.
+    def stream_agent(self, p: Presented) -> Binding | None:
+        """The binding a new stream is bound to; None: key-less, bound by its first batch.
         Runs a query: call it off the event loop. Raises ``IdentityRefused``."""
         if not p.device_key:
             if is_enrolment_token(p.bearer):
@@ -157,7 +191,7 @@ class Authenticator:
             binding = check_device_key(session, p.agent_id, p.device_key)
         if binding is None:
             raise IdentityRefused("failed_precondition", f"agent {p.agent_id!r} is not enrolled: call Register first")
-        return p.agent_id
+        return binding
 
     def keyless_may_write(self, agent_id: str) -> bool:
         """A key-less stream may write as ``agent_id`` only when nobody enrolled it. Runs a query."""

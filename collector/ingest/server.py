@@ -45,7 +45,11 @@ log = logging.getLogger(__name__)
 class CollectorSettings:
     listen: str = "127.0.0.1:4317"
     db_url: str = "sqlite:///fleetscope.db"
-    tokens: frozenset[str] | None = None  # None: no authentication (loopback demos only)
+    # Static tokens (--token, --tokens-file); None: none, so agents enrol with enrolment tokens
+    # ("fleetscope token create") or not at all. Never an open door by itself: see below.
+    tokens: frozenset[str] | None = None
+    # Agents with no credential at all may enrol (--allow-unauthenticated): loopback demos only.
+    allow_unauthenticated: bool = False
     max_batch_bytes: int = 32 << 20
     grace_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
@@ -270,6 +274,7 @@ class Collector:
             max_unacked_bytes=self.settings.max_unacked_bytes,
             agent_limits=self.settings.agent_limits,
             revocation_poll_s=self.settings.revocation_poll_s,
+            allow_unauthenticated=self.settings.allow_unauthenticated,
         )
         add_ingest_service(self._service, server)  # its deserialisers turn bad bytes into INVALID_ARGUMENT
         from fleetscope.collector.observability import Observability

@@ -30,14 +30,20 @@ from sqlalchemy.exc import IntegrityError
 from fleetscope.collector.errors import BatchInvalid, StoreUnavailable
 from fleetscope.collector.ingest.agent_limits import AgentLimiter, AgentLimits
 from fleetscope.collector.ingest.clocks import BootAnchors, place_batch
-from fleetscope.collector.ingest.identity import Authenticator, IdentityRefused, Presented, grpc_code
+from fleetscope.collector.ingest.identity import (
+    Authenticator,
+    IdentityRefused,
+    Presented,
+    grpc_code,
+    quota_group,
+)
 from fleetscope.collector.ingest.validation import (
     Limits,
     check_batch_identity,
     validate_batch,
     validate_registration,
 )
-from fleetscope.collector.storage.credentials import revoked_since
+from fleetscope.collector.storage.credentials import revocation_count, revoked_among, sha256_hex
 from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem, WriteOutcome
 from fleetscope.proto import vocabulary
@@ -64,12 +70,16 @@ class IngestService(pb_grpc.IngestServicer):
         max_unacked_bytes: int = 64 << 20,
         agent_limits: AgentLimits | None = None,
         revocation_poll_s: float = 1.0,
+        allow_unauthenticated: bool = False,
     ) -> None:
         self._engine = engine
         # Identity (ingest/identity.py), limits per agent (ingest/agent_limits.py), and the open
         # streams by agent id, each with the event that ends it when its device is revoked.
-        self._auth = Authenticator(engine, tokens)
+        self._auth = Authenticator(engine, tokens, allow_unauthenticated=allow_unauthenticated)
         self.limiter = AgentLimiter(agent_limits or AgentLimits())
+        # Agent ids whose device key passed here (SHA-256 of the key): their calls are never
+        # throttled for what other callers at the same address (a NAT, a proxy) had refused.
+        self._verified: dict[str, str] = {}
         self._streams_by_agent: dict[str, set[asyncio.Event]] = {}
         self._revocation_poll_s = revocation_poll_s
         self._revocations: asyncio.Task | None = None
@@ -103,10 +113,41 @@ class IngestService(pb_grpc.IngestServicer):
 
     async def _authorize(self, context: grpc.aio.ServicerContext, agent_id: str = "") -> Presented:
         presented = Presented.of(context.invocation_metadata())
+        callers = self._callers(context, presented)
+        if not self._is_verified(presented):
+            retry_after = self.limiter.caller_retry_after(callers)
+            if retry_after > 0:  # before any database work: a flood of bad calls costs a dict lookup each
+                context.set_trailing_metadata((("retry-after", f"{retry_after:.1f}"),))
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"too many refused calls from this address or token: retry after {retry_after:.1f} s")
         if not self._auth.admits_call(presented):
+            self.limiter.refused(callers)
             self._log_refusal(context, presented.agent_id or agent_id, "no token" if not presented.bearer else "a wrong token")
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token (metadata 'authorization: Bearer <token>')")
         return presented
+
+    @staticmethod
+    def _callers(context: grpc.aio.ServicerContext, presented: Presented) -> tuple[str, ...]:
+        return presented.callers((context.peer() or "").rsplit(":", 1)[0])
+
+    def _is_verified(self, presented: Presented) -> bool:
+        known = self._verified.get(presented.agent_id) if presented.device_key else None
+        return known is not None and known == sha256_hex(presented.device_key)
+
+    def _verify(self, presented: Presented) -> None:
+        if presented.device_key:
+            if len(self._verified) >= 1_000_000:
+                self._verified.clear()
+            self._verified[presented.agent_id] = sha256_hex(presented.device_key)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext, presented: Presented, exc: IdentityRefused) -> None:
+        """End a call refused by the identity check; the refusal counts against its caller (address,
+        token), never against the agent id it claimed."""
+        if exc.code != "resource_exhausted":
+            self.limiter.refused(self._callers(context, presented))
+        else:
+            context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:.1f}"),))
+        await context.abort(grpc_code(exc), str(exc))
 
     def _log_refusal(self, context: grpc.aio.ServicerContext, agent_id: str, reason: str) -> None:
         """One warning per agent (or address, before an agent names itself) and reason; never the token."""
@@ -130,6 +171,7 @@ class IngestService(pb_grpc.IngestServicer):
             validate_registration(request, self._limits)
         except BatchInvalid as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"registration: {exc}")
+        # The agent's own allowance: only registrations that passed the identity check spent it.
         retry_after = self.limiter.registration_retry_after(request.agent_id)
         if retry_after > 0:
             context.set_trailing_metadata((("retry-after", f"{retry_after:.1f}"),))
@@ -139,13 +181,17 @@ class IngestService(pb_grpc.IngestServicer):
                                           authorize=self._auth.registration_check(presented, request))
         except IdentityRefused as exc:
             self._log_refusal(context, request.agent_id, str(exc))  # once per agent and reason
-            await context.abort(grpc_code(exc), f"registration refused: {exc}")
+            await self._refuse(context, presented, IdentityRefused(exc.code, f"registration refused: {exc}",
+                                                                   retry_after_s=exc.retry_after_s))
         except IntegrityError:  # another client enrolled this agent id at the same moment
+            self.limiter.refused(self._callers(context, presented))
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"agent {request.agent_id!r} was just enrolled by another client")
         except Exception as exc:
             log.warning("registration of %s failed: %s", request.agent_id, exc)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"device registry unavailable: {exc}")
         self._device_ids[request.agent_id] = reg.device_id
+        self.limiter.registered(request.agent_id)
+        self._verify(presented)
         log.info("registered %s (%s) skew %.3f s", request.name, request.agent_id, reg.clock_skew_ns / 1e9)
         return pb.RegisterResponse(
             collector_version=COLLECTOR_VERSION,
@@ -181,26 +227,32 @@ class IngestService(pb_grpc.IngestServicer):
         for event in events:
             event.set()
         self._device_ids.pop(agent_id, None)
+        self._verified.pop(agent_id, None)
         return len(events)
 
     async def _watch_revocations(self) -> None:
-        """Poll the database for revoked devices (``fleetscope device revoke`` runs elsewhere)."""
-        seen: set[tuple[str, int]] = set()
-        since = time.time_ns() - 60 * 10**9
+        """Poll the database for revoked devices (``fleetscope device revoke`` runs elsewhere).
+
+        A revocation is a row the database numbers: the count of rows changes with each one,
+        whatever the clock of the host that made it said (a timestamp from a laptop two minutes
+        behind, or an hour ahead, once decided which revocations were looked at). When it
+        changes, the agents with open streams here are checked against the revoked credentials,
+        so a revocation committed out of order is found all the same.
+        """
+        seen = -1
         while True:
-            await asyncio.sleep(self._revocation_poll_s)
             try:
-                rows = await asyncio.to_thread(revoked_since, self._engine, since)
+                count = await asyncio.to_thread(revocation_count, self._engine)
+                if count != seen:
+                    open_agents = list(self._streams_by_agent)
+                    revoked = await asyncio.to_thread(revoked_among, self._engine, open_agents) if open_agents else set()
+                    seen = count
+                    for agent_id in revoked:
+                        if self.revoke_streams(agent_id):
+                            log.warning("agent %r revoked: its streams are closed", agent_id)
             except Exception as exc:  # the database is away: the next poll tries again
                 log.debug("revocation poll failed: %s", exc)
-                continue
-            for agent_id, revoked_ns in rows:
-                if (agent_id, revoked_ns) not in seen:
-                    seen.add((agent_id, revoked_ns))
-                    if self.revoke_streams(agent_id):
-                        log.warning("agent %r revoked: its streams are closed", agent_id)
-            if rows:
-                since = max(since, rows[-1][1] - 60 * 10**9)  # a minute back: clocks of other hosts
+            await asyncio.sleep(self._revocation_poll_s)
 
     async def _accept(self, batch: pb.Batch, context: grpc.aio.ServicerContext, binding: _StreamBinding | None = None) -> asyncio.Future:
         """Validate and hand to the writer; returns a future of the Ack."""
@@ -262,9 +314,12 @@ class IngestService(pb_grpc.IngestServicer):
     async def Stream(self, request_iterator: AsyncIterator[pb.Batch | Undecodable], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Ack]:
         presented = await self._authorize(context)
         try:
-            binding = _StreamBinding(await asyncio.to_thread(self._auth.stream_agent, presented))
+            credential = await asyncio.to_thread(self._auth.stream_agent, presented)
         except IdentityRefused as exc:
-            await context.abort(grpc_code(exc), str(exc))
+            await self._refuse(context, presented, exc)
+        binding = _StreamBinding(None if credential is None else credential.agent_id, quota_group(credential))
+        if credential is not None:
+            self._verify(presented)
         if binding.agent_id is not None:
             self._streams_by_agent.setdefault(binding.agent_id, set()).add(binding.revoked)
         if self._revocations is None:
@@ -303,7 +358,9 @@ class IngestService(pb_grpc.IngestServicer):
                     unacked.hold(size, until=accepted)
                     await pending.put(accepted)
                     pause = self.limiter.batch_delay(batch.agent_id, size)
-                    if pause > 0:  # over its rate: this agent's stream is not read meanwhile
+                    if binding.group is not None:
+                        pause = max(pause, self.limiter.quota_delay(binding.group, batch.agent_id, size))
+                    if pause > 0:  # over its rate, or its token's: this agent's stream is not read meanwhile
                         await asyncio.sleep(pause)
                     # Read the next batch only once the writer has caught up: HTTP/2 flow control
                     # then holds a fast client back, not this process's memory.
@@ -397,6 +454,7 @@ class _StreamBinding:
     event that ends it when that agent is revoked."""
 
     agent_id: str | None
+    group: str | None  # whose ingest quota it draws on (identity.quota_group); None: none
     revoked: asyncio.Event = field(default_factory=asyncio.Event)
 
 

@@ -425,6 +425,9 @@ enrolment_tokens = Table(
     Column("uses", Integer, nullable=False),  # devices enrolled with it
     Column("last_used_ns", BigInteger, nullable=True),
     Column("comment", Text, nullable=False),
+    # Revision 0009: the most devices it may enrol, and enrolments per minute (None: no limit).
+    Column("max_devices", Integer, nullable=True),
+    Column("max_enrolments_per_min", Integer, nullable=True),
 )
 
 # One row per agent id that has an identity (revision 0004): the SHA-256 of the device key it
@@ -442,6 +445,25 @@ device_credentials = Table(
     Column("created_ns", BigInteger, nullable=False),
     Column("revoked_ns", BigInteger, nullable=True),
     Index("device_credentials_revoked", "revoked_ns"),
+    Index("device_credentials_via_created", "via", "created_ns"),  # a token's enrolments in the last minute (0009)
+)
+
+# One row per revocation (revision 0009), numbered by the database: collectors notice a new row by
+# the count of rows, not by anyone's clock, and close the revoked agents' streams. The device's
+# name and hardware ids (GPU UUIDs and serials) are kept so that the same device cannot enrol
+# again under a new agent id until an operator allows it (``allowed_ns``,
+# ``fleetscope device allow``). ``revoked_ns`` is the revoking host's clock: shown, never compared.
+device_revocations = Table(
+    "device_revocations",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("fleet", String(200), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("hardware_ids", Text, nullable=False),  # space-separated GPU UUIDs and serials
+    Column("revoked_ns", BigInteger, nullable=False),
+    Column("allowed_ns", BigInteger, nullable=True),
+    Index("device_revocations_name", "name"),
 )
 
 # The schema's revision is Alembic's ``alembic_version`` (see ``storage.migrations``). This

@@ -92,7 +92,7 @@ SURFACES: dict[str, list[str]] = {
         "resolve_quiet_incidents", "set_hints",
     ],
     "fleetscope.collector.errors": [
-        "BatchInvalid", "FleetscopeCollectorError", "StoreUnavailable", "UnknownDevice",
+        "BatchInvalid", "CannotListen", "FleetscopeCollectorError", "StoreUnavailable", "UnknownDevice",
         "UnknownIncident", "UnknownIncidentKind",
     ],
     "fleetscope.cli": [

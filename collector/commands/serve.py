@@ -5,6 +5,7 @@ runs N such processes on one port."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -54,8 +55,9 @@ def register(sub: Any) -> None:
     p.add_argument("--dashboard-url", metavar="URL", help="the dashboard's address, for the links in notifications")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
-    # A worker of `--workers N`: shares --listen with its siblings (SO_REUSEPORT). Set by _run_workers only.
-    p.add_argument("--shared-port", action="store_true", help=argparse.SUPPRESS)
+    # Which worker of `--workers N` this process is (0, 1, ...): it shares --listen with its siblings
+    # (SO_REUSEPORT). Set by _run_workers only.
+    p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics-listen", type=listen_address, default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="Prometheus endpoints /metrics (self), /metrics/fleet (every device, DCGM names), /healthz, /readyz "
                         "(default %(default)s; 'off' for none; with --workers, the first worker to bind it)")
@@ -130,7 +132,7 @@ def run_collector(args: argparse.Namespace) -> int:
         tokens = read_tokens_file(args.tokens_file)
     elif args.token:
         tokens = frozenset([args.token])
-    settings = CollectorSettings(listen=args.listen, reuse_port=args.shared_port, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
+    settings = CollectorSettings(listen=args.listen, reuse_port=args.worker_index is not None, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
                                  grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade,
                                  compaction=not args.no_compaction, fold_after_s=args.fold_after / 1e9,
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
@@ -147,18 +149,24 @@ def run_collector(args: argparse.Namespace) -> int:
             print(f"fleetscope collector: {visible(str(exc))}", file=sys.stderr)
             return 2
     # The port before anything else (the database, the jobs): a port another process holds is one
-    # line. The workers of --workers N share theirs with each other only (--shared-port), so a lone
+    # line. The workers of --workers N share theirs with each other only (--worker-index), so a lone
     # collector or another group on it is refused here, before a worker starts.
-    if not args.shared_port and (problem := listen_problem(args.listen)):
+    worker = args.worker_index is not None
+    if not worker and (problem := listen_problem(args.listen)):
         print(f"fleetscope collector: {problem}", file=sys.stderr)
         return 1
-    if tokens is None:
+    if worker and args.worker_index > 0:
+        # Every worker reads the same rules file; the first says what they found (a reload, or why
+        # not), so that a change is one line, not one per worker.
+        logging.getLogger("fleetscope.collector.alerting.rules").setLevel(logging.CRITICAL)
+    if tokens is None and not worker:  # a worker's warnings were said once, by the process that started the group
         print("warning: no --token: any agent that can reach this collector may send to it", file=sys.stderr)
     if args.workers > 1:
         return _run_workers(args)
     try:
         collector = Collector(settings)
-        security.print_warnings(args)
+        if not worker:
+            security.print_warnings(args)
         collector.serve()
     except (StoreUnavailable, CannotListen) as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
@@ -202,14 +210,16 @@ def _run_workers(args: argparse.Namespace) -> int:
     except StoreUnavailable as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
+    from fleetscope.collector.commands import security
+
+    security.print_warnings(args)  # once for the group, as a lone collector says them
     argv = [a for a in sys.argv[1:]]
     if "--workers" in argv:
         i = argv.index("--workers")
         del argv[i : i + 2]
     argv = [x for x in argv if not x.startswith("--workers=")]
-    argv = [x for x in argv if x != "--shared-port"]
-    children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1", "--shared-port"])
-                for _ in range(args.workers)]
+    children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1", "--worker-index", str(i)])
+                for i in range(args.workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for c in children:

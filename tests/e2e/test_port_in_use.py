@@ -80,3 +80,28 @@ def test_a_listen_address_without_a_port_number_is_one_line(tmp_path: Path) -> N
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[-1] == ("fleetscope collector: error: argument --listen: not an address: "
                                           "'127.0.0.1:notaport' (examples: 127.0.0.1:4317, 0.0.0.0:4317, [::1]:4317)")
+
+
+def test_workers_say_a_rules_reload_error_and_their_warnings_once(tmp_path: Path) -> None:
+    # Before: each worker of --workers N logged the reload error (and the start's warnings) itself.
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nname = "hot"\nmetric = "gpu.temp_c"\nabove = 80\n')
+    log_path = tmp_path / "workers.log"
+    port = free_port()
+    with open(log_path, "ab") as log:
+        workers = subprocess.Popen([*CLI, "collector", "--listen", f"127.0.0.1:{port}", "--db", f"sqlite:///{tmp_path / 'w.db'}",
+                                    "--workers", "2", "--metrics-listen", "off", "--alerts", str(rules)],
+                                   stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: log_path.read_text().count("collector listening") == 2, timeout_s=60, message="two workers")
+        rules.write_text('[[rule]]\nname = "hot"\nmetric = "gpu.temp_cc"\nabove = 80\n')
+        wait_until(lambda: "alert rules not reloaded" in log_path.read_text(), timeout_s=30, message="the reload error")
+        import time
+
+        time.sleep(3)  # both workers look at the file every second (alerts_interval_s)
+    finally:
+        workers.terminate()
+        workers.wait(60)
+    text = log_path.read_text()
+    assert text.count("alert rules not reloaded") == 1, text
+    assert text.count("warning: no --token") == 1, text

@@ -423,6 +423,7 @@ class AlertJob:
                 continue
             dev = selected[device_id]
             word, threshold = ("above", rule.above) if rule.above is not None else ("below", rule.below)
+            assert threshold is not None  # a metric rule has exactly one of above/below (load_rules checks)
             where = f" GPU {extra['gpu']}" if "gpu" in extra else ""
             out.append(Subject(
                 key=key, device_id=device_id, device_name=dev["name"], kind="metric",

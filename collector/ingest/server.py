@@ -190,9 +190,8 @@ def listen_problem(listen: str) -> str | None:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         return f"not an address: {listen!r} (examples: 127.0.0.1:4317, 0.0.0.0:4317, [::1]:4317)"
-    host = host.strip("[]") or None
     try:
-        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         return f"cannot listen on {listen}: {exc.strerror}"
     for family, kind, proto, _name, address in infos:

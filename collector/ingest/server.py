@@ -197,8 +197,7 @@ def listen_problem(listen: str) -> str | None:
     for family, kind, proto, _name, address in infos:
         with socket.socket(family, kind, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is not "in use"
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            # IPv6 sockets stay dual-stack, as gRPC's: [::]:PORT is in use when 0.0.0.0:PORT is.
             try:
                 s.bind(address)
             except OSError as exc:

@@ -56,6 +56,13 @@ def collector_address_problem(address: str) -> str | None:
     return None
 
 
+def collector_address(text: str) -> str:
+    """An argparse ``type=`` for a single ``--collector HOST:PORT`` (see ``collector_address_problem``)."""
+    if problem := collector_address_problem(text):
+        raise argparse.ArgumentTypeError(problem.split(" ", 1)[1])  # argparse names the flag itself
+    return text
+
+
 def size_bytes(text: str) -> int:
     """``"256MiB"``, ``"1G"``, ``"4096"`` -> bytes (powers of two)."""
     m = _SIZE.match(text)

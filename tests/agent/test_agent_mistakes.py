@@ -72,3 +72,10 @@ def test_an_interval_of_nothing_is_refused(argv: list[str], flag: str, value: st
     assert run.stderr.strip().splitlines()[-1].startswith(f"fleetscope {argv[0]}: error: argument {name}: ")
     if value is not None:
         assert run.stderr.strip().endswith(f"{value!r}: must be more than 0 (examples: 500ms, 1s, 15m)")
+
+
+def test_status_refuses_a_collector_without_a_port_too() -> None:
+    run = _run("status", "--collector", "myhost")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == ("fleetscope status: error: argument --collector: 'myhost' has no port: "
+                                                  "write HOST:PORT, e.g. myhost:4317 (the collector's default)")

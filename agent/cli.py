@@ -18,7 +18,14 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetscope.cli.args import duration_s, label, listen_address, size_bytes
+from fleetscope.cli.args import (
+    collector_address_problem,
+    duration_s,
+    label,
+    listen_address,
+    positive_duration_s,
+    size_bytes,
+)
 
 if TYPE_CHECKING:
     from fleetscope.agent.samplers.registry import SamplerSettings
@@ -31,6 +38,19 @@ def default_spool_dir() -> Path:
         return Path("/var/lib/fleetscope/agent")
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "fleetscope" / "agent"
+
+
+def state_dir_problem(path: Path) -> str | None:
+    """Why the agent cannot keep its id and spool in ``path`` (made when missing), or None."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--spool {path}: cannot create the state directory: {exc.strerror or exc}"
+    if not path.is_dir():
+        return f"--spool {path}: not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"--spool {path}: cannot write in the state directory (permission denied)"
+    return None
 
 
 def _env_list(name: str) -> list[str]:
@@ -55,8 +75,8 @@ def register(sub: Any) -> None:
     add_agent_arguments(p)  # --token-file, --tls-ca, --tls-cert, --tls-key
     p.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE",
                    help="a label such as site=lab, fleet=drones, drone_id=D12 (repeatable)")
-    p.add_argument("--interval", type=duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
-    p.add_argument("--batch-interval", type=duration_s, default=None, metavar="DURATION",
+    p.add_argument("--interval", type=positive_duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
+    p.add_argument("--batch-interval", type=positive_duration_s, default=None, metavar="DURATION",
                    help="how often samples are batched and sent (default: the sampling interval, at least 1s)")
     p.add_argument("--spool", type=Path, default=Path(os.environ.get("FLEETSCOPE_SPOOL", default_spool_dir())), metavar="DIR",
                    help="state directory: agent id and the on-disk spool (default %(default)s)")
@@ -95,7 +115,7 @@ def register(sub: Any) -> None:
     p.add_argument("--devices", type=int, default=10, help="number of devices (default %(default)s)")
     p.add_argument("--jetson-share", type=float, default=0.5, help="fraction that are Jetson drones (default %(default)s)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs per server (default %(default)s)")
-    p.add_argument("--interval", type=duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
+    p.add_argument("--interval", type=positive_duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
     p.add_argument("--duration", type=duration_s, default=None, metavar="DURATION", help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--incident-every", type=duration_s, default=0.0, metavar="DURATION",
                    help="mean time between incidents, per device: each simulated device writes a realistic incident "
@@ -152,6 +172,13 @@ def run_agent(args: argparse.Namespace) -> int:
     collectors = args.collector or _env_list("FLEETSCOPE_COLLECTOR")
     if not collectors:
         print("fleetscope agent: give at least one --collector HOST:PORT (or FLEETSCOPE_COLLECTOR)", file=sys.stderr)
+        return 2
+    for address in collectors:
+        if problem := collector_address_problem(address):
+            print(f"fleetscope agent: {problem}", file=sys.stderr)
+            return 2
+    if problem := state_dir_problem(args.spool):
+        print(f"fleetscope agent: {problem}", file=sys.stderr)
         return 2
     from fleetscope.agent.daemon.credentials import agent_credentials
 
@@ -215,6 +242,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.devices < 1:
         print("fleetscope simulate: --devices must be at least 1", file=sys.stderr)
         return 2
+    for address in args.collector:
+        if problem := collector_address_problem(address):
+            print(f"fleetscope simulate: {problem}", file=sys.stderr)
+            return 2
     tmp = None
     state_dir = args.state_dir
     if state_dir is None:

@@ -79,6 +79,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # gRPC's C core writes lines of its own straight to stderr ("I1204 ... ssl_transport_security.cc]
+    # Handshake failed ..." on each TLS mismatch, "E... add_port.cc" for a busy port), in a format of
+    # its own; each of those is said once in fleetscope's words (the agent's "does it use TLS? give
+    # --tls-ca", the collector's "cannot listen"). Read when grpc is first imported, which building
+    # the parser does; GRPC_VERBOSITY=ERROR (or INFO, DEBUG) in the environment brings them back.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     parser = build_parser(_command_in(argv))
     from fleetscope.cli import config, logging_setup
 

@@ -27,6 +27,42 @@ def duration_s(text: str) -> float:
     return duration_ns(text) / 1e9
 
 
+def positive_duration_s(text: str) -> float:
+    """A duration that must be more than nothing (a sampling interval): ``"0"`` would spin."""
+    seconds = duration_s(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 (examples: 500ms, 1s, 15m)")
+    return seconds
+
+
+COLLECTOR_PORT = 4317  # the port `fleetscope collector` listens on by default
+
+
+def collector_address_problem(address: str) -> str | None:
+    """What is wrong with a ``--collector`` value, or None. HOST:PORT (``[::1]:PORT`` for IPv6);
+    a gRPC target with a scheme (``dns:///HOST:PORT``, ``unix:PATH``) is taken as it is. A host
+    without a port is refused rather than guessed: gRPC would silently use 443."""
+    text = address.strip()
+    if "://" in text or text.startswith("unix:"):
+        return None
+    host, sep, port = text.rpartition(":")
+    if sep and host.startswith("[") and not host.endswith("]"):  # "[::1" with a colon inside the brackets
+        host, sep, port = text, "", ""
+    if not sep or (":" in host and not host.startswith("[")):
+        bare = text if text and ":" not in text else "HOST"
+        return f"--collector {address!r} has no port: write HOST:PORT, e.g. {bare}:{COLLECTOR_PORT} (the collector's default)"
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"--collector {address!r}: expected HOST:PORT, e.g. collector.example.org:{COLLECTOR_PORT}"
+    return None
+
+
+def collector_address(text: str) -> str:
+    """An argparse ``type=`` for a single ``--collector HOST:PORT`` (see ``collector_address_problem``)."""
+    if problem := collector_address_problem(text):
+        raise argparse.ArgumentTypeError(problem.split(" ", 1)[1])  # argparse names the flag itself
+    return text
+
+
 def size_bytes(text: str) -> int:
     """``"256MiB"``, ``"1G"``, ``"4096"`` -> bytes (powers of two)."""
     m = _SIZE.match(text)

@@ -142,7 +142,7 @@ def _options(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """Option actions by every name a file may use (long flag, dashes or underscores)."""
     out: dict[str, argparse.Action] = {}
     for a in p._actions:
-        if a.dest in _SKIP or not a.option_strings:
+        if a.dest in _SKIP or not a.option_strings or a.help == argparse.SUPPRESS:  # internal (collector --worker-index)
             continue
         for s in a.option_strings:
             if s.startswith("--"):
@@ -198,7 +198,7 @@ def resolve(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Nam
         from_file = tables.get(command, {})
     settings: list[Setting] = []
     for a in sp._actions:
-        if not a.option_strings or a.dest == "help":
+        if not a.option_strings or a.dest == "help" or a.help == argparse.SUPPRESS:
             continue
         key = _key(a)
         secret = bool(_SECRET.search(a.dest)) and not _NOT_SECRET.search(a.dest)

@@ -2,6 +2,7 @@
 
     FleetscopeCollectorError
     ├── StoreUnavailable      the database cannot be reached or written (disk full, server down)
+    ├── CannotListen          the collector's address cannot be bound (the port in use, not this host's)
     ├── BatchInvalid          a batch broke the wire contract; ``field`` names where
     ├── UnknownDevice         a query named a device that is not registered
     ├── UnknownIncident       a query named an incident id that does not exist
@@ -10,7 +11,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FleetscopeCollectorError", "StoreUnavailable", "BatchInvalid", "UnknownDevice", "UnknownIncident",
+__all__ = ["FleetscopeCollectorError", "CannotListen", "StoreUnavailable", "BatchInvalid", "UnknownDevice", "UnknownIncident",
            "UnknownIncidentKind"]
 
 
@@ -20,6 +21,10 @@ class FleetscopeCollectorError(Exception):
 
 class StoreUnavailable(FleetscopeCollectorError):
     pass
+
+
+class CannotListen(FleetscopeCollectorError, OSError):
+    """The message is the whole line to show (``listen_problem`` in collector/ingest/server.py)."""
 
 
 class BatchInvalid(FleetscopeCollectorError):

@@ -15,6 +15,7 @@ Never rename a string: kinds, severities and fact values are stored data, CLI fi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -111,6 +112,7 @@ __all__ = [
     "CAPABILITIES",
     # units
     "BINARY_BYTE_UNITS",
+    "format_reading",
 ]
 
 # ================================================================================ incident kinds
@@ -680,3 +682,35 @@ CAPABILITIES: tuple[str, ...] = (
 # Sizes as people read them: binary units with IEC names (what nvidia-smi and the kernel print),
 # largest first, for formatting a byte count.
 BINARY_BYTE_UNITS: tuple[tuple[str, int], ...] = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+
+# A reading's unit from its name's ending (the metric names' convention: units in names).
+# (ending, unit, most decimals shown)
+_READING_UNITS: tuple[tuple[str, str, int], ...] = (
+    ("_percent", "%", 1), ("_c", " C", 1), ("_w", " W", 1), ("_mhz", " MHz", 0), ("_j", " J", 1), ("_ms", " ms", 2),
+    ("_s", " s", 2),
+)
+
+
+def format_reading(metric: str, value: float) -> str:
+    """A reading as people read it, in its unit, never in exponent form: ``gpu.memory_used_bytes``
+    1205610000.0 -> "1.1 GiB", ``gpu.temp_c`` 83.0 -> "83 C", ``host.load1`` 1234567.0 ->
+    "1,234,567" (``metric`` may carry its family, ``gpu.`` or ``host.``)."""
+    name = metric.rsplit(".", 1)[-1]
+    if name.endswith(("_bytes", "_bytes_per_s")):
+        text = f"{int(value)} B"
+        for unit, size in BINARY_BYTE_UNITS:
+            if abs(value) >= size:
+                text = f"{value / size:.1f} {unit}"
+                break
+        return text + ("/s" if name.endswith("_per_s") else "")
+    for ending, unit, decimals in _READING_UNITS:
+        if name.endswith(ending):
+            text = f"{value:,.{decimals}f}"
+            return (text.rstrip("0").rstrip(".") if "." in text else text) + unit
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if value == int(value) and abs(value) < 1e18:
+        return f"{int(value):,}"
+    # Two decimals, or for a value below 1 enough of them for three significant digits.
+    decimals = 2 if abs(value) >= 1 else 2 - math.floor(math.log10(abs(value)))
+    return f"{value:,.{min(decimals, 20)}f}".rstrip("0").rstrip(".")

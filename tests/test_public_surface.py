@@ -32,7 +32,7 @@ SURFACES: dict[str, list[str]] = {
         "POWER_THROTTLE_MASK", "RECORD_KINDS", "SEVERITIES", "SEVERITY_CRITICAL", "SEVERITY_ERROR",
         "SEVERITY_INFO", "SEVERITY_RANK", "SEVERITY_WARNING", "SOURCE_KERNEL_LOG", "SOURCE_NVML",
         "SXID_CATALOG", "SxidInfo", "THERMAL_THROTTLE_MASK", "THROTTLE_REASON_BITS", "UNKNOWN_XID_SEVERITY",
-        "XID_CATALOG", "XidInfo", "log_levels_at_least", "severities_at_least", "throttle_reason_names",
+        "XID_CATALOG", "XidInfo", "format_reading", "log_levels_at_least", "severities_at_least", "throttle_reason_names",
         "worst_severity", "xid_facts", "xid_severity",
     ],
     "fleetscope.agent.sdk": [
@@ -92,7 +92,7 @@ SURFACES: dict[str, list[str]] = {
         "resolve_quiet_incidents", "set_hints",
     ],
     "fleetscope.collector.errors": [
-        "BatchInvalid", "FleetscopeCollectorError", "StoreUnavailable", "UnknownDevice",
+        "BatchInvalid", "CannotListen", "FleetscopeCollectorError", "StoreUnavailable", "UnknownDevice",
         "UnknownIncident", "UnknownIncidentKind",
     ],
     "fleetscope.cli": [

@@ -5,8 +5,9 @@ The archive (``.tar.gz``) holds one folder::
     fleetscope-agent-<version>-<platform>-py<X.Y>/
         wheels/        fleetscope's wheel (built from this source tree), fleetscope[agent]'s
                        dependencies for the platform and Python, and pip itself
-        install.sh     a venv at $PREFIX (default /opt/fleetscope/venv), then
-                       pip install --no-index --find-links wheels 'fleetscope[agent]'
+        install.sh     checks each wheel against MANIFEST.json's sha256 (a changed, missing or
+                       extra wheel: nothing is installed), then a venv at $PREFIX (default
+                       /opt/fleetscope/venv) and pip install --no-index --find-links wheels 'fleetscope[agent]'
         MANIFEST.json  platform, Python, each wheel's sha256
 
 ``pip download`` needs the package index when the bundle is made; installing needs nothing but
@@ -29,7 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["BundleError", "add_bundle_arguments", "build_bundle", "pip_platforms", "run_bundle", "source_tree"]
+__all__ = ["BundleError", "add_bundle_arguments", "build_bundle", "pip_platforms", "run_bundle", "source_tree",
+           "write_installer"]
 
 # Jetson: JetPack 6 is Ubuntu 22.04 (glibc 2.35); servers are assumed to be at least as new as manylinux2014.
 _MANYLINUX_MAX_MINOR = 35
@@ -50,6 +52,27 @@ have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/n
 if [ "$have" != "$want" ]; then
     echo "install.sh: this bundle is for Python $want, $python is $have (set PYTHON=python$want)" >&2; exit 1
 fi
+# Every wheel as MANIFEST.json lists it (sha256), and no other, before anything is installed.
+"$python" - "$here" <<'VERIFY' || exit 1
+import hashlib, json, pathlib, sys
+here = pathlib.Path(sys.argv[1])
+try:
+    listed = json.loads((here / "MANIFEST.json").read_text(encoding="utf-8"))["wheels"]
+except (OSError, ValueError, KeyError) as exc:
+    sys.exit(f"install.sh: cannot read MANIFEST.json ({exc}): nothing installed")
+present = sorted(p.name for p in (here / "wheels").glob("*.whl"))
+for name in sorted(set(present) - set(listed)):
+    sys.exit(f"install.sh: wheels/{name} is not in MANIFEST.json: the bundle was changed; nothing installed")
+for name, want in sorted(listed.items()):
+    path = here / "wheels" / name
+    if not path.is_file():
+        sys.exit(f"install.sh: wheels/{name} is missing: the bundle is incomplete; nothing installed")
+    have = hashlib.sha256(path.read_bytes()).hexdigest()
+    if have != want:
+        sys.exit(f"install.sh: wheels/{name} does not match MANIFEST.json (sha256 {have}, listed {want}): "
+                 "the bundle was changed or damaged; nothing installed")
+print(f"verified {len(listed)} wheels against MANIFEST.json")
+VERIFY
 "$python" -m venv --without-pip "$prefix/venv" || {
     echo "install.sh: '$python -m venv' failed: the venv module is missing (Debian/Ubuntu: python$want-venv)" >&2; exit 1; }
 pip_wheel=$(ls "$here"/wheels/pip-*.whl | head -n 1)
@@ -133,16 +156,7 @@ def build_bundle(out: Path, *, platform: str | None, python: str | None, source:
         target = ["--only-binary=:all:", "--python-version", py, "--implementation", "cp"]
         target += [f"--platform={tag}" for tag in pip_platforms(plat)]
         _pip("download", "--dest", str(wheels), *target, "--find-links", str(wheels), f"{wheel}[agent]", "pip")
-        script = INSTALL_SH.replace("@PYTHON@", py).replace("@VERSION@", version)
-        (wheels.parent / "install.sh").write_text(script, encoding="utf-8")
-        os.chmod(wheels.parent / "install.sh", 0o755)
-        manifest: dict[str, object] = {
-            "fleetscope": version,
-            "platform": plat,
-            "python": py,
-            "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in sorted(wheels.glob("*.whl"))},
-        }
-        (wheels.parent / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        manifest = write_installer(wheels.parent, version=version, platform=plat, python=py)
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
         import tarfile  # here, not at the top: every agent process registers this command, few run it (1.4 MiB RSS)
@@ -150,6 +164,23 @@ def build_bundle(out: Path, *, platform: str | None, python: str | None, source:
         with tarfile.open(partial, "w:gz") as tar:
             tar.add(wheels.parent, arcname=top)
         os.replace(partial, out)
+    return manifest
+
+
+def write_installer(folder: Path, *, version: str, platform: str, python: str) -> dict[str, object]:
+    """``install.sh`` and ``MANIFEST.json`` (each wheel under ``folder/wheels`` with its sha256) in
+    ``folder``; returns the manifest."""
+    wheels = folder / "wheels"
+    script = INSTALL_SH.replace("@PYTHON@", python).replace("@VERSION@", version)
+    (folder / "install.sh").write_text(script, encoding="utf-8")
+    os.chmod(folder / "install.sh", 0o755)
+    manifest: dict[str, object] = {
+        "fleetscope": version,
+        "platform": platform,
+        "python": python,
+        "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in sorted(wheels.glob("*.whl"))},
+    }
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
 
@@ -173,5 +204,7 @@ def run_bundle(args: argparse.Namespace) -> int:
     assert isinstance(wheels, dict)
     print(f"wrote {args.out}: fleetscope {manifest['fleetscope']} for {manifest['platform']}, Python {manifest['python']}, "
           f"{len(wheels)} wheels")
+    print(f"sha256 of the archive: {hashlib.sha256(args.out.read_bytes()).hexdigest()} (compare it on the device: "
+          f"sha256sum {args.out.name}; install.sh checks each wheel against MANIFEST.json)")
     print(f"on the device: tar xzf {args.out.name} && sudo ./fleetscope-agent-*/install.sh")
     return 0

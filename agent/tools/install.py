@@ -6,10 +6,12 @@ otherwise, as root, on a system that runs systemd)::
     /etc/fleetscope/agent.toml            0600 root  the agent's settings (``--config`` format: [agent], long flag names)
     /etc/fleetscope/agent.token           0600 root  a copy of --token-file
     /etc/fleetscope/agent-ca.pem          0600 root  a copy of --tls-ca, when given
+    /etc/fleetscope/agent-cert.pem        0600 root  a copy of --tls-cert (mutual TLS), when given
+    /etc/fleetscope/agent-key.pem         0600 root  a copy of --tls-key, with it
     /etc/systemd/system/fleetscope-agent.service     the unit (template: UNIT_TEMPLATE)
     /etc/sysusers.d/fleetscope.conf                  the ``fleetscope`` system user
 
-The service reads its config, token and CA through systemd credentials (``LoadCredential=``):
+The service reads its config, token, CA and client certificate and key through systemd credentials (``LoadCredential=``):
 systemd copies them, as root, into a private directory only the service's user can read, so the
 files under ``/etc/fleetscope`` stay root's (and ``InaccessiblePaths=`` hides them from the
 service altogether). Spool and identity live in the state directory
@@ -53,8 +55,10 @@ USER = "fleetscope"
 # adm/systemd-journal: the journal, which gives the kernel log (journalctl -k) without CAP_SYSLOG.
 WANTED_GROUPS = ("video", "render", "adm", "systemd-journal")
 DEFAULT_COLLECTOR_PORT = 4317
-# A venv under a home directory cannot run under ProtectHome=yes.
-_HIDDEN_BY_PROTECT_HOME = ("/home", "/root", "/run/user")
+# What the unit hides from the service, so that its ExecStart cannot be there: a venv under a home
+# directory (ProtectHome=yes), or under /tmp or /var/tmp (PrivateTmp=yes gives the service empty ones).
+_HIDDEN_FROM_THE_SERVICE = {"/home": "ProtectHome=yes", "/root": "ProtectHome=yes", "/run/user": "ProtectHome=yes",
+                            "/tmp": "PrivateTmp=yes", "/var/tmp": "PrivateTmp=yes"}
 _UNSAFE_IN_EXEC = set(" \t\n\"'\\$%;`")
 
 UNIT_TEMPLATE = """\
@@ -159,6 +163,14 @@ class Layout:
         return self.at("/etc/fleetscope/agent-ca.pem")
 
     @property
+    def client_cert(self) -> Path:
+        return self.at("/etc/fleetscope/agent-cert.pem")
+
+    @property
+    def client_key(self) -> Path:
+        return self.at("/etc/fleetscope/agent-key.pem")
+
+    @property
     def sysusers(self) -> Path:
         return self.at("/etc/sysusers.d/fleetscope.conf")
 
@@ -175,6 +187,9 @@ class InstallOptions:
     name: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     tls_ca: bytes | None = None
+    # Mutual TLS: the agent's certificate and key (PEM), both or neither.
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
     groups: tuple[str, ...] = WANTED_GROUPS
 
 
@@ -239,6 +254,9 @@ def render_config(opts: InstallOptions, layout: Layout | None = None) -> str:
     lines.append(f"token-file = {toml_string(str(live.token))}")
     if opts.tls_ca is not None:
         lines.append(f"tls-ca = {toml_string(str(live.ca))}")
+    if opts.tls_cert is not None:
+        lines.append(f"tls-cert = {toml_string(str(live.client_cert))}")
+        lines.append(f"tls-key = {toml_string(str(live.client_key))}")
     return "\n".join(lines) + "\n"
 
 
@@ -249,6 +267,9 @@ def render_unit(opts: InstallOptions) -> str:
     if opts.tls_ca is not None:
         exec_start += " --tls-ca %d/ca.pem"
         credentials.append(f"LoadCredential=ca.pem:{live.ca}")
+    if opts.tls_cert is not None:
+        exec_start += " --tls-cert %d/cert.pem --tls-key %d/key.pem"
+        credentials += [f"LoadCredential=cert.pem:{live.client_cert}", f"LoadCredential=key.pem:{live.client_key}"]
     return UNIT_TEMPLATE.format(
         exec_start=exec_start,
         groups=" ".join(opts.groups),
@@ -265,10 +286,10 @@ def check_exec_path(path: str) -> str:
     bad = sorted(set(path) & _UNSAFE_IN_EXEC)
     if bad:
         raise InstallError(f"--exec {path}: a unit's command path cannot hold {''.join(bad)!r}; install fleetscope elsewhere")
-    for hidden in _HIDDEN_BY_PROTECT_HOME:
+    for hidden, setting in _HIDDEN_FROM_THE_SERVICE.items():
         if path == hidden or path.startswith(hidden + "/"):
             raise InstallError(
-                f"fleetscope runs from {path}, under {hidden}, which the service cannot see (ProtectHome=yes): "
+                f"fleetscope runs from {path}, under {hidden}, which the service cannot see ({setting}): "
                 "install it in a system location (a bundle's install.sh uses /opt/fleetscope) or pass --exec PATH"
             )
     return path
@@ -360,13 +381,16 @@ def install(opts: InstallOptions, layout: Layout, system: System | None = None, 
     os.chmod(layout.config_dir, 0o700)
     write_file(layout.config, render_config(opts, layout).encode(), 0o600)
     write_file(layout.token, opts.token, 0o600)
-    if opts.tls_ca is not None:
-        write_file(layout.ca, opts.tls_ca, 0o600)
-    elif layout.ca.exists():
-        layout.ca.unlink()
+    secrets = [(layout.ca, opts.tls_ca), (layout.client_cert, opts.tls_cert), (layout.client_key, opts.tls_key)]
+    for path, data in secrets:
+        if data is not None:
+            write_file(path, data, 0o600)
+        elif path.exists():  # from an earlier install with it: the unit no longer loads it
+            path.unlink()
     write_file(layout.unit, render_unit(opts).encode(), 0o644)
     write_file(layout.sysusers, SYSUSERS.encode(), 0o644)
-    done += [f"wrote {p}" for p in (layout.config, layout.token) + ((layout.ca,) if opts.tls_ca else ()) + (layout.unit, layout.sysusers)]
+    written = [layout.config, layout.token, *(path for path, data in secrets if data is not None), layout.unit, layout.sysusers]
+    done += [f"wrote {p}" for p in written]
     if system is None:
         return done
     system.must("systemd-sysusers", str(layout.sysusers))
@@ -384,7 +408,7 @@ def uninstall(layout: Layout, system: System | None = None, *, purge: bool = Fal
     removed: list[str] = []
     paths = [layout.unit]
     if purge:
-        paths += [layout.config, layout.token, layout.ca, layout.sysusers]
+        paths += [layout.config, layout.token, layout.ca, layout.client_cert, layout.client_key, layout.sysusers]
     for p in paths:
         if p.exists() or p.is_symlink():
             p.unlink()
@@ -433,6 +457,10 @@ def add_install_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default="", help="device name (default: the agent uses the hostname)")
     p.add_argument("--label", type=_label, action="append", default=[], metavar="KEY=VALUE", help="a label (repeatable)")
     p.add_argument("--tls-ca", type=Path, default=None, metavar="FILE", help="CA that signed the collector's certificate")
+    p.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
+                   help="this agent's certificate, for a collector that wants mutual TLS (--tls-client-ca); copied to "
+                        "/etc/fleetscope/agent-cert.pem (0600) and given to the service as a credential, as is --tls-key")
+    p.add_argument("--tls-key", type=Path, default=None, metavar="FILE", help="the private key of --tls-cert")
     p.add_argument("--root", type=Path, default=None, metavar="DIR",
                    help="write into this staging tree (packaging, tests); runs nothing and never touches the live system")
     p.add_argument("--no-enable", action="store_true", help="write the files and reload systemd, but do not enable or start")
@@ -495,6 +523,8 @@ def run_install(args: argparse.Namespace) -> int:
             layout, system = Layout(args.root), None
             group_file = layout.at("/etc/group")
             groups = present_groups(group_file) if group_file.exists() else WANTED_GROUPS
+        if (args.tls_cert is None) != (args.tls_key is None):
+            raise InstallError("--tls-cert and --tls-key go together: give both (mutual TLS) or neither")
         opts = InstallOptions(
             collectors=collectors,
             token=read_secret(args.token_file, "--token-file"),
@@ -502,6 +532,8 @@ def run_install(args: argparse.Namespace) -> int:
             name=name,
             labels=tuple(args.label),
             tls_ca=read_secret(args.tls_ca, "--tls-ca") if args.tls_ca else None,
+            tls_cert=read_secret(args.tls_cert, "--tls-cert") if args.tls_cert else None,
+            tls_key=read_secret(args.tls_key, "--tls-key") if args.tls_key else None,
             groups=groups,
         )
         done = install(opts, layout, system, enable=not args.no_enable)

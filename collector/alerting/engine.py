@@ -60,6 +60,7 @@ from fleetscope.proto.vocabulary import (
     ORIGIN_IMPORT,
     SEVERITY_RANK,
     SEVERITY_WARNING,
+    format_reading,
 )
 
 __all__ = ["LEASE_NAME", "AlertJob", "EvalReport", "Subject", "fingerprint", "notification_payload"]
@@ -422,11 +423,13 @@ class AlertJob:
                 continue
             dev = selected[device_id]
             word, threshold = ("above", rule.above) if rule.above is not None else ("below", rule.below)
+            assert threshold is not None  # a metric rule has exactly one of above/below (load_rules checks)
             where = f" GPU {extra['gpu']}" if "gpu" in extra else ""
             out.append(Subject(
                 key=key, device_id=device_id, device_name=dev["name"], kind="metric",
                 severity=rule.severity or SEVERITY_WARNING,
-                summary=rule.summary or f"{rule.metric} {value:g} {word} {threshold:g} on {dev['name']}{where}",
+                summary=rule.summary or (f"{rule.metric} {format_reading(rule.metric, value)} {word} "
+                                         f"{format_reading(rule.metric, threshold)} on {dev['name']}{where}"),
                 labels={**_labels_of(dev), **extra},
                 facts={"metric": rule.metric, "value": value, word: threshold, "sample_ns": ts}))
         return out

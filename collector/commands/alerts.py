@@ -16,6 +16,7 @@ from typing import Any
 from fleetscope.cli.args import duration_ns, format_ago, format_ns, label
 from fleetscope.cli.terminal import visible
 from fleetscope.collector.commands.output import db_arg, needs_collector, open_session, print_json, table
+from fleetscope.proto.vocabulary import format_reading
 
 
 def register(sub: Any) -> None:
@@ -124,7 +125,8 @@ def _condition(r: Any) -> str:
     if r.kind == "incident":
         return "incidents " + ", ".join(r.incidents)
     if r.kind == "metric":
-        return f"{r.metric} above {r.above:g}" if r.above is not None else f"{r.metric} below {r.below:g}"
+        return (f"{r.metric} above {format_reading(r.metric, r.above)}" if r.above is not None
+                else f"{r.metric} below {format_reading(r.metric, r.below)}")
     if r.kind == "absent":
         return f"no data for {r.absent_s:g} s"
     return f"objective {r.slo}"

@@ -72,12 +72,8 @@ def run_incidents(args: argparse.Namespace) -> int:
                 kinds=kinds, open_only=args.open, labels=labels or None,
                 limit=args.limit,
             )
-            if args.json:  # JSON carries each incident's context (the device's samples a minute either side)
-                contexts = query.incidents_with_context(session=session, **filters)
-                found = bool(contexts)
-            else:
-                incidents = query.search_incidents(session=session, **filters)
-                found = bool(incidents)
+            incidents = query.search_incidents(session=session, **filters)
+            found = bool(incidents)
             empty = None
             if not found:
                 steps: list[tuple[str, dict[str, Any]]] = []
@@ -104,8 +100,8 @@ def run_incidents(args: argparse.Namespace) -> int:
         except UnknownIncidentKind as exc:
             print(f"fleetscope incidents: {visible(str(exc))}", file=sys.stderr)
             return 2
-    if args.json:
-        print_json({"incidents": [_incident_json(c) for c in contexts]})
+    if args.json:  # the incidents with their facts; the device around one: `fleetscope incident ID --json`
+        print_json({"incidents": [query.to_jsonable(i) for i in incidents]})
         return 0
     headers = ["ID", "STARTED", "LAST SEEN", "DEVICE", "KIND", "STATE", "COUNT", "SEVERITY", "TITLE"]
     if empty:
@@ -274,8 +270,8 @@ def _print_chart(ctx: IncidentContext) -> None:
 
 
 def _incident_json(ctx: IncidentContext) -> dict[str, Any]:
-    """One incident of ``incidents --json``: its fields and, under "context", the device around it,
-    in the shape this output has always had."""
+    """``incident ID --json``: the incident's fields (as ``incidents --json`` lists them) and, under
+    "context", the device around it."""
     from fleetscope.collector import query
 
     i = ctx.incident

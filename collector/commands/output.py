@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -61,12 +62,33 @@ def needs_collector(handler: Any) -> Any:
         if OUTPUT["csv"] and getattr(args, "json", False):
             print(f"fleetscope {args.command}: --json and --csv: choose one", file=sys.stderr)
             return 2
+        if problem := reversed_range(args):
+            print(f"fleetscope {args.command}: {problem}", file=sys.stderr)
+            return 2
         return handler(args)
 
     return run
 
 
 OUTPUT = {"csv": False}
+
+
+def reversed_range(args: argparse.Namespace) -> str | None:
+    """A ``--since`` that is not before ``--until``, said as such (the query would find nothing and
+    explain it as a gap in the data); None when the range is right or the command has none."""
+    since, until = getattr(args, "since", None), getattr(args, "until", None)
+    if not isinstance(since, str) or not isinstance(until, str):
+        return None
+    from fleetscope.cli.args import format_ns, time_ns
+
+    now = time.time_ns()  # one "now" for both, so that "--since now --until now" is an empty range
+    since_ns, until_ns = time_ns(since, now_ns=now), time_ns(until, now_ns=now)
+    if since_ns < until_ns:
+        return None
+    if since_ns == until_ns:
+        return f"--since {since} and --until {until} are the same time ({format_ns(since_ns)} UTC): the range is empty"
+    return (f"--since {since} ({format_ns(since_ns)} UTC) is after --until {until} ({format_ns(until_ns)} UTC): "
+            "the range is reversed; the earlier time goes in --since (--since 2h --until 1h is the hour before the last)")
 
 
 @contextmanager

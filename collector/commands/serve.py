@@ -5,6 +5,7 @@ runs N such processes on one port."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from fleetscope.collector.commands.output import DEFAULT_DB, needs_collector
 def register(sub: Any) -> None:
     p = sub.add_parser("collector", help="run a collector: gRPC ingest into SQLite or PostgreSQL",
                        description="Receive agents' streams over gRPC and store them exactly once in SQL.")
-    p.add_argument("--listen", default=os.environ.get("FLEETSCOPE_LISTEN", "127.0.0.1:4317"), metavar="HOST:PORT",
+    p.add_argument("--listen", type=_listen_arg, default=os.environ.get("FLEETSCOPE_LISTEN", "127.0.0.1:4317"), metavar="HOST:PORT",
                    help="address to listen on (env FLEETSCOPE_LISTEN; default %(default)s; 0.0.0.0:4317 for all interfaces)")
     p.add_argument("--db", default=DEFAULT_DB, metavar="URL", help="database URL (env FLEETSCOPE_DB; default %(default)s)")
     auth = p.add_mutually_exclusive_group()
@@ -54,6 +55,9 @@ def register(sub: Any) -> None:
     p.add_argument("--dashboard-url", metavar="URL", help="the dashboard's address, for the links in notifications")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="worker processes sharing the port (SO_REUSEPORT), to use more than one core (default 1)")
+    # Which worker of `--workers N` this process is (0, 1, ...): it shares --listen with its siblings
+    # (SO_REUSEPORT). Set by _run_workers only.
+    p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics-listen", type=listen_address, default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="Prometheus endpoints /metrics (self), /metrics/fleet (every device, DCGM names), /healthz, /readyz "
                         "(default %(default)s; 'off' for none; with --workers, the first worker to bind it)")
@@ -80,6 +84,18 @@ def register(sub: Any) -> None:
     p.set_defaults(func=needs_collector(run_collector))
 
 
+def _listen_arg(value: str) -> str:
+    """--listen's value: HOST:PORT with a port number (gRPC's own message for another form is a
+    traceback); 'off' is not an option here."""
+    try:
+        address = listen_address(value)
+    except argparse.ArgumentTypeError:
+        address = None
+    if address is None:
+        raise argparse.ArgumentTypeError(f"not an address: {value!r} (examples: 127.0.0.1:4317, 0.0.0.0:4317, [::1]:4317)")
+    return "[::]" + address if address.startswith(":") else address  # ":4317", every interface, as gRPC spells it
+
+
 def _retention_arg(value: str) -> str:
     """--retention's value, checked (a bad one is argparse's one error line) and kept as text, so
     that `config show` prints it as given."""
@@ -103,15 +119,20 @@ def _retention_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_collector(args: argparse.Namespace) -> int:
     from fleetscope.collector.commands import security
-    from fleetscope.collector.errors import StoreUnavailable
-    from fleetscope.collector.ingest.server import Collector, CollectorSettings, read_tokens_file
+    from fleetscope.collector.errors import CannotListen, StoreUnavailable
+    from fleetscope.collector.ingest.server import (
+        Collector,
+        CollectorSettings,
+        listen_problem,
+        read_tokens_file,
+    )
 
     tokens = None
     if args.tokens_file:
         tokens = read_tokens_file(args.tokens_file)
     elif args.token:
         tokens = frozenset([args.token])
-    settings = CollectorSettings(listen=args.listen, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
+    settings = CollectorSettings(listen=args.listen, reuse_port=args.worker_index is not None, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
                                  grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade,
                                  compaction=not args.no_compaction, fold_after_s=args.fold_after / 1e9,
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
@@ -127,14 +148,27 @@ def run_collector(args: argparse.Namespace) -> int:
         except RulesError as exc:
             print(f"fleetscope collector: {visible(str(exc))}", file=sys.stderr)
             return 2
-    security.print_auth_notice(args, tokens)
+    # The port before anything else (the database, the jobs): a port another process holds is one
+    # line. The workers of --workers N share theirs with each other only (--worker-index), so a lone
+    # collector or another group on it is refused here, before a worker starts.
+    worker = args.worker_index is not None
+    if not worker and (problem := listen_problem(args.listen)):
+        print(f"fleetscope collector: {problem}", file=sys.stderr)
+        return 1
+    if worker and args.worker_index > 0:
+        # Every worker reads the same rules file; the first says what they found (a reload, or why
+        # not), so that a change is one line, not one per worker.
+        logging.getLogger("fleetscope.collector.alerting.rules").setLevel(logging.CRITICAL)
+    if not worker:  # a worker's notices were said once, by the process that started the group
+        security.print_auth_notice(args, tokens)
     if args.workers > 1:
         return _run_workers(args)
     try:
         collector = Collector(settings)
-        security.print_warnings(args)
+        if not worker:
+            security.print_warnings(args)
         collector.serve()
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, CannotListen) as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -176,12 +210,16 @@ def _run_workers(args: argparse.Namespace) -> int:
     except StoreUnavailable as exc:
         print(f"fleetscope collector: {exc}", file=sys.stderr)
         return 1
+    from fleetscope.collector.commands import security
+
+    security.print_warnings(args)  # once for the group, as a lone collector says them
     argv = [a for a in sys.argv[1:]]
     if "--workers" in argv:
         i = argv.index("--workers")
         del argv[i : i + 2]
     argv = [x for x in argv if not x.startswith("--workers=")]
-    children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1"]) for _ in range(args.workers)]
+    children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1", "--worker-index", str(i)])
+                for i in range(args.workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for c in children:

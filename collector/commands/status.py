@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetscope.cli.args import format_bytes
+from fleetscope.cli.args import collector_address, format_bytes
 from fleetscope.collector.commands.output import DEFAULT_DB
 
 
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
                        description="Collector health (gRPC health check), devices online/offline, ingest rate, rollup and "
                                    "detector lag, agents' spools, database size, open incidents, firing alerts.")
     p.add_argument("--db", default=DEFAULT_DB, metavar="URL", help="database URL (env FLEETSCOPE_DB; default %(default)s)")
-    p.add_argument("--collector", metavar="HOST:PORT", default=None,
+    p.add_argument("--collector", type=collector_address, metavar="HOST:PORT", default=None,
                    help="also ask this collector's gRPC health service (grpc.health.v1) whether it is serving")
     p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="how long to wait for the collector (default 3)")
     p.add_argument("--tls-ca", type=Path, metavar="FILE", default=None,

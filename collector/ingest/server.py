@@ -16,6 +16,7 @@ cap on the bytes a stream has accepted but not yet acknowledged.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
 import signal
@@ -28,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from fleetscope.collector.errors import CannotListen
 from fleetscope.collector.ingest.agent_limits import AgentLimits
 from fleetscope.collector.ingest.gc_policy import tune_for_ingest
 from fleetscope.collector.ingest.service import IngestService, add_ingest_service
@@ -44,6 +46,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CollectorSettings:
     listen: str = "127.0.0.1:4317"
+    # Share ``listen`` with other processes that set it too (SO_REUSEPORT): only the workers of one
+    # ``--workers N`` collector do. Off, a port in use is an error (CannotListen): with it on, a
+    # second collector on a busy port took some agents into its own database without a word.
+    reuse_port: bool = False
     db_url: str = "sqlite:///fleetscope.db"
     # Static tokens (--token, --tokens-file); None: none, so agents enrol with enrolment tokens
     # ("fleetscope token create") or not at all. Never an open door by itself: see below.
@@ -166,7 +172,7 @@ def server_options(settings: CollectorSettings, max_connections: int) -> list[tu
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.http2.max_ping_strikes", 2),
-        ("grpc.so_reuseport", 1),  # `--workers N` processes share one port
+        ("grpc.so_reuseport", 1 if settings.reuse_port else 0),  # gRPC's default is on: see CollectorSettings.reuse_port
     ]
 
 
@@ -177,6 +183,33 @@ def read_tokens_file(path: Path) -> frozenset[str]:
     if not tokens:
         raise ValueError(f"{path}: no tokens in file")
     return frozenset(tokens)
+
+
+def listen_problem(listen: str) -> str | None:
+    """Why ``listen`` cannot be bound by a process of its own (the port in use, an address not on
+    this machine, a privileged port), or None. A plain bind of each address the host resolves to,
+    without SO_REUSEPORT, so that a port any other process listens on counts as in use."""
+    import socket
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return f"not an address: {listen!r} (examples: 127.0.0.1:4317, 0.0.0.0:4317, [::1]:4317)"
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"cannot listen on {listen}: {exc.strerror}"
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is not "in use"
+            # IPv6 sockets stay dual-stack, as gRPC's: [::]:PORT is in use when 0.0.0.0:PORT is.
+            try:
+                s.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return (f"cannot listen on {listen}: the port is in use (another collector?); stop it or give "
+                            "another --listen port (one collector runs several processes on one port with --workers N)")
+                return f"cannot listen on {listen}: {exc.strerror or exc}"
+    return None
 
 
 class Collector:
@@ -210,6 +243,22 @@ class Collector:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        server = grpc.aio.server(
+            options=server_options(self.settings, self.max_connections),
+            # Each agent holds one stream; the rest of the calls are registrations in passing.
+            maximum_concurrent_rpcs=2 * self.max_connections,
+        )
+        # The port first, before any job or thread starts: a port that cannot be had ends the start
+        # with nothing to undo.
+        try:
+            if self.settings.tls is not None:  # no plaintext port at all
+                self.port = server.add_secure_port(self.settings.listen, self.settings.tls.credentials())
+            else:
+                self.port = server.add_insecure_port(self.settings.listen)
+        except RuntimeError:  # gRPC says only "Failed to bind"; a plain bind says why
+            self.port = 0
+        if not self.port:
+            raise CannotListen(listen_problem(self.settings.listen) or f"cannot listen on {self.settings.listen}")
         self.writer.start()
         rollup_job = None
         if self.settings.rollups:
@@ -259,11 +308,6 @@ class Collector:
             compaction_job.start()
         self.jobs = {k: j for k, j in (("rollup", rollup_job), ("detectors", detector_job), ("alerts", alert_job),
                                         ("retention", retention_job), ("compaction", compaction_job)) if j is not None}
-        server = grpc.aio.server(
-            options=server_options(self.settings, self.max_connections),
-            # Each agent holds one stream; the rest of the calls are registrations in passing.
-            maximum_concurrent_rpcs=2 * self.max_connections,
-        )
         self._service = IngestService(
             self.engine,
             self.writer,
@@ -282,12 +326,6 @@ class Collector:
         self.observability = Observability(engine=self.engine, writer=self.writer, jobs=self.jobs, max_connections=self.max_connections,
                                            metrics_listen=self.settings.metrics_listen, probe_interval_s=self.settings.health_probe_interval_s)
         self.observability.attach(server, self._service)  # grpc.health.v1.Health
-        if self.settings.tls is not None:  # no plaintext port at all
-            self.port = server.add_secure_port(self.settings.listen, self.settings.tls.credentials())
-        else:
-            self.port = server.add_insecure_port(self.settings.listen)
-        if not self.port:
-            raise OSError(f"cannot listen on {self.settings.listen}")
         await server.start()
         await self.observability.start()
         log.info("collector listening on %s, storing into %s, at most %d connections", self.settings.listen.rsplit(":", 1)[0] + f":{self.port}",

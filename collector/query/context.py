@@ -18,8 +18,8 @@ last occurrence, the span itself capped at ``max_span_s`` (an hour) after the st
 long flapping incident does not read a day of samples. Nothing else changes for an incident of
 one occurrence.
 
-``fleetscope incidents --json`` prints these contexts, ``fleetscope incident ID`` and the
-dashboard's incident page draw one: all read it here.
+``fleetscope incident ID`` (and its ``--json``) and the dashboard's incident page draw one:
+all read it here (``fleetscope incidents --json`` lists incidents without their context).
 """
 
 from __future__ import annotations

@@ -163,6 +163,24 @@ def test_for_holds_an_alert_pending_and_drops_it_if_the_condition_clears(engine:
     assert states == {inc: ("firing", T0 + 30 * NS), inc2: ("resolved", None)}
 
 
+def test_metric_summary_says_the_reading_in_its_unit(engine: Engine) -> None:
+    # Before: "gpu.memory_used_bytes 1.20561e+09 above 1e+09" (issue 27, item 10).
+    dev = _device(engine)
+    rules = _rules("http://127.0.0.1:9", extra="""
+[[rule]]
+name = "gpu-memory"
+metric = "gpu.memory_used_bytes"
+above = 1000000000
+notify = ["ops"]
+""")
+    with engine.begin() as c:
+        c.execute(insert(gpu_samples), [{"device_id": dev, "ts_ns": T0, "gpu_index": 0, "memory_used_bytes": 1205610000}])
+    assert AlertJob(engine, rules).run_once(T0 + NS).fired == 1
+    (alert,) = _alerts(engine)
+    assert alert.summary == "gpu.memory_used_bytes 1.1 GiB above 953.7 MiB on drone-1 GPU 0"
+    assert alert.facts["value"] == 1205610000.0, "the facts keep the figure itself"
+
+
 def test_metric_rule_on_the_newest_sample_per_gpu(engine: Engine) -> None:
     dev = _device(engine)
     rules = _rules("http://127.0.0.1:9", extra="""
@@ -187,7 +205,7 @@ notify = ["ops"]
     r = job.run_once(T0 + 11 * NS)
     assert r.fired == 1 and r.transitions[0][1] == fingerprint("hot-gpu", f"gpu:{dev}:0")
     hot = next(a for a in _alerts(engine) if a.state == "firing")
-    assert hot.summary == "gpu.temp_c 91 above 85 on drone-1 GPU 0" and hot.labels["gpu"] == "0"
+    assert hot.summary == "gpu.temp_c 91 C above 85 C on drone-1 GPU 0" and hot.labels["gpu"] == "0"
     assert hot.facts["value"] == 91.0
     temps(T0 + 12 * NS, 70.0, 96.0)
     r = job.run_once(T0 + 16 * NS)

@@ -193,7 +193,7 @@ def test_alerts_check(tmp_path: Path) -> None:
     out = subprocess.run([*CLI, "alerts", "--check", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "valid: 4 rules, 3 notifiers, 1 objectives" in out.stdout
-    assert "hot-gpu: gpu.temp_c above 85 for 120 s -> am" in out.stdout
+    assert "hot-gpu: gpu.temp_c above 85 C for 120 s -> am" in out.stdout
     path.write_text(GOOD.replace('absent = "5m"', 'absent = "ages"'))
     out = subprocess.run([*CLI, "alerts", "--check", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and out.stdout == ""

@@ -1,6 +1,6 @@
 """The device around an incident (``incident_with_context`` / ``incidents_with_context``) on
 SQLite and PostgreSQL, with the data put in through the real pipeline: an agent's records, its
-spool and uplink, a collector over gRPC; and ``fleetscope incidents --json``, which prints it."""
+spool and uplink, a collector over gRPC; and ``fleetscope incident ID --json``, which prints it."""
 
 from __future__ import annotations
 
@@ -214,20 +214,30 @@ def test_incidents_with_context_are_the_found_incidents_in_context(stored) -> No
     assert one.nearby == () and one.series is None, "no other incident nearby; charts are asked for"
 
 
-def test_cli_json_prints_each_incident_with_its_context(stored, db_url: str, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_cli_json_lists_the_incidents_and_incident_id_json_gives_one_whole(stored, db_url: str, capsys) -> None:  # type: ignore[no-untyped-def]
     engine, _, ts, _ = stored
     assert fleetscope(["incidents", "--db", db_url, "--device", "gpu-node-1", "--json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)["incidents"]
+    listed = capsys.readouterr().out
+    (doc,) = json.loads(listed)["incidents"]
     with Session(engine) as session:
         alone = incident_with_context(session=session, incident_id=_the_incident(session).id)
-    # The incident's fields at the top, the device around it under "context" (the output's shape since it began).
-    assert (doc["id"], doc["kind"], doc["facts"]) == (alone.incident.id, "cuda_oom", {"device_index": 0})
-    assert list(doc["context"]) == [
-        "incident_id", "device", "ts_ns", "since_ns", "until_ns", "summary", "host", "gpu", "gpu_state", "logs",
+    # A list gives the incidents, their fields and facts, not the device's samples around each
+    # (issue 27: two incidents made 4.1 MB).
+    assert (doc["id"], doc["kind"], doc["facts"], doc["ts_ns"]) == (alone.incident.id, "cuda_oom", {"device_index": 0}, ts)
+    assert "context" not in doc and "gpu_samples" not in listed
+    assert fleetscope(["incident", str(doc["id"]), "--db", db_url, "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in whole.items() if k != "context"} == doc, "the same fields as the list, and the context"
+    assert list(whole["context"]) == [
+        "incident_id", "device", "ts_ns", "since_ns", "until_ns", "summary", "host", "gpu", "gpu_state", "logs", "nearby",
     ]  # fmt: skip
-    assert (doc["context"]["incident_id"], doc["context"]["ts_ns"]) == (alone.incident.id, ts)
-    assert doc["context"]["summary"]["gpus"][0]["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
-    assert len(doc["context"]["gpu"]) == len(alone.gpu) and len(doc["context"]["logs"]) == len(alone.logs)
+    assert (whole["context"]["incident_id"], whole["context"]["ts_ns"]) == (alone.incident.id, ts)
+    assert whole["context"]["summary"]["gpus"][0]["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
+    with Session(engine) as session:  # what `incident` asks for: 5 minutes either side, log lines a minute either side
+        alone = incident_with_context(session=session, incident_id=doc["id"], before_s=300, after_s=300, log_window_s=60,
+                                      log_limit=200)
+    assert len(whole["context"]["gpu"]) == len(alone.gpu) and len(whole["context"]["logs"]) == len(alone.logs)
+    assert len(listed) * 5 < len(json.dumps(whole)), "the list is a fraction of one incident whole"
 
 
 def test_context_for_charts_has_one_second_buckets_of_the_window(stored) -> None:  # type: ignore[no-untyped-def]

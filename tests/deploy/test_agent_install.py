@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -136,6 +137,45 @@ def test_config_loads_through_the_agents_config_option(tmp_path: Path, token: Pa
     assert "drone-7" in out.stdout and "collector.example.org:4317" in out.stdout and "site" in out.stdout
 
 
+def test_mutual_tls_install_hands_the_service_its_certificate_and_key(tmp_path: Path, token: Path) -> None:
+    # Before: `agent install` had no --tls-cert/--tls-key, so an agent of a mutual-TLS collector could not be installed.
+    from fleetscope.collector.commands.certs import init_certs
+
+    init_certs(tmp_path / "certs", agents=["drone-7"])
+    certs = tmp_path / "certs"
+    root = stage(tmp_path, token, "--tls-ca", str(certs / "ca.pem"), "--tls-cert", str(certs / "agent-drone-7.pem"),
+                 "--tls-key", str(certs / "agent-drone-7.key"))
+    etc = root / "etc/fleetscope"
+    assert {p.name: mode(p) for p in etc.iterdir()} == {
+        "agent.toml": 0o600, "agent.token": 0o600, "agent-ca.pem": 0o600, "agent-cert.pem": 0o600, "agent-key.pem": 0o600}
+    assert (etc / "agent-cert.pem").read_bytes() == (certs / "agent-drone-7.pem").read_bytes()
+    assert (etc / "agent-key.pem").read_bytes() == (certs / "agent-drone-7.key").read_bytes()
+    lines = unit_lines(root)
+    assert "LoadCredential=cert.pem:/etc/fleetscope/agent-cert.pem" in lines
+    assert "LoadCredential=key.pem:/etc/fleetscope/agent-key.pem" in lines
+    exec_start = next(line for line in lines if line.startswith("ExecStart="))
+    assert exec_start == (f"ExecStart={FLEETSCOPE} agent --config %d/agent.toml --token-file %d/token --tls-ca %d/ca.pem "
+                          "--tls-cert %d/cert.pem --tls-key %d/key.pem")
+    assert "PRIVATE KEY" not in "\n".join(lines)
+    assert not [line for line in lines if "/tmp" in line.split("#", 1)[0] and not line.startswith("PrivateTmp=")]
+    config = tomllib.loads((etc / "agent.toml").read_text())["agent"]
+    assert (config["tls-cert"], config["tls-key"]) == ("/etc/fleetscope/agent-cert.pem", "/etc/fleetscope/agent-key.pem")
+    # The same flags the unit passes are the agent's own.
+    out = fleetscope("config", "show", "--json", "--config", str(etc / "agent.toml"), "agent")
+    assert out.returncode == 0, out.stderr
+    shown = {row["key"]: row for row in json.loads(out.stdout)["settings"]}
+    assert shown["tls-cert"]["value"] == "/etc/fleetscope/agent-cert.pem" and shown["tls-key"]["source"].startswith("file ")
+    if shutil.which("systemd-analyze") is not None:
+        out = subprocess.run(["systemd-analyze", "verify", str(root / "etc/systemd/system/fleetscope-agent.service")],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stderr.strip() == "", out.stderr
+    # Installed again without them, the copies go: the unit no longer loads them.
+    stage_again = fleetscope("agent", "install", "--collector", "c:4317", "--token-file", str(token), "--root", str(root))
+    assert stage_again.returncode == 0, stage_again.stderr
+    assert {p.name for p in etc.iterdir()} == {"agent.toml", "agent.token"}
+    uninstall(Layout(root), purge=True)
+
+
 def test_uninstall_from_a_staging_tree_and_purge(tmp_path: Path, token: Path) -> None:
     root = stage(tmp_path, token)
     state = root / "var/lib/fleetscope/agent"
@@ -210,6 +250,11 @@ def test_a_normal_user_or_a_system_without_systemd_is_told_why(tmp_path: Path) -
         (["--collector", "c:99999"], "expected HOST:PORT"),
         (["--token-file", "/nonexistent/t"], "--token-file /nonexistent/t: no such file"),
         (["--exec", "/home/me/.venv/bin/fleetscope"], "ProtectHome=yes"),
+        (["--exec", "/tmp/venv/bin/fleetscope"], "under /tmp, which the service cannot see (PrivateTmp=yes)"),
+        (["--exec", "/var/tmp/v/bin/fleetscope"], "under /var/tmp, which the service cannot see (PrivateTmp=yes)"),
+        (["--tls-cert", "/etc/hostname"], "--tls-cert and --tls-key go together"),
+        (["--tls-key", "/etc/hostname"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "/etc/hostname", "--tls-key", "/nonexistent/k"], "--tls-key /nonexistent/k: no such file"),
         (["--exec", "relative/fleetscope"], "give an absolute path"),
         (["--exec", "/opt/my venv/fleetscope"], "cannot hold"),
         (["--label", "novalue"], "a label is key=value"),

@@ -79,3 +79,50 @@ def test_bad_python_version_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run([FLEETSCOPE, "agent", "bundle", "--out", str(tmp_path / "b.tgz"), "--python", "three"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--python 'three'" in done.stderr
+
+
+def _made_bundle(tmp_path: Path) -> Path:
+    """A bundle's folder as `agent bundle` lays it out, with stand-in wheels (no index needed)."""
+    from fleetscope.agent.tools.bundle import write_installer
+
+    folder = tmp_path / "fleetscope-agent-0.0.0-linux_x86_64-py"
+    (folder / "wheels").mkdir(parents=True)
+    for name in ("fleetscope-0.0.0-py3-none-any.whl", "pip-24.0-py3-none-any.whl"):
+        (folder / "wheels" / name).write_bytes(b"PK\x03\x04 stand-in for " + name.encode())
+    write_installer(folder, version="0.0.0", platform="linux_x86_64", python="%d.%d" % sys.version_info[:2])
+    return folder
+
+
+def _install(folder: Path, prefix: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PYTHON=sys.executable)
+    return subprocess.run(["sh", str(folder / "install.sh"), str(prefix)], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_install_script_checks_each_wheel_against_the_manifest(tmp_path: Path) -> None:
+    folder = _made_bundle(tmp_path)
+    untouched = _install(folder, tmp_path / "p0")
+    assert "verified 2 wheels against MANIFEST.json" in untouched.stdout  # (the stand-ins then fail in pip)
+    wheel = folder / "wheels" / "pip-24.0-py3-none-any.whl"
+    data = bytearray(wheel.read_bytes())
+    data[5] ^= 0x01  # one bit of one byte
+    wheel.write_bytes(bytes(data))
+    tampered = _install(folder, tmp_path / "p1")
+    assert tampered.returncode == 1 and "verified" not in tampered.stdout
+    (line,) = tampered.stderr.strip().splitlines()
+    assert line.startswith("install.sh: wheels/pip-24.0-py3-none-any.whl does not match MANIFEST.json (sha256 ")
+    assert line.endswith("the bundle was changed or damaged; nothing installed")
+    assert not (tmp_path / "p1").exists(), "refused before the venv was made"
+
+
+def test_install_script_refuses_a_wheel_the_manifest_does_not_list_or_lacks(tmp_path: Path) -> None:
+    folder = _made_bundle(tmp_path)
+    (folder / "wheels" / "evil-1.0-py3-none-any.whl").write_bytes(b"PK")
+    run = _install(folder, tmp_path / "p")
+    assert run.returncode == 1 and run.stderr.strip() == (
+        "install.sh: wheels/evil-1.0-py3-none-any.whl is not in MANIFEST.json: the bundle was changed; nothing installed")
+    (folder / "wheels" / "evil-1.0-py3-none-any.whl").unlink()
+    (folder / "wheels" / "fleetscope-0.0.0-py3-none-any.whl").unlink()
+    run = _install(folder, tmp_path / "p")
+    assert run.returncode == 1 and "fleetscope-0.0.0-py3-none-any.whl is missing" in run.stderr
+    assert not (tmp_path / "p").exists()

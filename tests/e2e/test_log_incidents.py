@@ -48,4 +48,7 @@ def test_traceback_and_xid_in_followed_logs_become_incidents(tmp_path: Path, db_
     assert oom["source"] == str(log)
     (xid,) = by_kind["gpu_xid"]
     assert xid["facts"]["xid"] == 79 and xid["severity"] == "critical"
-    assert "context" in oom, "incidents --json carries the samples around the event"
+    assert "context" not in oom, "incidents --json lists the incidents; `incident ID --json` has the samples around one"
+    whole = subprocess.run([sys.executable, "-m", "fleetscope.cli", "incident", str(oom["id"]), "--db", db_url, "--json"],
+                           capture_output=True, text=True, check=True)
+    assert json.loads(whole.stdout)["context"]["incident_id"] == oom["id"]

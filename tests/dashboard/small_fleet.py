@@ -72,7 +72,7 @@ def _send(state_dir: Path, address: str, name: str, records: SampleSet, report: 
     agent = make_agent(state_dir, [address], IdleSampler(), name=name)
     agent.add(records)
     agent.add_sdk_report(report)
-    agent.flush()
+    agent.flush(final=True)  # a clean stop: the installs are "stopped", not offline, however long the tests take
     agent.uplink.start()
     try:
         assert agent.uplink.drain(30), "batches not acknowledged"

@@ -93,6 +93,18 @@ def _load(page, url: str, shot: Path) -> tuple[str, list[str]]:  # type: ignore[
         "() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].every(e => e.querySelector('table td'))",
         timeout=60_000,
     )
+    # A data grid's accessible table (what is read below) fills after the grid appears; on a busy
+    # machine that is seconds later. Wait for every grid to have its cells, for a while: a grid
+    # that stays empty (no rows to show, or not drawn on this tab) is for the test's asserts to judge.
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('[data-testid=stDataFrame]')].every(g => g.querySelector('table td'))",
+            timeout=20_000,
+        )
+    except PlaywrightTimeout:
+        pass
     page.wait_for_timeout(2000)  # Vega draws its charts after the elements arrive
     page.screenshot(path=str(shot), full_page=True)
     cells = page.locator('[data-testid="stDataFrame"] table td').all_inner_texts()

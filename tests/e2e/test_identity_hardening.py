@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, text
 
 from fleetscope.agent.daemon.uplink import with_sent_ns
 from fleetscope.cli import main
-from fleetscope.collector.certs import init_certs
+from fleetscope.collector.commands.certs import init_certs
 from fleetscope.collector.storage.engine import normalise_url
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.conftest import wait_until

@@ -104,4 +104,4 @@ def test_workers_say_a_rules_reload_error_and_their_warnings_once(tmp_path: Path
         workers.wait(60)
     text = log_path.read_text()
     assert text.count("alert rules not reloaded") == 1, text
-    assert text.count("warning: no --token") == 1, text
+    assert text.count("no --token: agents enrol with an enrolment token") == 1, text

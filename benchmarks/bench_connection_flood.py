@@ -16,7 +16,7 @@ collector). ``--mode``:
 * ``tracemalloc``: Python's own allocations traced; the launcher prints them on SIGUSR1.
 
 Memory that malloc_trim gives back was free inside the allocator, not leaked; what stays after
-it, and grows from run to run, would be a leak. Figures in docs/benchmarks.md.
+it, and grows from flood to flood, would be a leak. Figures in docs/reliability.md ("Hostile input, second round").
 """
 
 from __future__ import annotations

@@ -687,7 +687,8 @@ def load_rules(path: Path | str) -> Rules:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RulesError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=str(path)) from None
+        raise RulesError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=str(path),
+                         line=data.count(b"\n", 0, exc.start) + 1) from None
     return parse_rules(text, source=str(path))
 
 

@@ -1,5 +1,5 @@
 """Any text as a rules file: it loads, or it is refused with one ``RulesError`` naming FILE:LINE;
-never another exception (hypothesis: arbitrary text, TOML documents with arbitrary values under
+never another exception (hypothesis: arbitrary text and bytes, TOML documents with arbitrary values under
 the file's own keys, and mutations of a valid file)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetscope.collector.alerting.rules import RulesError, parse_rules
+from fleetscope.collector.alerting.rules import RulesError, load_rules, parse_rules
 from tests.collector.test_alert_rules import GOOD
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -120,3 +120,14 @@ def test_any_document_of_the_rules_keys_loads_or_is_refused_with_file_and_line(t
 @given(mutations())
 def test_any_mutation_of_a_valid_file_loads_or_is_refused_with_file_and_line(text: str) -> None:
     _loads_or_refuses_with_file_and_line(text)
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_any_bytes_as_a_rules_file_load_or_are_refused_with_file_and_line(tmp_path_factory: Any, data: bytes) -> None:
+    path = tmp_path_factory.mktemp("rules") / "fuzz.toml"
+    path.write_bytes(data)
+    try:
+        load_rules(path)
+    except RulesError as exc:
+        assert re.match(re.escape(str(path)) + r":\d+: \S", str(exc)), str(exc)

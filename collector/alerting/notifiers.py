@@ -160,8 +160,21 @@ def request_for(notifier: Notifier, doc: Mapping[str, Any], *, now_ns: int | Non
     return notifier.url, dict(doc)
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the 3xx answer is the attempt's (failed) answer. urllib's default
+    handler re-sends to any origin, with the notifier's headers (its ``Authorization``), and to
+    ftp:// as well, so a receiver could point the collector at any address; Alertmanager's own
+    webhook client does not follow redirects either."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+_OPENER = urllib.request.build_opener(_RefuseRedirects)
+
+
 def post_json(url: str, body: Any, *, headers: Mapping[str, str] | None = None, timeout_s: float = 5.0) -> Attempt:
-    """POST ``body`` as JSON; a 2xx answer is success. Never raises."""
+    """POST ``body`` as JSON; a 2xx answer is success, a redirect is not followed. Never raises."""
     data = json.dumps(body, default=str).encode()
     req = urllib.request.Request(url, data=data, method="POST")
     req.add_header("Content-Type", "application/json")
@@ -172,12 +185,15 @@ def post_json(url: str, body: Any, *, headers: Mapping[str, str] | None = None, 
     status: int | None = None
     error = ""
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
             status = int(resp.status)
             resp.read(65536)
     except urllib.error.HTTPError as exc:
         status = exc.code
         error = f"HTTP {exc.code} {exc.reason}"
+        if 300 <= exc.code < 400:
+            location = exc.headers.get("Location", "?") if exc.headers is not None else "?"
+            error += f": redirect to {str(location)[:200]!r} not followed (give the notifier's final URL)"
     except urllib.error.URLError as exc:
         error = f"cannot reach {url}: {exc.reason}"
     except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL

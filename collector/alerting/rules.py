@@ -93,6 +93,11 @@ RULE_KINDS = ("incident", "metric", "absent", "slo")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+# Levels of tables, arrays, inline tables and dotted keys a rules file may nest. A real one uses
+# four ([[rule]] > labels > value). tomllib parses nesting by recursion and fails with a
+# RecursionError near 400 levels at Python's default limit (fewer on a deeper stack), and a
+# value nested thousands deep breaks repr() and equality as well: refused before parsing.
+MAX_NESTING = 32
 _SDK_METRIC = re.compile(r"^sdk\.[^\s]{1,200}$")
 
 
@@ -181,7 +186,10 @@ def parse_duration_s(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # a TOML integer past a float's range
+            raise ValueError(f"not a duration: {value} is too large") from None
     elif isinstance(value, str) and (m := _DURATION.match(value)):
         seconds = float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
     else:
@@ -198,11 +206,15 @@ class _Doc:
     """The file's text, to point an error at the line of a table entry's key."""
 
     def __init__(self, text: str, source: str) -> None:
-        self.lines = text.splitlines()
+        self.lines = text.split("\n")  # TOML's lines, as tomllib counts them (not str.splitlines' many separators)
         self.source = source
 
-    def line_of(self, table: str, index: int | None = None, key: str | None = None) -> int | None:
-        """The line of ``key`` in the ``index``-th ``[[table]]`` (or ``[table]``), else of its header."""
+    def line_of(self, table: str, index: int | None = None, key: str | None = None) -> int:
+        """The line of ``key`` in the ``index``-th ``[[table]]`` (or ``[table]``), else of its header;
+        failing those (the table written inline, say), the first line that names it, else line 1."""
+        return self._in_table(table, index, key) or self._naming(key) or self._naming(table) or 1
+
+    def _in_table(self, table: str, index: int | None, key: str | None) -> int | None:
         header = re.compile(r"^\s*\[\[\s*" + re.escape(table) + r"\s*\]\]" if index is not None
                             else r"^\s*\[\s*" + re.escape(table) + r"\s*\]")
         any_header = re.compile(r"^\s*\[")
@@ -228,6 +240,19 @@ class _Doc:
                 if key_re.match(line):
                     return i + 1
         return None
+
+    def _naming(self, name: str | None) -> int | None:
+        """The first line where ``name`` is written as a key, else the first that holds it at all."""
+        if not name:
+            return None
+        as_key = re.compile(r"^\s*[\"']?" + re.escape(name) + r"[\"']?\s*[=.]")
+        held = None
+        for i, line in enumerate(self.lines):
+            if as_key.match(line):
+                return i + 1
+            if held is None and name in line:
+                held = i + 1
+        return held
 
     def error(self, reason: str, table: str, index: int | None = None, key: str | None = None) -> RulesError:
         return RulesError(reason, source=self.source, line=self.line_of(table, index, key))
@@ -292,20 +317,40 @@ def _duration(doc: _Doc, table: str, index: int | None, entry: Mapping[str, Any]
         raise doc.error(f"{key!r}: {exc}", table, index, key) from None
 
 
+def _finite_float(value: Any) -> float | None:
+    """A TOML number as a finite float; None for anything else (a boolean, nan, inf, an integer past a float's range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _entry(doc: _Doc, table: str, index: int, entry: Any) -> Mapping[str, Any]:
+    """The ``index``-th entry of ``table``, which must be a table (``table = [1]`` is TOML too)."""
+    if not isinstance(entry, dict):
+        raise doc.error(f"[[{table}]] #{index + 1} must be a table, got {entry!r:.80}", table, index)
+    return entry
+
+
 def _number(doc: _Doc, table: str, index: int, entry: Mapping[str, Any], key: str) -> float | None:
     value = entry.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = _finite_float(value)
+    if number is None:
         raise doc.error(f"{key!r} must be a number, got {value!r}", table, index, key)
-    return float(value)
+    return number
 
 
 def _notifiers(doc: _Doc, raw: Any) -> dict[str, Notifier]:
     if not isinstance(raw, list):
         raise doc.error("'notifier' must be an array of tables: write [[notifier]]", "notifier")
     out: dict[str, Notifier] = {}
-    for i, entry in enumerate(raw):
+    for i, item in enumerate(raw):
+        entry = _entry(doc, "notifier", i, item)
         _check_keys(doc, "notifier", i, entry, {"name", "type", "url", "headers", "timeout", "resend"})
         name = _string(doc, "notifier", i, entry, "name", required=True)
         assert name is not None
@@ -342,7 +387,8 @@ def _slos(doc: _Doc, raw: Any) -> tuple[tuple[Any, ...], dict[str, str]]:
     names: dict[str, str] = {}
     objectives: list[Any] = []
     allowed = {"name", "operation", "p99_ms", "window", "device", "labels"}
-    for i, entry in enumerate(raw):
+    for i, item in enumerate(raw):
+        entry = _entry(doc, "slo", i, item)
         _check_keys(doc, "slo", i, entry, allowed)
         operation = _string(doc, "slo", i, entry, "operation", required=True)
         assert operation is not None
@@ -399,7 +445,7 @@ def _detectors(doc: _Doc, raw: Any) -> dict[str, Any]:
                 raise doc.error(f"{key!r} must be true or false, got {value!r}", "detectors", None, key)
             out[name] = value
         elif isinstance(default, (int, float)) or default is None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if _finite_float(value) is None:
                 raise doc.error(f"{key!r} must be a number, got {value!r}", "detectors", None, key)
             out[name] = type(default)(value) if isinstance(default, (int, float)) else value
         else:
@@ -419,7 +465,8 @@ def _rules(doc: _Doc, raw: Any, notifiers: Mapping[str, Notifier], slo_names: Ma
     }
     out: list[Rule] = []
     names: set[str] = set()
-    for i, entry in enumerate(raw):
+    for i, item in enumerate(raw):
+        entry = _entry(doc, "rule", i, item)
         _check_keys(doc, "rule", i, entry, common.union(*by_kind.values()))
         name = _string(doc, "rule", i, entry, "name", required=True)
         assert name is not None
@@ -491,9 +538,121 @@ def _rules(doc: _Doc, raw: Any, notifiers: Mapping[str, Notifier], slo_names: Ma
     return tuple(out)
 
 
+# What the nesting scan looks at: string openers, comments, brackets, and what separates keys and values.
+_NESTING_TOKEN = re.compile(r"\"\"\"|'''|[\"'#\[\]{}=,.\n]")
+_BASIC_STRING_END = re.compile(r'(?:[^"\\\n]|\\.)*"')
+_MULTILINE_BASIC_END = re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""', re.DOTALL)
+
+
+def _nesting_too_deep(text: str) -> int | None:
+    """The line where ``text`` nests past ``MAX_NESTING`` levels, or None; reads TOML's strings and
+    comments so that brackets and dots in them do not count, without recursion and in one pass.
+
+    A level is a table header's part, an array, an inline table or a dotted key's part. The scan
+    does not validate: on text that is not TOML it may count loosely, and tomllib then says why.
+    """
+    line = 1
+    stack: list[tuple[str, int]] = []  # the open arrays ("[") and inline tables ("{"), with their depth
+    table_depth = 0  # the depth of the keys under the last [table] or [[table]] header
+    header_depth: int | None = None  # inside a header: its depth so far
+    in_value = False  # False where a key is read (a dot there is one level more)
+    key_parts = 1
+    value_depth = 0  # the depth of the value being read
+    pos = 0
+    while (m := _NESTING_TOKEN.search(text, pos)) is not None:
+        tok, pos = m.group(), m.end()
+        if tok == "\n":
+            line += 1
+            if not stack:  # a new line at the top level starts a key (or a header)
+                in_value, key_parts = False, 1
+            continue
+        if tok == "#":
+            end = text.find("\n", pos)
+            if end < 0:
+                break
+            pos = end
+            continue
+        if tok in ('"""', "'''"):
+            if tok == '"""':
+                end_m = _MULTILINE_BASIC_END.match(text, pos)
+                end = end_m.end() if end_m else -1
+            else:
+                end = text.find("'''", pos)
+                end = end + 3 if end >= 0 else -1
+            if end < 0:
+                break  # unterminated: tomllib says where
+            extra = 0
+            while end < len(text) and extra < 2 and text[end] == tok[0]:
+                end, extra = end + 1, extra + 1  # up to two quotes of the string's own before its closing three
+            line += text.count("\n", pos, end)
+            pos = end
+            continue
+        if tok == '"':
+            end_m = _BASIC_STRING_END.match(text, pos)
+            pos = end_m.end() if end_m else pos
+            continue
+        if tok == "'":
+            end = text.find("'", pos)
+            newline = text.find("\n", pos)
+            pos = end + 1 if end >= 0 and (newline < 0 or end < newline) else pos
+            continue
+        if header_depth is not None:  # inside [a.b] or [[a.b]]
+            if tok == ".":
+                header_depth += 1
+                if header_depth > MAX_NESTING:
+                    return line
+            elif tok == "]":
+                table_depth, header_depth = header_depth, None
+                in_value = True  # nothing more is a key until the next line
+            continue
+        top = stack[-1] if stack else None
+        if tok == "[" and not in_value and top is None:
+            header_depth = 1
+            if text.startswith("[", pos):  # an array of tables: the array, then the table
+                header_depth, pos = 2, pos + 1
+            continue
+        if tok == ".":
+            if not in_value:
+                key_parts += 1
+                if (top[1] if top else table_depth) + key_parts > MAX_NESTING:
+                    return line
+        elif tok == "=":
+            if not in_value:
+                in_value = True
+                value_depth = (top[1] if top else table_depth) + key_parts
+                if value_depth > MAX_NESTING:
+                    return line
+        elif tok in "[{":
+            if not in_value:
+                continue  # not TOML: tomllib says so
+            if value_depth > MAX_NESTING:
+                return line
+            stack.append((tok, value_depth))
+            if tok == "{":
+                in_value, key_parts = False, 1
+            else:
+                value_depth += 1
+        elif tok in "]}":
+            if stack:
+                stack.pop()
+            in_value = True
+            if stack and stack[-1][0] == "[":
+                value_depth = stack[-1][1] + 1
+        elif tok == ",":
+            if top is not None and top[0] == "{":
+                in_value, key_parts = False, 1
+            elif top is not None:
+                value_depth = top[1] + 1
+    return None
+
+
 def parse_rules(text: str, *, source: str = "<rules>") -> Rules:
     """The rules in ``text``; ``RulesError`` (with the line where it can be told) for any mistake."""
     doc = _Doc(text, source)
+    too_deep = _nesting_too_deep(text)
+    if too_deep is not None:
+        raise RulesError(f"nested deeper than {MAX_NESTING} levels (tables, arrays and dotted keys)", source=source,
+                         line=too_deep)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -501,7 +660,7 @@ def parse_rules(text: str, *, source: str = "<rules>") -> Rules:
         m = re.search(r"\(at line (\d+), column \d+\)", message)
         line = int(m.group(1)) if m else getattr(exc, "lineno", None)
         if line is None and "(at end of document)" in message:
-            line = max(1, len(doc.lines))
+            line = text.rstrip("\n").count("\n") + 1  # the last line that holds anything
         reason = re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", message) or "not valid TOML"
         raise RulesError(f"not valid TOML: {reason}", source=source, line=line) from None
     allowed = {"notifier", "rule", "slo", "detectors", "dashboard_url"}
@@ -539,7 +698,8 @@ def load_rules(path: Path | str) -> Rules:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RulesError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=str(path)) from None
+        raise RulesError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=str(path),
+                         line=data.count(b"\n", 0, exc.start) + 1) from None
     return parse_rules(text, source=str(path))
 
 

@@ -15,7 +15,16 @@ looks whole:
 Values are JSON values; a binary column's values are base64 text, a JSON column's are its
 stored JSON text (so a NULL stays NULL and the document is byte for byte the same); floats
 keep every bit (NaN included). gzip's CRC and the end records make a truncated or damaged file
-an error, never a short import.
+an error, never a short import. A record's line is at most ``RECORD_BYTES`` (a chunk is split
+past it), unless one row alone is longer.
+
+**A hostile file** (a damaged disk, an edited or crafted file) is read as untrusted: a line is
+read with a bound (``MAX_LINE_BYTES``) before it is parsed, so memory stays bounded whatever the
+file unpacks to; JSON nested too deep, a record of the wrong shape, and each value against its
+column in the target (its type, a text column's length, int64's range, base64 and JSON that
+parse, nesting in a JSON value) are checked before anything is inserted; a database error on
+insert (a duplicate id) is caught. Each is one ``TransferError`` naming the record (its line in
+the file) and, where it can, the table, row and column; the transaction is rolled back.
 
 **Which tables**: every table of the collector's SQLAlchemy metadata (``storage.schema``,
 ``rollup_schema`` and whatever later modules add to it) that the source database has, with the
@@ -38,10 +47,12 @@ it back: the target is as it was.
 from __future__ import annotations
 
 import base64
+import binascii
 import gzip
 import itertools
 import json
 import os
+import re
 import sys
 import time
 import zlib
@@ -53,9 +64,13 @@ from typing import IO, Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Connection,
     Engine,
+    Integer,
     LargeBinary,
+    Numeric,
+    String,
     Table,
     Text,
     cast,
@@ -75,6 +90,14 @@ from fleetscope.collector.storage.schema import metadata
 FORMAT = "fleetscope-db-export"
 FORMAT_VERSION = 1
 CHUNK_ROWS = 5_000  # rows per record: bounds the memory of export and import alike
+RECORD_BYTES = 4 << 20  # the export splits a chunk whose record would be longer
+# The longest line an import reads; a longer one is refused before it is parsed (what it would
+# take in memory is the line and its parsed values, a few times the line). Far above any
+# record an export writes: RECORD_BYTES, or one row, whose text the ingest caps (65,536
+# characters for a log line).
+MAX_LINE_BYTES = 32 << 20
+MAX_JSON_DEPTH = 64  # nesting of a value in a JSON column (the collector writes a few levels)
+INT64 = (-(2**63), 2**63 - 1)
 # Tables that say nothing about the fleet: a target holding rows only here counts as empty (a
 # collector that started on it took a lease; the migrations wrote schema_info).
 BOOKKEEPING_TABLES = frozenset({"leases", "schema_info"})
@@ -99,9 +122,23 @@ class TableSpec:
                 "rows": self.rows}
 
     @staticmethod
-    def from_record(r: dict[str, Any]) -> TableSpec:
-        return TableSpec(name=str(r["name"]), columns=tuple(map(str, r["columns"])), binary=tuple(map(str, r["binary"])),
-                         json=tuple(map(str, r["json"])), rows=int(r["rows"]))
+    def from_record(r: Any) -> TableSpec:
+        """The header's entry for a table; ``ValueError`` saying what is wrong with it."""
+        if not isinstance(r, dict) or not isinstance(r.get("name"), str):
+            raise ValueError("a table entry is not an object with a name")
+        name = r["name"]
+        lists = {}
+        for key in ("columns", "binary", "json"):
+            value = r.get(key)
+            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+                raise ValueError(f"table {name!r}: {key!r} is not a list of names")
+            lists[key] = tuple(value)
+        rows = r.get("rows")
+        if type(rows) is not int or rows < 0:
+            raise ValueError(f"table {name!r}: 'rows' is not a count")
+        if len(set(lists["columns"])) != len(lists["columns"]) or not set(lists["binary"]) | set(lists["json"]) <= set(lists["columns"]):
+            raise ValueError(f"table {name!r}: its columns repeat, or its binary or JSON columns are not among them")
+        return TableSpec(name=name, columns=lists["columns"], binary=lists["binary"], json=lists["json"], rows=rows)
 
 
 @dataclass
@@ -262,7 +299,8 @@ def write_export(engine: Engine, out: Path, progress: Progress | None = None) ->
         totals: dict[str, Any] = {}
         with gzip.open(partial, "wb", compresslevel=3) as f:
             for record in itertools.chain([header], records):
-                f.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+                for line in _lines(record):
+                    f.write(line)
                 if "end" in record and "table" not in record:
                     totals = record["end"]
         os.replace(partial, out)
@@ -271,6 +309,19 @@ def write_export(engine: Engine, out: Path, progress: Progress | None = None) ->
         raise TransferError(f"cannot write {out}: {exc.strerror or exc}") from exc
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _lines(record: dict[str, Any]) -> Iterator[bytes]:
+    """``record`` as its line, or a rows record longer than ``RECORD_BYTES`` as several, halving
+    its rows until each fits (or holds one row): an import reads lines with a bound."""
+    line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+    rows = record.get("rows")
+    if len(line) <= RECORD_BYTES or not isinstance(rows, list) or len(rows) < 2:
+        yield line
+        return
+    half = len(rows) // 2
+    yield from _lines({"table": record["table"], "rows": rows[:half]})
+    yield from _lines({"table": record["table"], "rows": rows[half:]})
 
 
 def read_export(path: Path) -> Iterator[dict[str, Any]]:
@@ -284,13 +335,21 @@ def read_export(path: Path) -> Iterator[dict[str, Any]]:
             if raw.read(2) != b"\x1f\x8b":  # gzip's magic number
                 raise TransferError(f"{path} is not a fleetscope export (not a gzip file)")
         with gzip.open(path, "rb") as f:
-            for number, line in enumerate(f, 1):
+            number = 0
+            while line := f.readline(MAX_LINE_BYTES + 1):  # never more than the bound, however long the line
+                number += 1
+                if len(line) > MAX_LINE_BYTES:
+                    raise TransferError(f"export file {path} is damaged: record {number} is longer than "
+                                        f"{MAX_LINE_BYTES >> 20} MiB (an export's records are at most {RECORD_BYTES >> 20} MiB)")
                 if not line.endswith(b"\n"):
                     raise ValueError("the last record is cut short")
-                record = json.loads(line)
+                try:
+                    record = json.loads(line)
+                except RecursionError:  # the JSON decoder's own bound: no stack is at risk
+                    raise TransferError(f"export file {path} is damaged: record {number} is nested too deep") from None
                 if not isinstance(record, dict):
                     raise ValueError(f"record {number} is not an object")
-                if "table" in record:
+                if isinstance(record.get("table"), str):
                     where = f"table {record['table']}"
                 yield record
     except TransferError:
@@ -303,71 +362,219 @@ def read_export(path: Path) -> Iterator[dict[str, Any]]:
 # ------------------------------------------------------------------------------------ loading
 
 
+class _Column:
+    """What a column of the target accepts, from the database's own description of it."""
+
+    def __init__(self, name: str, column_type: Any, nullable: bool, *, binary: bool, json_text: bool, dialect: str) -> None:
+        self.name = name
+        self.nullable = nullable
+        self.postgresql = dialect == "postgresql"
+        self.length: int | None = None
+        self.allowed: set[type]
+        if binary:
+            self.kind, self.allowed, self.what = "binary", {str}, "base64 text"
+        elif json_text:
+            self.kind, self.allowed, self.what = "json", {str}, "JSON text"
+        elif isinstance(column_type, Boolean):
+            self.kind, self.allowed, self.what = "bool", {bool, int}, "true or false"
+        elif isinstance(column_type, Integer):
+            self.kind, self.allowed, self.what = "int", {int}, "integers"
+        elif isinstance(column_type, Numeric):
+            self.kind, self.allowed, self.what = "float", {int, float}, "numbers"
+        elif isinstance(column_type, String):
+            self.kind, self.allowed, self.what = "text", {str}, "text"
+            self.length = column_type.length
+        else:
+            self.kind, self.allowed, self.what = "any", {str, int, float, bool}, "a value"
+        if nullable:
+            self.allowed = self.allowed | {type(None)}
+
+    def check(self, values: list[Any]) -> tuple[int, str] | None:
+        """The first of ``values`` (a column of one record) the column cannot take, as (index,
+        reason); None when all can. Column-wide checks first (C loops), a value at a time only
+        for base64 and JSON. Binary values are decoded in place."""
+        types = set(map(type, values))
+        if not types <= self.allowed:
+            i, v = next((i, v) for i, v in enumerate(values) if type(v) not in self.allowed)
+            return i, ("is null, and the column may not be" if v is None
+                       else f"is {_json_kind(v)}, and the column holds {self.what}")
+        present = [v for v in values if v is not None] if type(None) in types else values
+        if not present:
+            return None
+        if self.kind in ("int", "bool"):
+            lo, hi = (0, 1) if self.kind == "bool" else INT64
+            if min(present) < lo or max(present) > hi:
+                return next((i, f"{v} is out of range") for i, v in enumerate(values) if v is not None and not lo <= v <= hi)
+        elif self.kind == "float" and int in types:
+            for i, v in enumerate(values):
+                if type(v) is int and not -(2**1023) < v < 2**1023:
+                    return i, "is too large for a float"
+        elif self.kind == "text":
+            return self._check_text(values, present)
+        elif self.kind == "binary":
+            for i, v in enumerate(values):
+                if v is not None:
+                    try:
+                        values[i] = base64.b64decode(v, validate=True)
+                    except (binascii.Error, ValueError):
+                        return i, "is not base64"
+        elif self.kind == "json":
+            for i, v in enumerate(values):
+                if v is not None:
+                    reason = _json_text_problem(v, allow_nan=not self.postgresql)
+                    if reason:
+                        return i, reason
+        return None
+
+    def _check_text(self, values: list[Any], present: list[str]) -> tuple[int, str] | None:
+        if self.length is not None and max(map(len, present)) > self.length:
+            return next((i, f"is {len(v):,} characters, and the column holds at most {self.length:,}")
+                        for i, v in enumerate(values) if v is not None and len(v) > self.length)
+        joined = "".join(present)
+        if self.postgresql and "\x00" in joined:  # PostgreSQL's text cannot hold NUL (the ingest never stores one)
+            return next((i, "holds a NUL character") for i, v in enumerate(values) if v is not None and "\x00" in v)
+        try:
+            joined.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\ud800 in the JSON): no driver can send it
+            return next((i, "is not valid Unicode (a lone surrogate)") for i, v in enumerate(values)
+                        if v is not None and not _encodes(v))
+        return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_kind(value: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object",
+            bytes: "bytes"}.get(type(value), type(value).__name__)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON PostgreSQL takes")
+
+
+def _json_text_problem(text: str, *, allow_nan: bool) -> str | None:
+    """Why ``text`` cannot be a JSON column's stored text, or None."""
+    try:
+        value = json.loads(text) if allow_nan else json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        return "is JSON nested too deep"
+    except ValueError as exc:
+        return f"is not JSON ({' '.join(str(exc).split())[:100]})"
+    stack = [(value, 1)]
+    while stack:  # the depth, without recursion
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                return f"is JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return None
+
+
 @dataclass
 class _Checked:
-    """The records of an export, checked for order and counts while they are consumed."""
+    """The records of an export, checked for shape, order and counts while they are consumed;
+    ``number`` is the record last read (its line in a file: the header is record 1)."""
 
-    records: Iterator[dict[str, Any]]
+    records: Iterator[Any]
     origin: str
     header: dict[str, Any] = field(default_factory=dict)
     specs: list[TableSpec] = field(default_factory=list)
+    number: int = 0
+
+    def _next(self) -> Any:
+        record = next(self.records)
+        self.number += 1
+        return record
+
+    def damaged(self, reason: str) -> TransferError:
+        return TransferError(f"{self.origin} is damaged: record {self.number}{reason}")
 
     def open(self) -> None:
         try:
-            header = next(self.records)
+            header = self._next()
         except StopIteration:
             raise TransferError(f"{self.origin} is empty: not a fleetscope export") from None
-        if header.get("format") != FORMAT:
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise TransferError(f"{self.origin} is not a fleetscope export")
         if header.get("version") != FORMAT_VERSION:
-            raise TransferError(f"{self.origin} is export format version {header.get('version')}, this fleetscope reads "
-                                f"version {FORMAT_VERSION}")
+            raise TransferError(f"{self.origin} is export format version {str(header.get('version'))[:20]}, this fleetscope "
+                                f"reads version {FORMAT_VERSION}")
         revision = header.get("revision")
-        if revision not in migrations.revisions():
-            raise TransferError(f"{self.origin} was exported at schema revision {revision}, which this fleetscope does not "
-                                f"know (its newest is {migrations.head()}): import it with the fleetscope that exported it")
+        if not isinstance(revision, str) or revision not in migrations.revisions():
+            raise TransferError(f"{self.origin} was exported at schema revision {str(revision)[:40]}, which this fleetscope "
+                                f"does not know (its newest is {migrations.head()}): import it with the fleetscope that "
+                                "exported it")
         known = {t.name: t for t in tables_in_order()}
         self.header = header
-        self.specs = [TableSpec.from_record(r) for r in header["tables"]]
+        tables = header.get("tables")
+        if not isinstance(tables, list):
+            raise self.damaged(" (the header): its 'tables' is not a list")
+        try:
+            self.specs = [TableSpec.from_record(r) for r in tables]
+        except ValueError as exc:
+            raise self.damaged(f" (the header): {exc}") from None
         for spec in self.specs:
             if spec.name not in known:
-                raise TransferError(f"{self.origin} has a table {spec.name!r} that this fleetscope does not know")
+                raise TransferError(f"{self.origin} has a table {spec.name[:100]!r} that this fleetscope does not know")
+        if len({s.name for s in self.specs}) != len(self.specs):
+            raise self.damaged(" (the header): a table is listed twice")
 
-    def chunks(self, spec: TableSpec) -> Iterator[list[list[Any]]]:
-        """The rows of ``spec``'s table, chunk by chunk, binary values decoded; checks its end record."""
-        binary = [i for i, c in enumerate(spec.columns) if c in spec.binary]
+    def chunks(self, spec: TableSpec, columns: list[_Column]) -> Iterator[tuple[int, list[list[Any]]]]:
+        """The rows of ``spec``'s table, record by record as (record number, rows), each value
+        checked against ``columns`` (the target's, in the file's order) and binary values decoded;
+        checks its end record."""
         n = 0
-        for record in self.records:
-            if record.get("table") != spec.name:
-                raise TransferError(f"{self.origin} is damaged: a record of {record.get('table') or 'the end'} inside table "
-                                    f"{spec.name}")
-            if "end" in record:
-                if record["end"] != n or n != spec.rows:
-                    raise TransferError(f"{self.origin} is damaged: table {spec.name} has {n:,} rows, its end record says "
-                                        f"{record['end']:,} and the header {spec.rows:,}")
+        width = len(spec.columns)
+        for record in iter(self._next, None):
+            table = record.get("table") if isinstance(record, dict) else None
+            if table != spec.name:
+                what = f"table {table}" if isinstance(table, str) else "the end" if isinstance(record, dict) else "no table"
+                raise self.damaged(f": a record of {what[:100]} inside table {spec.name}")
+            if set(record) == {"table", "end"}:
+                end = record["end"]
+                if type(end) is not int or end != n or n != spec.rows:
+                    says = f"{end:,}" if type(end) is int else f"{_json_kind(end)}, not a count"
+                    raise TransferError(f"{self.origin} is damaged: table {spec.name} has {n:,} rows, its end record "
+                                        f"(record {self.number}) says {says} and the header {spec.rows:,}")
                 return
-            rows = record["rows"]
-            width = len(spec.columns)
-            for row in rows:
-                if len(row) != width:
-                    raise TransferError(f"{self.origin} is damaged: a row of {spec.name} has {len(row)} values, not {width}")
-                for i in binary:
-                    if row[i] is not None:
-                        row[i] = base64.b64decode(row[i])
+            rows = record.get("rows")
+            if set(record) != {"table", "rows"} or not isinstance(rows, list):
+                raise self.damaged(f" (table {spec.name}) has no list of rows and is not the table's end record")
+            for i, row in enumerate(rows):
+                if not isinstance(row, list) or len(row) != width:
+                    got = f"{len(row)} values, not {width}" if isinstance(row, list) else f"{_json_kind(row)}, not a list"
+                    raise self.damaged(f" (table {spec.name}, its row {n + i + 1:,}) is {got}")
+            for j, col in enumerate(columns):
+                values = [row[j] for row in rows]
+                problem = col.check(values)
+                if problem is not None:
+                    i, reason = problem
+                    raise self.damaged(f" (table {spec.name}, its row {n + i + 1:,}), column {col.name}: {reason}")
+                if col.kind == "binary":
+                    for row, value in zip(rows, values):
+                        row[j] = value
             n += len(rows)
-            yield rows
+            yield self.number, rows
         raise TransferError(f"{self.origin} is truncated: it ends inside table {spec.name}")
 
     def close(self, loaded: dict[str, int]) -> None:
         try:
-            end = next(self.records)
+            end = self._next()
         except StopIteration:
             raise TransferError(f"{self.origin} is truncated: its end record is missing") from None
-        totals = end.get("end")
-        if "table" in end or not isinstance(totals, dict) or totals.get("rows") != sum(loaded.values()):
-            raise TransferError(f"{self.origin} is damaged: its end record does not match the {sum(loaded.values()):,} rows read")
-        for extra in self.records:
-            raise TransferError(f"{self.origin} is damaged: records after its end ({str(extra)[:60]})")
+        totals = end.get("end") if isinstance(end, dict) else None
+        if (not isinstance(end, dict) or set(end) != {"end"} or not isinstance(totals, dict)
+                or totals.get("rows") != sum(loaded.values())):
+            raise self.damaged(f": the end record does not match the {sum(loaded.values()):,} rows read")
+        for extra in iter(self._next, None):
+            keys = ", ".join(sorted(map(str, extra))[:4])[:60] if isinstance(extra, dict) else _json_kind(extra)
+            raise self.damaged(f" comes after the end record ({keys})")
 
 
 def import_records(engine: Engine, records: Iterable[dict[str, Any]], *, origin: str, replace: bool = False,
@@ -399,13 +606,16 @@ def import_records(engine: Engine, records: Iterable[dict[str, Any]], *, origin:
             for spec in checked.specs:
                 if spec.name not in present:
                     raise TransferError(f"database {url} has no table {spec.name} at revision {revision}")
-                missing = set(spec.columns) - {c["name"] for c in inspect(conn).get_columns(spec.name)}
+                described = {c["name"]: c for c in inspect(conn).get_columns(spec.name)}
+                missing = set(spec.columns) - set(described)
                 if missing:
-                    raise TransferError(f"database {url}: table {spec.name} lacks column(s) {', '.join(sorted(missing))} "
-                                        f"at revision {revision}")
+                    raise TransferError(f"database {url}: table {spec.name} lacks column(s) "
+                                        f"{', '.join(sorted(missing))[:200]} at revision {revision}")
+                columns = [_Column(c, described[c]["type"], bool(described[c]["nullable"]), binary=c in spec.binary,
+                                   json_text=c in spec.json, dialect=conn.dialect.name) for c in spec.columns]
                 if spec.name in BOOKKEEPING_TABLES:  # what the migrations just wrote (schema_info) gives way to the export's
                     conn.exec_driver_sql(f'DELETE FROM "{spec.name}"')
-                result.rows[spec.name] = _load_table(conn, spec, checked.chunks(spec), progress)
+                result.rows[spec.name] = _load_table(conn, spec, checked.chunks(spec, columns), progress, origin)
             checked.close(result.rows)
             _reset_sequences(conn)
             if revision != migrations.head():
@@ -465,35 +675,57 @@ def _migrate(conn: Connection, current: str | None, target: str) -> list[str]:
     return lines
 
 
-def _load_table(conn: Connection, spec: TableSpec, chunks: Iterator[list[list[Any]]], progress: Progress | None) -> int:
+def _load_table(conn: Connection, spec: TableSpec, chunks: Iterator[tuple[int, list[list[Any]]]],
+                progress: Progress | None, origin: str) -> int:
     if progress:
         progress.start(spec.name, spec.rows)
     names = ", ".join(f'"{c}"' for c in spec.columns)
     raw = conn.connection.driver_connection
     assert raw is not None
     n = 0
-    if conn.dialect.name == "postgresql":
-        with raw.cursor() as cur, cur.copy(f'COPY "{spec.name}" ({names}) FROM STDIN') as copy:
-            for rows in chunks:
-                for row in rows:
-                    copy.write_row(row)
-                n += len(rows)
-                if progress:
-                    progress.rows(n)
-    else:
-        sql = f'INSERT INTO "{spec.name}" ({names}) VALUES ({", ".join("?" * len(spec.columns))})'
-        cur = raw.cursor()
-        try:
-            for rows in chunks:
-                cur.executemany(sql, rows)
-                n += len(rows)
-                if progress:
-                    progress.rows(n)
-        finally:
-            cur.close()
+    starts: list[tuple[int, int]] = []  # (the table's row each record starts at, the record's number)
+    # The driver's own errors: the connection is the driver's, not SQLAlchemy's, so nothing wraps them.
+    driver_errors = (conn.dialect.dbapi.Error,) if conn.dialect.dbapi is not None else ()
+    try:
+        if conn.dialect.name == "postgresql":
+            with raw.cursor() as cur, cur.copy(f'COPY "{spec.name}" ({names}) FROM STDIN') as copy:
+                for number, rows in chunks:
+                    starts.append((n + 1, number))
+                    for row in rows:
+                        copy.write_row(row)
+                    n += len(rows)
+                    if progress:
+                        progress.rows(n)
+        else:
+            sql = f'INSERT INTO "{spec.name}" ({names}) VALUES ({", ".join("?" * len(spec.columns))})'
+            cur = raw.cursor()
+            try:
+                for number, rows in chunks:
+                    starts.append((n + 1, number))
+                    cur.executemany(sql, rows)
+                    n += len(rows)
+                    if progress:
+                        progress.rows(n)
+            finally:
+                cur.close()
+    except (*driver_errors, OverflowError, UnicodeError) as exc:  # a duplicate id, a value the checks let through
+        raise TransferError(f"{origin}: record {_record_of(exc, starts)} (table {spec.name}) cannot be stored: "
+                            f"{migrations.one_line(exc)[:300]}") from exc
     if progress:
         progress.done(n)
     return n
+
+
+def _record_of(exc: BaseException, starts: list[tuple[int, int]]) -> int:
+    """The record a failed insert came from: the last one sent, or on PostgreSQL the one that
+    holds the row its COPY names ("COPY devices, line 7")."""
+    number = starts[-1][1] if starts else 0
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    m = re.search(r"\bline (\d+)", context)
+    if m:
+        row = int(m.group(1))
+        number = next((record for first, record in reversed(starts) if first <= row), number)
+    return number
 
 
 def _reset_sequences(conn: Connection) -> None:

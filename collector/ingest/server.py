@@ -32,6 +32,7 @@ import grpc
 from fleetscope.collector.errors import CannotListen
 from fleetscope.collector.ingest.agent_limits import AgentLimits
 from fleetscope.collector.ingest.gc_policy import tune_for_ingest
+from fleetscope.collector.ingest.memory import MemoryTrimmer
 from fleetscope.collector.ingest.service import IngestService, add_ingest_service
 from fleetscope.collector.ingest.tls import ServerTLS
 from fleetscope.collector.ingest.validation import Limits
@@ -116,6 +117,9 @@ class CollectorSettings:
     # Limits per agent (collector/ingest/agent_limits.py); how often revocations are looked for.
     agent_limits: AgentLimits = field(default_factory=AgentLimits)
     revocation_poll_s: float = 1.0
+    # Freed memory given back to the system this often (malloc_trim: collector/ingest/memory.py),
+    # so a closed connection flood does not leave RSS high; 0 turns it off.
+    trim_interval_s: float = 10.0
 
 
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -260,6 +264,8 @@ class Collector:
         if not self.port:
             raise CannotListen(listen_problem(self.settings.listen) or f"cannot listen on {self.settings.listen}")
         self.writer.start()
+        trimmer = MemoryTrimmer(self.settings.trim_interval_s)
+        trimmer.start()
         rollup_job = None
         if self.settings.rollups:
             from fleetscope.collector.jobs.rollup import RollupJob
@@ -349,6 +355,7 @@ class Collector:
             await asyncio.to_thread(alert_job.stop)
             await asyncio.to_thread(sender.stop)
         await self.observability.stop()
+        await asyncio.to_thread(trimmer.stop)
         self.engine.dispose()
         log.info("collector stopped")
 

@@ -15,7 +15,7 @@ Never rename a string: kinds, severities and fact values are stored data, CLI fi
 
 from __future__ import annotations
 
-import math
+import math as _math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -712,5 +712,5 @@ def format_reading(metric: str, value: float) -> str:
     if value == int(value) and abs(value) < 1e18:
         return f"{int(value):,}"
     # Two decimals, or for a value below 1 enough of them for three significant digits.
-    decimals = 2 if abs(value) >= 1 else 2 - math.floor(math.log10(abs(value)))
+    decimals = 2 if abs(value) >= 1 else 2 - _math.floor(_math.log10(abs(value)))
     return f"{value:,.{min(decimals, 20)}f}".rstrip("0").rstrip(".")

@@ -30,6 +30,7 @@ from fleetscope.collector.storage.partitions import (
 from fleetscope.collector.storage.registry import register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from tests.conftest import wait_until
 
 DAY = DAY_S * NS
 NOW = 1_796_300_000 * NS  # 2026-12-03 (UTC), fixed so partition names are known
@@ -264,12 +265,15 @@ def test_a_starting_collector_creates_the_raw_tiers_partitions_and_ahead(pg_url:
     try:
         days_at_start.add(day_start_ns(time.time_ns()))  # a start across midnight may use either day
         engine = make_engine(pg_url, create=False)
-        try:
+
+        def starts() -> list[int]:
             with engine.connect() as conn:
-                starts = [p.start_ns for p in partitions_of(conn, "gpu_samples") if not p.is_default]
+                return [p.start_ns for p in partitions_of(conn, "gpu_samples") if not p.is_default]
+
+        try:  # the port is bound first (a busy one is refused before any work), the partitions follow
+            wait_until(lambda: any(starts() == [today + d * DAY for d in range(-3, 3)] for today in days_at_start),
+                       timeout_s=30, message="3 days of the raw tier, today and 2 ahead")
         finally:
             engine.dispose()
-        assert any(starts == [today + d * DAY for d in range(-3, 3)] for today in days_at_start), (
-            "3 days of the raw tier, today and 2 ahead")
     finally:
         assert c.terminate() == 0

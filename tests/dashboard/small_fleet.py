@@ -67,12 +67,14 @@ def _install(t: int, used_gib: float, note: str, kind: str, message: str) -> Sam
     )
 
 
-def _send(state_dir: Path, address: str, name: str, records: SampleSet, report: pb.SdkReport) -> str:
+def _send(state_dir: Path, address: str, name: str, records: SampleSet, report: pb.SdkReport, *, final: bool = True) -> str:
     state_dir.mkdir(parents=True, exist_ok=True)
     agent = make_agent(state_dir, [address], IdleSampler(), name=name)
     agent.add(records)
     agent.add_sdk_report(report)
-    agent.flush(final=True)  # a clean stop: the installs are "stopped", not offline, however long the tests take
+    # final: a clean stop, so the install is "stopped", not offline, however long the tests take;
+    # without it the device is lost (its link gone), offline once its silence passes the threshold.
+    agent.flush(final=final)
     agent.uplink.start()
     try:
         assert agent.uplink.drain(30), "batches not acknowledged"

@@ -70,7 +70,7 @@ def lone(tmp_path_factory: pytest.TempPathFactory) -> Lone:
     collector = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=url, tokens=frozenset([TOKEN]), grace_s=2.0))
     collector.start()
     try:
-        _send(tmp / "agent", f"127.0.0.1:{collector.port}", NAME, records, report)
+        _send(tmp / "agent", f"127.0.0.1:{collector.port}", NAME, records, report, final=False)  # lost, not stopped
         # A second device: the CLI compares two or more.
         _send(tmp / "twin", f"127.0.0.1:{collector.port}", TWIN, records, report)
     finally:

@@ -92,28 +92,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.server)
         if "pg_url" in fixtures or params.get("db_url") == "postgresql":
             item.add_marker(pytest.mark.postgresql)
-        group = _shared_fixture_group(item)
+        # Builds of this source tree share its build/ folder: one worker runs them all, one at a time.
+        group = "project-build" if item.get_closest_marker("builds_project") else _shared_fixture_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:
-    """The xdist group that keeps the users of one expensive shared fixture on one worker, so it
-    is built once: a session fixture of the tests (the dashboard's pipeline, about 70 s) by its
-    name, a module fixture (a filled fleet database) by its module."""
+    """The xdist group that keeps the users of one expensive shared fixture together, so that it is
+    built once per group: a module's tests that share a module fixture (a filled fleet database),
+    or a session fixture (the dashboard's pipeline, about 70 s) per module using it. One group for
+    all of a session fixture's users would build it once, but their chain on one worker (several
+    minutes of pages and browsers) would outlast the rest of the suite."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
-    module_group = None
-    for name, defs in info.name2fixturedefs.items():
+    for defs in info.name2fixturedefs.values():
         fixturedef = defs[-1]
         if not getattr(fixturedef.func, "__module__", "").startswith("tests."):
             continue  # pytest's own (tmp_path_factory, ...) cost nothing to build twice
-        if fixturedef.scope == "session":
-            return name
-        if fixturedef.scope in ("module", "package"):
-            module_group = item.nodeid.split("::")[0]
-    return module_group
+        if fixturedef.scope in ("session", "module", "package"):
+            return item.nodeid.split("::")[0]
+    return None
 
 
 _current_test: list[pytest.Item | None] = [None]

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.builds_project  # pip builds this source tree (setuptools writes build/ in it)
+
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = {"sqlalchemy", "streamlit", "pandas", "torch", "numpy", "psycopg", "tensorrt", "pyarrow"}
 

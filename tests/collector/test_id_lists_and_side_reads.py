@@ -67,9 +67,9 @@ def test_a_side_read_answers_on_a_connection_of_its_own_on_postgresql(engine: En
         return int(s.execute(select(probe.c.v).where(probe.c.id == 3)).scalar_one())
 
     with Session(engine) as s:
+        mine = backend(s)  # the session holds its connection first: a side read cannot be handed it back
         side_backend = read_beside(s, backend)
         side_total = read_beside(s, total)
-        mine = backend(s)
         assert side_total.result() == 30
         if engine.dialect.name == "postgresql":
             assert side_backend.result() != mine  # ran beside, not in this session

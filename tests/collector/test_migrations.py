@@ -257,6 +257,7 @@ def test_a_step_that_fails_halfway_leaves_the_database_as_it_was(db_url: str) ->
         engine.dispose()
 
 
+@pytest.mark.builds_project
 @pytest.mark.processes
 def test_the_revision_files_ship_in_the_wheel_and_alembic_reads_them_there(tmp_path: Path) -> None:
     if not (REPO / "pyproject.toml").exists():

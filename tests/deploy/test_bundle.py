@@ -13,6 +13,8 @@ import pytest
 
 from fleetscope.agent.tools.bundle import pip_platforms
 
+pytestmark = pytest.mark.builds_project  # pip builds this source tree (setuptools writes build/ in it)
+
 FLEETSCOPE = str(Path(sys.executable).with_name("fleetscope"))
 
 

@@ -60,7 +60,10 @@ def receiver() -> Iterator[Receiver]:
 
 
 def start_agent(tmp_path: Path, addresses: list[str], log: Path) -> subprocess.Popen:
-    log.touch()
+    # The log appears after the agent started, so it is read from its start: a file that exists at
+    # start is followed from its end, and an agent slow to start (a busy machine) would miss a line
+    # written before it looked.
+    assert not log.exists()
     args = [*CLI, "agent", "--token", "test-token", "--name", "drone-7", "--spool", str(tmp_path / "agent"),
             "--interval", "200ms", "--label", "site=field", "--log-file", str(log), "--no-kernel-log", "--no-gpu"]
     for a in addresses:

@@ -3,120 +3,37 @@ devices and incidents; a screenshot of each goes to artifacts/dashboard/ for a h
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.dashboard.browser import chromium_missing, chromium_page, dashboard_server, load
 from tests.dashboard.pipeline import Pipeline
 
 pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser  # each test drives headless Chromium
-CHROMIUM = os.environ.get("FLEETSCOPE_TEST_CHROMIUM", "/usr/bin/chromium")
-if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+if chromium_missing():
+    pytest.skip(chromium_missing(), allow_module_level=True)
 
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "dashboard"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(pipeline: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("dashboard") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fleetscope.dashboard", "--db", pipeline.url, "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"dashboard exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"dashboard did not answer within 60 s: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
+    with dashboard_server(pipeline.url, tmp_path_factory.mktemp("dashboard") / "server.log") as base:
         yield base
-    finally:
-        proc.terminate()  # the dashboard process *is* Streamlit (exec), so this stops the server
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture(scope="module")
 def browser_page(server: str) -> Iterator:  # type: ignore[type-arg]
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1500})
+    with chromium_page(height=1500) as page:
         yield page
-        browser.close()
 
 
-def _load(page, url: str, name: str) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
-    """Open ``url``, wait until Streamlit has drawn it, screenshot it; the page text and table cells."""
-    page.goto(url)
-    page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
-    page.wait_for_selector('[data-testid="stSkeleton"]', state="detached", timeout=60_000)
-    # Elements whose code is still loading (a cold browser's first page) show placeholders.
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stSkeletonElement\"]')", timeout=60_000
-    )
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
-    )
-    # A data grid's accessible table (what is read below) fills after the grid appears; on a busy
-    # machine that is seconds later. Wait for every grid to have its cells, for a while: a grid
-    # that stays empty (no rows to show, or not drawn on this tab) is for the test's asserts to judge.
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    try:
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('[data-testid=stDataFrame]')].every(g => g.querySelector('table td'))",
-            timeout=20_000,
-        )
-    except PlaywrightTimeout:
-        pass
-    page.wait_for_timeout(1500)  # Vega draws its charts after the elements arrive
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-    # Data grids draw on a canvas; their cells are also in an accessible table, which is what is read.
-    cells = page.locator('[data-testid="stDataFrame"] table td').all_inner_texts()
-    return page.inner_text("body"), cells
+def _load(page, url: str, name: str, expect_cells: tuple[str, ...] = ()) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    return load(page, url, ARTIFACTS / f"{name}.png", expect_cells)
 
 
 def _no_failure(text: str) -> None:
@@ -124,7 +41,9 @@ def _no_failure(text: str) -> None:
 
 
 def test_fleet_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
-    text, cells = _load(browser_page, f"{server}/", "fleet")
+    text, cells = _load(
+        browser_page, f"{server}/", "fleet", (*pipeline.all_devices, "gpu_xid", "cuda_oom", "gpu-oom")
+    )
     _no_failure(text)
     assert set(pipeline.all_devices) <= set(cells), "every device is listed"
     assert f"1 device offline: {pipeline.lost}" in text
@@ -150,7 +69,7 @@ def test_device_page_in_a_browser(browser_page, server: str, pipeline: Pipeline)
 
 
 def test_compare_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
-    text, cells = _load(browser_page, f"{server}/compare", "compare")
+    text, cells = _load(browser_page, f"{server}/compare", "compare", ("Latency p99", "1,250 qps"))
     _no_failure(text)
     assert "Latency percentiles (merged histograms)" in text and "Benchmark records" in text
     assert "Latency p99" in cells and "41.5 qps" in cells and "1,250 qps" in cells
@@ -158,7 +77,9 @@ def test_compare_page_in_a_browser(browser_page, server: str, pipeline: Pipeline
 
 
 def test_incidents_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
-    text, cells = _load(browser_page, f"{server}/incidents", "incidents")
+    text, cells = _load(
+        browser_page, f"{server}/incidents", "incidents", ("cuda_oom", "host_oom", "gpu_xid", "trt_benchmark")
+    )
     _no_failure(text)
     assert {"cuda_oom", "host_oom", "gpu_xid", "trt_benchmark"} <= set(cells)
     oom_row = next(i for i, c in enumerate(cells) if c == "cuda_oom")
@@ -172,25 +93,32 @@ def test_incidents_page_in_a_browser(browser_page, server: str, pipeline: Pipeli
     with Session(engine) as s:
         oom = search_incidents(session=s, since_ns=0, until_ns=time.time_ns() + 10**9, kinds=["cuda_oom"])[0]
     engine.dispose()
-    text, cells = _load(browser_page, f"{server}/incidents?incident={oom.id}", "incident-detail")
+    text, cells = _load(
+        browser_page, f"{server}/incidents?incident={oom.id}", "incident-detail", ("2.00 GiB",)
+    )
     _no_failure(text)
     assert oom.title in text and "expandable_segments:True" in text
     assert "2.00 GiB" in cells, "the requested size, in the facts table"
 
 
 def test_alerts_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
-    text, cells = _load(browser_page, f"{server}/alerts", "alerts")
+    text, cells = _load(
+        browser_page, f"{server}/alerts", "alerts", ("gpu-oom", "gpu-hot", "agent-offline", "gpu-xid")
+    )
     _no_failure(text)
     for section in ("Firing (1)", "Pending (1)", "Silenced (1)", "History (2)"):
         assert section in text, section
     assert {"gpu-oom", "gpu-hot", "agent-offline", "gpu-xid"} <= set(cells)
     assert f"device?device={pipeline.servers[0]}" in cells, "each alert links to its device"
-    text, cells = _load(browser_page, f"{server}/alerts?alert={pipeline.alerts['oom']}", "alert-detail")
+    text, cells = _load(
+        browser_page, f"{server}/alerts?alert={pipeline.alerts['oom']}", "alert-detail", ("delivered", "ops")
+    )
     _no_failure(text)
     assert "rule gpu-oom" in text and "Open incident #" in text and f"Open {pipeline.servers[0]}" in text
     assert "delivered" in cells and "ops" in cells
     text, cells = _load(
-        browser_page, f"{server}/alerts?label=fleet%3Ddrones&state=pending,silenced", "alerts-filtered"
+        browser_page, f"{server}/alerts?label=fleet%3Ddrones&state=pending,silenced", "alerts-filtered",
+        ("gpu-hot", "agent-offline"),
     )
     _no_failure(text)
     assert "gpu-hot" in cells and "agent-offline" in cells and "gpu-oom" not in cells

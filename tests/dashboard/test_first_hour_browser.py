@@ -5,27 +5,19 @@ view in ``$FLEETSCOPE_SCREENSHOTS`` (default: a temporary folder) for a person t
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.dashboard.browser import chromium_missing, chromium_page, dashboard_server, load
 from tests.dashboard.small_fleet import LONG_MESSAGE, SmallFleet
 
 pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser  # each test drives headless Chromium
-CHROMIUM = os.environ.get("FLEETSCOPE_TEST_CHROMIUM", "/usr/bin/chromium")
-if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
-
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+if chromium_missing():
+    pytest.skip(chromium_missing(), allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -37,78 +29,18 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(small_fleet: SmallFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.conftest import free_port
-
-    port = free_port()
-    log = tmp_path_factory.mktemp("dashboard") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fleetscope.dashboard", "--db", small_fleet.url, "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"dashboard exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"dashboard did not answer within 60 s: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
+    with dashboard_server(small_fleet.url, tmp_path_factory.mktemp("dashboard") / "server.log") as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture(scope="module")
 def page(server: str) -> Iterator:  # type: ignore[type-arg]
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser.new_page(viewport={"width": 1600, "height": 1400})
-        browser.close()
+    with chromium_page(height=1400) as page:
+        yield page
 
 
-def _load(page, url: str, shot: Path) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
-    """Open ``url``, wait until Streamlit has drawn it, screenshot it; the page text and table cells."""
-    page.goto(url)
-    page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
-    page.wait_for_selector('[data-testid="stSkeleton"]', state="detached", timeout=60_000)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeletonElement\"]')", timeout=60_000)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
-    # A cold browser loads the data grid's code after the page: wait until every grid has cells.
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')].every(e => e.querySelector('table td'))",
-        timeout=60_000,
-    )
-    # A data grid's accessible table (what is read below) fills after the grid appears; on a busy
-    # machine that is seconds later. Wait for every grid to have its cells, for a while: a grid
-    # that stays empty (no rows to show, or not drawn on this tab) is for the test's asserts to judge.
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    try:
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('[data-testid=stDataFrame]')].every(g => g.querySelector('table td'))",
-            timeout=20_000,
-        )
-    except PlaywrightTimeout:
-        pass
-    page.wait_for_timeout(2000)  # Vega draws its charts after the elements arrive
-    page.screenshot(path=str(shot), full_page=True)
-    cells = page.locator('[data-testid="stDataFrame"] table td').all_inner_texts()
-    return page.inner_text("body"), cells
+def _load(page, url: str, shot: Path, expect_cells: tuple[str, ...] = ()) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    return load(page, url, shot, expect_cells)
 
 
 def _clean(text: str) -> None:
@@ -151,7 +83,7 @@ def _bar_height(png: Path) -> int:
 
 
 def test_fleet_at_its_own_path(page, server: str, small_fleet: SmallFleet, shots: Path) -> None:  # type: ignore[no-untyped-def]
-    text, cells = _load(page, f"{server}/fleet", shots / "fleet-path.png")
+    text, cells = _load(page, f"{server}/fleet", shots / "fleet-path.png", (small_fleet.imported,))
     _clean(text)  # "/fleet" used to show a "Page not found" box over the page
     assert "Fleet" in text and small_fleet.imported in cells
     row = cells.index(small_fleet.imported)
@@ -161,7 +93,10 @@ def test_fleet_at_its_own_path(page, server: str, small_fleet: SmallFleet, shots
 
 def test_device_incident_strip_and_whole_history(page, server: str, small_fleet: SmallFleet, shots: Path) -> None:  # type: ignore[no-untyped-def]
     f = small_fleet
-    text, cells = _load(page, f"{server}/device?device={f.drone}&range=15m&tab=Incidents", shots / "device-incidents.png")
+    text, cells = _load(
+        page, f"{server}/device?device={f.drone}&range=15m&tab=Incidents", shots / "device-incidents.png",
+        ("cuda_oom on the first install", "host_oom on the second install"),
+    )
     _clean(text)
     assert "Reinstalled: 2 installs" in text
     assert {"cuda_oom on the first install", "host_oom on the second install"} <= set(cells)
@@ -169,7 +104,10 @@ def test_device_incident_strip_and_whole_history(page, server: str, small_fleet:
     strip.screenshot(path=str(shots / "incident-strip.png"))
     # Two kinds, two rows: the dots (the error colour) sit at two heights, not on one line.
     assert len(_dot_rows(shots / "incident-strip.png")) == 2
-    text, cells = _load(page, f"{server}/device?device={f.drone}&range=15m&tab=Logs", shots / "device-logs.png")
+    text, cells = _load(
+        page, f"{server}/device?device={f.drone}&range=15m&tab=Logs", shots / "device-logs.png",
+        (LONG_MESSAGE, "first install line"),
+    )
     assert LONG_MESSAGE in cells and "first install line" in cells
     text, _ = _load(page, f"{server}/device?device={f.drone}&range=15m&tab=Latency", shots / "device-latency.png")
     _clean(text)
@@ -192,7 +130,10 @@ def test_hardware_tab(page, server: str, small_fleet: SmallFleet, shots: Path) -
     text, cells = _load(page, f"{server}/device?device={f.server}&range=15m&tab=Hardware", shots / "hardware-server.png")
     _clean(text)
     assert "Compute processes" in text and any(c.startswith("Gen") for c in cells)
-    text, cells = _load(page, f"{server}/device?device={f.jetson}&range=15m&tab=Hardware", shots / "hardware-jetson.png")
+    text, cells = _load(
+        page, f"{server}/device?device={f.jetson}&range=15m&tab=Hardware", shots / "hardware-jetson.png",
+        ("NVENC", "VDD_IN"),
+    )
     _clean(text)
     assert "nvpmodel" in text and {"NVENC", "VDD_IN"} <= set(cells)
 

@@ -6,24 +6,24 @@ from __future__ import annotations
 
 import urllib.parse
 
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+
+from tests.dashboard.browser import chromium_missing, chromium_page, wait_drawn
 from tests.dashboard.small_fleet import SmallFleet
-from tests.dashboard.test_first_hour_browser import ARGS, CHROMIUM, server  # noqa: F401  (a fixture)
+
+if chromium_missing():
+    pytest.skip(chromium_missing(), allow_module_level=True)
+
+from tests.dashboard.test_first_hour_browser import server  # noqa: E402, F401  (a fixture)
+
+pytestmark = pytest.mark.browser  # drives headless Chromium
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
-def _wait_drawn(page) -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stSkeletonElement\"], [data-testid=\"stStatusWidget\"]')",
-        timeout=60_000,
-    )
-    page.wait_for_timeout(1500)  # icons, fonts and Vega's charts load after the elements arrive
-
-
 def test_no_page_fetches_anything_from_outside(server: str, small_fleet: SmallFleet) -> None:  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
     f = small_fleet
     outside: list[str] = []
     seen = 0
@@ -43,17 +43,13 @@ def test_no_page_fetches_anything_from_outside(server: str, small_fleet: SmallFl
         "/incidents?range=24h",
         "/alerts",
     ]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1400})
-            page.on("request", record)
-            # Nothing leaves this machine even if a request is made: an air-gapped site's view.
-            page.route(lambda u: urllib.parse.urlsplit(u).hostname not in LOOPBACK, lambda route: route.abort())
-            for path in paths:
-                page.goto(server + path)
-                _wait_drawn(page)
-        finally:
-            browser.close()
+    with chromium_page(height=1400) as page:
+        page.on("request", record)
+        # Nothing leaves this machine even if a request is made: an air-gapped site's view.
+        page.route(lambda u: urllib.parse.urlsplit(u).hostname not in LOOPBACK, lambda route: route.abort())
+        for path in paths:
+            page.goto(server + path)
+            wait_drawn(page)
+            page.wait_for_timeout(1500)  # icons, fonts and Vega's charts load after the elements arrive
     assert seen > 20, "the pages loaded (and their requests were recorded)"
     assert not outside, f"requests that leave the machine: {sorted(set(outside))}"

@@ -129,7 +129,8 @@ def _sdk_traffic(
     server = LocalReportServer(socket_path, agent.add_sdk_report)
     server.start()
     try:
-        sdk.configure(socket=socket_path, flush_interval_s=0.5)
+        # A loaded test machine can take longer than the default second to answer one local RPC.
+        sdk.configure(socket=socket_path, flush_interval_s=0.5, rpc_timeout_s=10.0)
         sdk.flush(2.0)  # starts a fresh histogram window: throughput divides by the windows' length
         # A steady stream (ten small bursts a second): every histogram window holds some of it.
         chunk = max(1, len(durations_ms) // (seconds * 10))

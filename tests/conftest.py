@@ -28,6 +28,17 @@ from typing import Any
 
 import pytest
 
+# Hypothesis: no per-example deadline. Speed is measured by the benchmarks, not asserted here, and
+# on a machine running the suite in parallel one example can take a second for reasons of its own.
+# No example database either: a CI clone starts from nothing, so a run here must not depend on one.
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - hypothesis is a dev dependency
+    pass
+else:
+    _hypothesis_settings.register_profile("fleetscope", deadline=None, database=None)
+    _hypothesis_settings.load_profile("fleetscope")
+
 PG_ADMIN_URL = os.environ.get("FLEETSCOPE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 

@@ -109,14 +109,18 @@ def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) 
 
     page.goto(url)
     wait_drawn(page)
-    try:
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('[data-testid=stDataFrame]')].every(g => g.querySelector('table td'))",
-            timeout=20_000,
-        )
-    except PlaywrightTimeout:
-        pass
-    if expect_cells:
+    if not expect_cells:
+        # Without named cells: until every grid on view has rows. A grid in a closed expander, or
+        # one that is empty, never gets any, hence the short bound; a caller that reads cells names them.
+        try:
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('[data-testid=stDataFrame]')]
+                          .every(g => g.offsetParent === null || g.querySelector('table td'))""",
+                timeout=10_000,
+            )
+        except PlaywrightTimeout:
+            pass
+    else:
         try:
             page.wait_for_function(
                 """([selector, wanted]) => {
@@ -128,7 +132,15 @@ def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) 
             )
         except PlaywrightTimeout:
             pass
-    page.wait_for_timeout(2000)  # Vega draws its charts after the elements arrive
+    # Vega draws a chart after its element arrives: until every chart on view has its canvas.
+    try:
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')]
+                      .every(c => c.offsetParent === null || c.querySelector('canvas, svg'))""",
+            timeout=10_000,
+        )
+    except PlaywrightTimeout:
+        pass
     if shot is not None:
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot), full_page=True)

@@ -265,10 +265,11 @@ class SimulatedSampler:
         if self._incident_every_s <= 0:
             return
         if self._first_incident_s is not None:
-            delay, self._first_incident_s = self._first_incident_s, None
+            # Asked for: when it was asked, even before a whole memory ramp fits in front of it.
+            at, self._first_incident_s = now_s + self._first_incident_s, None
         else:
-            delay = self._rng.expovariate(1.0 / self._incident_every_s)
-        at = now_s + max(45.0, delay)
+            # Room for the 30 s climb of memory that leads up to an OOM (see _gpu_memory).
+            at = now_s + max(45.0, self._rng.expovariate(1.0 / self._incident_every_s))
         if self.kind == "server" and self._rng.random() < 0.25:
             self._pending = _PendingIncident(at, "xid", self._rng.randrange(self._gpus))
             return

@@ -17,7 +17,9 @@ import pytest
 from sqlalchemy import select, text
 
 from fleetscope.agent.classify import classify_event
-from fleetscope.agent.tools.simulate import build_fleet
+from fleetscope.agent.records import LogEvent
+from fleetscope.agent.samplers._base import SampleSet
+from fleetscope.agent.tools.simulate import XID_LINE, build_fleet
 from fleetscope.cli import main
 from fleetscope.collector import query
 from fleetscope.collector.commands.db_transfer import FORMAT, tables_in_order
@@ -43,6 +45,11 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
                         gpus_per_server=2, incident_every_s=1.0, first_incident_s=0.3, classify=classify_event)
     fleet.start()
     try:
+        # The first server's OOM comes at once (first_incident_s); a drone's kernel Xid line makes
+        # the second without waiting for the simulator's own next one (45 s or more).
+        drone = fleet.agents[0]
+        line = LogEvent(time.time_ns(), "kmsg", XID_LINE, "critical")
+        drone.add(SampleSet(logs=[line], incidents=classify_event(line)))
         wait_until(lambda: table_count(url, "incidents") >= 2 and table_count(url, "latency_histograms") >= 2
                    and table_count(url, "log_events") >= 4 and table_count(url, "gpu_samples") >= 200,
                    timeout_s=60, message="a fleet with incidents, logs and latency")

@@ -101,8 +101,8 @@ _ALL_CELLS = "[data-testid=stDataFrame] table td"
 def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
     """Open ``url``, wait until it is drawn, screenshot it to ``shot``; the page text and grid cells.
 
-    ``expect_cells``: cell texts the caller will look for, waited for up to a minute: a data
-    grid's accessible table (what is read) fills after the grid appears, and on a busy machine
+    ``expect_cells``: cell texts the caller will look for (``"Gen*"``: one that starts so), waited
+    for up to a minute: a data grid's accessible table (what is read) fills after the grid appears, and on a busy machine
     the grids can arrive seconds after the headers around them. Cells that never come are for
     the caller's asserts to name."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -125,7 +125,8 @@ def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) 
             page.wait_for_function(
                 """([selector, wanted]) => {
                     const have = new Set([...document.querySelectorAll(selector)].map(td => td.innerText.trim()));
-                    return wanted.every(w => have.has(w));
+                    return wanted.every(w => w.endsWith("*")
+                        ? [...have].some(h => h.startsWith(w.slice(0, -1))) : have.has(w));
                 }""",
                 arg=[_ALL_CELLS, list(expect_cells)],
                 timeout=60_000,

@@ -127,7 +127,8 @@ def test_gpu_picker_and_young_device(page, server: str, small_fleet: SmallFleet,
 
 def test_hardware_tab(page, server: str, small_fleet: SmallFleet, shots: Path) -> None:  # type: ignore[no-untyped-def]
     f = small_fleet
-    text, cells = _load(page, f"{server}/device?device={f.server}&range=15m&tab=Hardware", shots / "hardware-server.png")
+    text, cells = _load(page, f"{server}/device?device={f.server}&range=15m&tab=Hardware", shots / "hardware-server.png",
+                        ("Gen*",))
     _clean(text)
     assert "Compute processes" in text and any(c.startswith("Gen") for c in cells)
     text, cells = _load(

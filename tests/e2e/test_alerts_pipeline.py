@@ -68,8 +68,16 @@ def start_agent(tmp_path: Path, addresses: list[str], log: Path) -> subprocess.P
             "--interval", "200ms", "--label", "site=field", "--log-file", str(log), "--no-kernel-log", "--no-gpu"]
     for a in addresses:
         args += ["--collector", a]
-    with open(tmp_path / "agent.log", "ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    agent_log = tmp_path / "agent.log"
+    with open(agent_log, "ab") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    # Until the agent has looked for the file (it says the file will be followed from its start):
+    # a line written before that, by a test that guessed at the agent's start-up time, was missed
+    # on a loaded machine when the file was there by the time the agent looked.
+    wait_until(lambda: "followed from its start" in agent_log.read_text(errors="replace") or proc.poll() is not None,
+               timeout_s=60, message="the agent to look for its log file")
+    assert proc.poll() is None, agent_log.read_text(errors="replace")[-2000:]
+    return proc
 
 
 def states(receiver: Receiver) -> list[str]:

@@ -102,9 +102,9 @@ def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) 
     """Open ``url``, wait until it is drawn, screenshot it to ``shot``; the page text and grid cells.
 
     ``expect_cells``: cell texts the caller will look for (``"Gen*"``: one that starts so), waited
-    for up to a minute: a data grid's accessible table (what is read) fills after the grid appears, and on a busy machine
-    the grids can arrive seconds after the headers around them. Cells that never come are for
-    the caller's asserts to name."""
+    for up to a minute: a data grid's accessible table (what is read) fills after the grid
+    appears, and on a busy machine the grids can arrive seconds after the headers around them.
+    Cells that never come are for the caller's asserts to name."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page.goto(url)

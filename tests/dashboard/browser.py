@@ -98,13 +98,32 @@ def wait_drawn(page) -> None:  # type: ignore[no-untyped-def]
 _ALL_CELLS = "[data-testid=stDataFrame] table td"
 
 
-def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+_DRAWN_CHARTS = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg'
+
+
+def drawn_charts(page, at_least: int = 1, timeout_ms: int = 30_000) -> int:  # type: ignore[no-untyped-def]
+    """How many charts are drawn, once ``at_least`` are or ``timeout_ms`` has passed: a tab's charts
+    can arrive seconds after its text on a busy machine."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function("([sel, n]) => document.querySelectorAll(sel).length >= n",
+                               arg=[_DRAWN_CHARTS, at_least], timeout=timeout_ms)
+    except PlaywrightTimeout:
+        pass
+    return int(page.locator(_DRAWN_CHARTS).count())
+
+
+def load(  # type: ignore[no-untyped-def]
+    page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = (), charts: int = 0
+) -> tuple[str, list[str]]:
     """Open ``url``, wait until it is drawn, screenshot it to ``shot``; the page text and grid cells.
 
     ``expect_cells``: cell texts the caller will look for (``"Gen*"``: one that starts so), waited
     for up to a minute: a data grid's accessible table (what is read) fills after the grid
     appears, and on a busy machine the grids can arrive seconds after the headers around them.
-    Cells that never come are for the caller's asserts to name."""
+    Cells that never come are for the caller's asserts to name. ``charts``: how many charts the
+    caller expects drawn, waited for likewise (see ``drawn_charts``)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page.goto(url)
@@ -133,6 +152,8 @@ def load(page, url: str, shot: Path | None, expect_cells: tuple[str, ...] = ()) 
             )
         except PlaywrightTimeout:
             pass
+    if charts:
+        drawn_charts(page, charts)
     # Vega draws a chart after its element arrives: until every chart on view has its canvas.
     try:
         page.wait_for_function(

@@ -32,8 +32,8 @@ def browser_page(server: str) -> Iterator:  # type: ignore[type-arg]
         yield page
 
 
-def _load(page, url: str, name: str, expect_cells: tuple[str, ...] = ()) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
-    return load(page, url, ARTIFACTS / f"{name}.png", expect_cells)
+def _load(page, url: str, name: str, expect_cells: tuple[str, ...] = (), charts: int = 0) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    return load(page, url, ARTIFACTS / f"{name}.png", expect_cells, charts)
 
 
 def _no_failure(text: str) -> None:
@@ -55,7 +55,7 @@ def test_fleet_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) 
 
 def test_device_page_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
     device = pipeline.servers[0]
-    text, _cells = _load(browser_page, f"{server}/device?device={device}&range=15m", "device")
+    text, _cells = _load(browser_page, f"{server}/device?device={device}&range=15m", "device", charts=5)
     _no_failure(text)
     assert device in text and "2x NVIDIA A100-SXM4-80GB" in text
     assert "GPU utilisation" in text and "2 s buckets from raw samples" in text

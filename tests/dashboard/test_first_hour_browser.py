@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard.browser import chromium_missing, chromium_page, dashboard_server, load
+from tests.dashboard.browser import chromium_missing, chromium_page, dashboard_server, drawn_charts, load
 from tests.dashboard.small_fleet import LONG_MESSAGE, SmallFleet
 
 pytest.importorskip("playwright.sync_api")
@@ -39,8 +39,8 @@ def page(server: str) -> Iterator:  # type: ignore[type-arg]
         yield page
 
 
-def _load(page, url: str, shot: Path, expect_cells: tuple[str, ...] = ()) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
-    return load(page, url, shot, expect_cells)
+def _load(page, url: str, shot: Path, expect_cells: tuple[str, ...] = (), charts: int = 0) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    return load(page, url, shot, expect_cells, charts)
 
 
 def _clean(text: str) -> None:
@@ -49,7 +49,7 @@ def _clean(text: str) -> None:
 
 
 def _charts_drawn(page, at_least: int) -> None:  # type: ignore[no-untyped-def]
-    drawn = page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').count()
+    drawn = drawn_charts(page, at_least)
     assert drawn >= at_least, drawn
 
 
@@ -95,7 +95,7 @@ def test_device_incident_strip_and_whole_history(page, server: str, small_fleet:
     f = small_fleet
     text, cells = _load(
         page, f"{server}/device?device={f.drone}&range=15m&tab=Incidents", shots / "device-incidents.png",
-        ("cuda_oom on the first install", "host_oom on the second install"),
+        ("cuda_oom on the first install", "host_oom on the second install"), charts=1,
     )
     _clean(text)
     assert "Reinstalled: 2 installs" in text
@@ -109,18 +109,18 @@ def test_device_incident_strip_and_whole_history(page, server: str, small_fleet:
         (LONG_MESSAGE, "first install line"),
     )
     assert LONG_MESSAGE in cells and "first install line" in cells
-    text, _ = _load(page, f"{server}/device?device={f.drone}&range=15m&tab=Latency", shots / "device-latency.png")
+    text, _ = _load(page, f"{server}/device?device={f.drone}&range=15m&tab=Latency", shots / "device-latency.png", charts=1)
     _clean(text)
     _charts_drawn(page, 1)
 
 
 def test_gpu_picker_and_young_device(page, server: str, small_fleet: SmallFleet, shots: Path) -> None:  # type: ignore[no-untyped-def]
     f = small_fleet
-    text, _ = _load(page, f"{server}/device?device={f.server}&range=1h", shots / "device-8-gpus.png")
+    text, _ = _load(page, f"{server}/device?device={f.server}&range=1h", shots / "device-8-gpus.png", charts=5)
     _clean(text)
     assert all(f"GPU {i}" in text for i in range(8))
     _charts_drawn(page, 5)
-    text, _ = _load(page, f"{server}/device?device={f.server}&range=1h&gpus=0,3", shots / "device-gpus-0-3.png")
+    text, _ = _load(page, f"{server}/device?device={f.server}&range=1h&gpus=0,3", shots / "device-gpus-0-3.png", charts=5)
     _clean(text)
     _charts_drawn(page, 5)
 
@@ -141,7 +141,7 @@ def test_hardware_tab(page, server: str, small_fleet: SmallFleet, shots: Path) -
 
 def test_week_chart_and_compare_link(page, server: str, small_fleet: SmallFleet, shots: Path) -> None:  # type: ignore[no-untyped-def]
     f = small_fleet
-    text, _ = _load(page, f"{server}/incidents?range=7d", shots / "incidents-7d.png")
+    text, _ = _load(page, f"{server}/incidents?range=7d", shots / "incidents-7d.png", charts=1)
     _clean(text)
     _charts_drawn(page, 1)
     page.locator('[data-testid="stVegaLiteChart"]').first.screenshot(path=str(shots / "incidents-7d-chart.png"))

@@ -6,8 +6,8 @@ as Alertmanager), a server in its own process (a gRPC collector, an HTTP receive
 browser, or needs the PostgreSQL server carries the marker ``processes``, ``server``, ``browser``
 or ``postgresql``; ``make test-fast`` runs the rest. Most markers come from what a test uses (its
 directory, its fixtures); a test that starts a process or a server, or opens a PostgreSQL
-connection, without its marker fails in the fast tier and says which marker it needs, so the
-tiers stay honest as tests are added.
+connection, without its marker fails (in every run, CI's whole-suite run included) and says
+which marker it needs, so the tiers stay honest as tests are added.
 
 Everything here is safe under pytest-xdist: each test gets its own database (SQLite under
 ``tmp_path``, a PostgreSQL database of its own) and its own ports (``free_port``: a block of
@@ -88,7 +88,6 @@ _PROCESS_DIRS = ("e2e", "deploy")
 _PROCESS_FIXTURES = {"collector_process", "pipeline", "small_fleet"}
 # Fixtures that start a server (a gRPC collector) in the test's own process.
 _SERVER_FIXTURES = {"collector"}
-FAST_TIER = os.environ.get("FLEETSCOPE_TEST_TIER") == "fast"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
@@ -152,11 +151,10 @@ def _guarded(original: Callable[..., Any], what: str, marker: str) -> Callable[.
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In the fast tier, a test that starts a process or a server, or connects to PostgreSQL,
-    without its marker fails at once (fixtures of any scope included), naming the marker,
-    instead of slowing the tier unseen."""
-    if not FAST_TIER:
-        return
+    """A test that starts a process or a server, or connects to PostgreSQL, without its marker
+    fails at once (fixtures of any scope included), naming the marker, instead of slowing the
+    fast tier unseen. In every run, not only the fast tier's: CI runs the whole suite, and that is
+    where a new unmarked test must be caught."""
     import grpc
     import grpc.aio
 

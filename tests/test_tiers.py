@@ -1,6 +1,6 @@
-"""The test tiers hold themselves: in the fast tier, a test that starts a process or a server
-without its marker fails and names the marker (tests/conftest.py), so `make test-fast` cannot
-silently grow slow, and a marked test is left to `make test`."""
+"""The test tiers hold themselves: a test that starts a process or a server without its marker
+fails and names the marker (tests/conftest.py), in every run, so `make test-fast` cannot silently
+grow slow, and a marked test is left to `make test`; and a parallel run keeps a group together."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_a_marked_process():
 def test_the_fast_tier_fails_unmarked_processes_and_servers_and_skips_marked_ones(tmp_path: Path) -> None:
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    processes\n    server\n    browser\n    postgresql\n")
-    env = {**os.environ, "FLEETSCOPE_TEST_TIER": "fast", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-c", str(tmp_path / "pytest.ini"), "-q", "-rA",

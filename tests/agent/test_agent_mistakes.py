@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 CLI = [sys.executable, "-m", "fleetscope.cli"]
+pytestmark = pytest.mark.processes  # every mistake is made on the real command line
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:

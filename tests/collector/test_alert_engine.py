@@ -358,6 +358,7 @@ def test_two_senders_never_claim_the_same_notification(engine: Engine) -> None:
     assert a._due(now) == [] and b._due(now) == [], "claimed notifications are not due"
 
 
+@pytest.mark.server  # the receiver: an HTTP server in this process
 def test_firing_alerts_are_sent_to_alertmanager_again_each_resend_with_a_fresh_ends_at(
         engine: Engine, receiver: Receiver) -> None:
     """Alertmanager resolves an alert at its endsAt (or resolve_timeout after it last heard of it):

@@ -194,6 +194,7 @@ HOSTILE: dict[str, Callable[[Records], tuple[list[Any], int, list[str]]]] = {
 }
 
 
+@pytest.mark.server  # the module's export is written through a collector
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_a_hostile_file_is_one_line_naming_the_record_and_changes_nothing(
     capsys: pytest.CaptureFixture[str], export: Path, db_url: str, tmp_path: Path, case: str
@@ -219,6 +220,7 @@ def write_long_line(path: Path, records: Records, index: int, prefix: bytes, fil
         f.write(gzip.compress(suffix + b"".join(json.dumps(r).encode() + b"\n" for r in records[index + 1:]), mtime=0))
 
 
+@pytest.mark.server
 def test_a_256_mib_device_name_is_refused_before_it_is_read_whole(
     capsys: pytest.CaptureFixture[str], export: Path, db_url: str, tmp_path: Path
 ) -> None:
@@ -252,6 +254,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.server
 def test_a_4_mib_gzip_holding_one_4_gib_line_is_one_line_in_bounded_memory(
     export: Path, db_url: str, tmp_path: Path
 ) -> None:
@@ -349,6 +352,7 @@ def loaded(export: Path, db_url: str) -> str:
 RECORD_MUTATIONS = st.sampled_from(["value", "drop", "repeat", "swap", "cut line", "garbage line", "nest"])
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("level", ["records", "gzip bytes"])
 def test_any_mutated_cut_or_garbled_file_is_one_line_and_leaves_the_target_unchanged(
     capsys: pytest.CaptureFixture[str], export: Path, loaded: str, tmp_path: Path, level: str

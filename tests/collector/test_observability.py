@@ -220,6 +220,7 @@ def test_a_wrong_metrics_address_is_one_line_exit_2(bad: str, capsys: pytest.Cap
     assert "not an address" in err and "Traceback" not in err
 
 
+@pytest.mark.server
 def test_job_metrics_survive_a_scrape_config_and_detector_lag_is_small_on_a_gpu_less_device(
         tmp_path: Path, sqlite_url: str) -> None:
     """A self-metric labelled ``job`` becomes ``exported_job`` under Prometheus' scrape config (the

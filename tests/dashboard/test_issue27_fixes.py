@@ -89,6 +89,7 @@ def _spec(at, title: str) -> dict:  # type: ignore[no-untyped-def]
 # ------------------------------------------------------------------------------ offline: no "now"
 
 
+@pytest.mark.server  # the module's lone device streams into a collector
 def test_an_offline_device_shows_no_current_figures(lone: Lone) -> None:
     at = app(lone.url, "device", query={"device": NAME, "range": "1h"}).run()
     no_errors(at)
@@ -111,6 +112,7 @@ def test_an_offline_device_shows_no_current_figures(lone: Lone) -> None:
 # ------------------------------------------------------------------------------ axes and gaps
 
 
+@pytest.mark.server  # the module's lone device streams into a collector
 @pytest.mark.parametrize("preset,span_s", [("24h", 86400), ("6h", 6 * 3600)])
 def test_a_range_draws_an_axis_of_its_span(lone: Lone, preset: str, span_s: int) -> None:
     at = app(lone.url, "device", query={"device": NAME, "range": preset}).run()
@@ -123,6 +125,7 @@ def test_a_range_draws_an_axis_of_its_span(lone: Lone, preset: str, span_s: int)
     assert "first data" in texts(at), "the caption says where the data begins"
 
 
+@pytest.mark.server  # the module's lone device streams into a collector
 def test_one_second_data_breaks_only_at_an_outage(lone: Lone) -> None:
     at = app(lone.url, "device", query={"device": NAME, "range": "15m"}).run()
     no_errors(at)
@@ -152,6 +155,7 @@ def test_the_incident_count_axis_is_whole_numbers(small_fleet: SmallFleet) -> No
 # ------------------------------------------------------------------------------ figures and columns
 
 
+@pytest.mark.server  # the module's lone device streams into a collector
 def test_efficiency_has_the_cli_precision(lone: Lone) -> None:
     cli = subprocess.run(
         [sys.executable, "-m", "fleetscope.cli", "compare", "--db", lone.url, "--device", NAME,

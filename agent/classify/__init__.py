@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from fleetscope.agent.classify._base import Classifier, Finding
 from fleetscope.agent.classify._gate import compile_gate
+from fleetscope.agent.classify._normalise import looks_decorated, undecorate
 from fleetscope.agent.records import IncidentRecord, LogEvent
 
 __all__ = [
@@ -41,6 +42,8 @@ class Registry:
     def classify(self, text: str) -> list[Finding]:
         if self._gate is None or not self._gate.search(text):
             return []
+        if looks_decorated(text):  # pasted: quoted, fenced, HTML, localised numbers (_normalise)
+            text = undecorate(text)
         out: list[Finding] = []
         for c in self._items.values():
             out.extend(c.classify(text))

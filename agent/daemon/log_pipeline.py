@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from fleetscope.agent.classify.repeats import merge_repeats
 from fleetscope.agent.logs._base import LogSource
 from fleetscope.agent.logs.grouping import EventGrouper
 from fleetscope.agent.records import IncidentRecord, LogEvent
@@ -67,4 +68,6 @@ class LogPipeline:
         if self._classify is not None:
             for ev in events:
                 incidents.extend(self._classify(ev))
-        return SampleSet(logs=events, incidents=incidents)
+        # One fault, one incident: copies within one tick's events are merged, as a scan merges
+        # them within a file (agent/classify/repeats.py); later copies are the collector's to count.
+        return SampleSet(logs=events, incidents=merge_repeats(incidents))

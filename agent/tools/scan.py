@@ -42,6 +42,8 @@ from typing import BinaryIO, NamedTuple
 
 from fleetscope.agent.classify import Finding, classify_text, gate_patterns, registry
 from fleetscope.agent.classify._gate import anchor, share, trie_pattern
+from fleetscope.agent.classify._normalise import looks_decorated, undecorate
+from fleetscope.agent.classify.repeats import merge_repeats
 from fleetscope.agent.logs.grouping import (
     FRAME_WORD,
     MAX_BLOCK_CHARS,
@@ -249,6 +251,13 @@ class _Reader:
         self.bytes_read = self.position()  # before the file closes, when tell() still answers
         if self._stream is not self._raw:
             self._stream.close()
+
+
+def _undecorated(blocks: Iterable[str]) -> Iterator[str]:
+    """Pieces of a pasted file without the quoting, fences and HTML pasting added
+    (``agent/classify/_normalise.py``), so that a quoted report groups as the one event it was."""
+    for block in blocks:
+        yield undecorate(block) if looks_decorated(block) else block
 
 
 def _place(finding: Finding, event: Event) -> ScanFinding:
@@ -469,7 +478,7 @@ def scan_file(
             mtime_ns = st.st_mtime_ns
             reader = _Reader(raw, size=st.st_size, path=name, progress=progress)
             try:
-                _classify_blocks(reader.blocks(), classify, findings)
+                _classify_blocks(_undecorated(reader.blocks()), classify, findings)
             finally:
                 reader.close()
             if progress is not None and reader.reported:
@@ -479,7 +488,7 @@ def scan_file(
     findings.sort(key=lambda f: (f.line, f.end_line))
     return ScanResult(
         path=name,
-        findings=tuple(findings),
+        findings=tuple(merge_repeats(findings)),  # one fault, one finding (agent/classify/repeats.py)
         lines=reader.lines if reader else 0,
         bytes_read=reader.bytes_read if reader else 0,
         compressed=reader.compressed if reader else False,

@@ -1,0 +1,70 @@
+"""Undo what pasting does to a log, once, before any classifier reads it.
+
+Text reaches the classifiers as a program wrote it (the agent follows files and the journal) or as
+a person pasted it (``fleetscope scan`` over an issue thread, a chat, a web page). Pasting adds
+things no classifier should have to know:
+
+* markdown quote markers (``> ``, ``> > ``) and code fences (```` ``` ````, ``~~~``);
+* HTML: entities (``&gt;``, ``&#39;``) and the tags a page wraps output in (``<pre>``, ``<br>``);
+* numbers written the reader's way: digit groups (``1,073,741,824 bytes``, ``1 073 741 824``) and a
+  decimal comma before a size unit (``2,00 GiB``).
+
+:func:`undecorate` removes exactly these and leaves every other character where it was: a line
+keeps its prefixes (timestamps, hosts, ranks), which classifiers read as facts. A text with none
+of the markers is returned as it is, found by a few substring tests, so the agent's per-line path
+pays almost nothing. Standard library only (the agent imports it).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+__all__ = ["undecorate", "looks_decorated"]
+
+# A quote marker run at a line's start: "> ", ">> ", "> > ". Not a REPL prompt (">>> code").
+_QUOTE = re.compile(r"^[ \t]{0,3}(?!>>> )(?:>[ \t]?)+", re.MULTILINE)
+_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)[^\n`]*$", re.MULTILINE)
+# The tags a web page or a chat export wraps machine output in; not printk's "<4>" levels.
+_TAG = re.compile(r"</?(?:pre|code|br|p|div|span|details|summary|b|i|em|strong|tt|kbd|samp|blockquote|font)\b[^>\n]*>",
+                  re.IGNORECASE)
+_ENTITY = re.compile(r"&(?:[a-zA-Z]{2,8}|#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6});")
+# Digit groups of three, by comma, apostrophe or a thin or no-break space, then a size unit or "bytes"
+# (not a dot or a plain space: "1.234 GiB" is a decimal, "GPU 0 128 MiB" two numbers).
+_GROUPED = re.compile(
+    r"(?<![\d.,])(\d{1,3}(?:([,'\u202f\u00a0])\d{3})(?:\2\d{3})*)(?=\s?(?:bytes?|B|[kKMGT]i?B)\b)"
+)
+_DECIMAL_COMMA = re.compile(r"(?<![\d,])(\d+),(\d{1,2})(?=\s?[KMGT]i?B\b)")
+
+
+def looks_decorated(text: str) -> bool:
+    """Whether ``text`` holds any marker :func:`undecorate` would change (a fast test)."""
+    return (
+        ">" in text and _QUOTE.search(text) is not None
+        or "```" in text or "~~~" in text
+        or "&" in text and _ENTITY.search(text) is not None
+        or "<" in text and _TAG.search(text) is not None
+        or _has_local_number(text)
+    )
+
+
+def _has_local_number(text: str) -> bool:
+    return any(c in text for c in ",'\u202f\u00a0") and (
+        _GROUPED.search(text) is not None or _DECIMAL_COMMA.search(text) is not None
+    )
+
+
+def undecorate(text: str) -> str:
+    """``text`` without the marks pasting added (see the module's docstring)."""
+    if "<" in text:
+        text = _TAG.sub(lambda m: "\n" if m.group(0)[1:3].lower() == "br" else "", text)
+    if "&" in text:
+        text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
+    if "```" in text or "~~~" in text:
+        text = _FENCE.sub("", text)
+    if ">" in text:
+        text = _QUOTE.sub("", text)
+    if _has_local_number(text):
+        text = _GROUPED.sub(lambda m: re.sub(r"[,'\u202f\u00a0]", "", m.group(1)), text)
+        text = _DECIMAL_COMMA.sub(r"\1.\2", text)
+    return text

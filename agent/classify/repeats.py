@@ -1,0 +1,113 @@
+"""One fault, one finding: merge the findings that report the same fault twice.
+
+A fault is often printed more than once: PyTorch's message in the exception and again in a
+summary, TensorFlow's allocator warning before its ``ResourceExhaustedError``, a kernel line
+repeated in the same second, a kernel OOM kill relayed by Kubernetes, a TensorRT tactic's failed
+allocation and the builder error it ends in, a trtexec device block beside its summary. Each
+event is classified on its own, so each copy becomes a finding; :func:`merge_repeats` folds them.
+
+Two findings report the same fault when they are of one kind and none of the kind's *identity*
+facts (``IDENTITY``) differs between them: a different requested size, GPU, rank, Xid, victim
+or pod is a different fault. Kernel lines also need their printed times within ``BURST_S`` of
+each other (the same Xid an hour later is a new fault). The merged finding keeps the first one's
+text and title, takes the facts the others add, the most severe severity, and counts the copies in
+``occurrences``. Standard library only (the agent imports it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from fleetscope.proto.vocabulary import (
+    KIND_CUDA_OOM,
+    KIND_GPU_XID,
+    KIND_HOST_OOM,
+    KIND_JETSON_MEMORY,
+    KIND_MEMORY_ALLOC_FAILURE,
+    KIND_TENSORRT_ERROR,
+    KIND_TRT_BENCHMARK,
+)
+
+__all__ = ["IDENTITY", "BURST_S", "WINDOW", "merge_repeats", "same_fault"]
+
+IDENTITY: Mapping[str, tuple[str, ...]] = {
+    KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid"),
+    KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code"),
+    KIND_MEMORY_ALLOC_FAILURE: ("invoker_process", "invoker_pid", "order"),
+    KIND_GPU_XID: ("xid", "sxid", "pci_address", "pid", "nvswitch_index", "link"),
+    KIND_JETSON_MEMORY: ("source", "nvmap_call", "errno", "heap", "requested_bytes"),
+    KIND_TENSORRT_ERROR: ("error_code", "layer", "assertion", "error_origin", "trt_version"),
+    KIND_TRT_BENCHMARK: ("throughput_qps", "latency_mean_ms", "latency_median_ms", "trt_version"),
+}
+# Printed times (seconds) two copies of one kernel line fall within.
+BURST_S = 1.0
+WINDOW = 64
+_TIME_FACTS = ("uptime_s", "kernel_uptime_s")
+_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+
+
+class _FindingLike(Protocol):
+    kind: str
+    severity: str
+    facts: Mapping[str, Any]
+
+
+F = TypeVar("F", bound=_FindingLike)
+
+
+def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+    keys = IDENTITY.get(kind, ())
+    ident = {k: facts[k] for k in keys if facts.get(k) is not None}
+    if kind == KIND_TENSORRT_ERROR and facts.get("out_of_memory") is True:
+        # A tactic's failed allocation, the skip it causes and the builder's error are one fault:
+        # the build ran out of memory. Only the sizes asked for tell two such faults apart.
+        ident = {k: v for k, v in ident.items() if k == "trt_version"}
+        ident["out_of_memory"] = True
+    return ident
+
+
+def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
+    """Whether ``a`` and ``b`` report one fault (see the module's docstring)."""
+    if a.kind != b.kind or a.kind not in IDENTITY:
+        return False
+    ia, ib = _identity(a.kind, a.facts), _identity(b.kind, b.facts)
+    if (a.facts.get("out_of_memory") is True) != (b.facts.get("out_of_memory") is True) and a.kind == KIND_TENSORRT_ERROR:
+        return False
+    if any(k in ib and ib[k] != v for k, v in ia.items()):
+        return False
+    for key in _TIME_FACTS:
+        ta, tb = a.facts.get(key), b.facts.get(key)
+        if isinstance(ta, (int, float)) and isinstance(tb, (int, float)) and abs(ta - tb) > BURST_S:
+            return False
+    return True
+
+
+def _merged(first: F, other: F) -> F:
+    facts = dict(other.facts)
+    facts.update(first.facts)  # the first copy's figures stand; the others add what it lacks
+    facts.pop("consistency_flags", None)  # recomputed by Finding for the merged facts
+    facts["occurrences"] = int(first.facts.get("occurrences") or 1) + int(other.facts.get("occurrences") or 1)
+    severity = max(first.severity, other.severity, key=lambda s: _RANK.get(s, 0))
+    return dataclasses.replace(first, severity=severity, facts=facts)  # type: ignore[type-var]
+
+
+def merge_repeats(findings: Sequence[F]) -> list[F]:
+    """``findings`` with each fault once, in the order of its first copy.
+
+    A finding is compared with the last ``WINDOW`` distinct faults of its kind, so a file of many
+    thousand distinct faults costs a bounded amount per finding.
+    """
+    out: list[F] = []
+    by_kind: dict[str, list[int]] = {}
+    for f in findings:
+        recent = by_kind.setdefault(f.kind, [])
+        for i in reversed(recent[-WINDOW:]):
+            if same_fault(out[i], f):
+                out[i] = _merged(out[i], f)
+                break
+        else:
+            recent.append(len(out))
+            out.append(f)
+    return out

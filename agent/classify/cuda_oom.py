@@ -196,8 +196,12 @@ def _add(found: dict[tuple, _Acc], key: tuple, acc: _Acc) -> _Acc:
 
 # ------------------------------------------------------------------------------------- PyTorch
 
+# The caching allocator's message names its backend: CUDA, HIP (ROCm), XPU (Intel), NPU (Ascend),
+# "MPS backend" (Apple). A message cut right after its first words (an issue title) still counts
+# when the exception class before it says it was raised.
 _PT_START = re.compile(
-    r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*)?(?P<backend>CUDA|HIP) out of memory\."
+    r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*)?(?P<backend>CUDA|HIP|XPU|NPU|MPS backend) out of memory"
+    r"(?:\.|(?<=memory)(?= \(MPS allocated)|(?<=memory)(?=[\s`'\"\]]*$))"
 )
 _PT_REQ = re.compile(rf"Tried to allocate (?P<v>{_SZ})")
 _PT_GPU_PAREN = re.compile(r"\(GPU (?P<v>\d+);")
@@ -213,6 +217,12 @@ _PT_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<v>{_SZ}) memory in use")
 _PT_BY_PT = re.compile(rf"(?P<v>{_SZ}) is allocated by PyTorch")
 _PT_UNALLOC = re.compile(rf"(?P<v>{_SZ}) is reserved by PyTorch but unallocated")
 _PT_EXPANDABLE = re.compile(r"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:\w+")
+
+
+# A figure a document stands in for: "Tried to allocate X GiB", "{size} MiB", "<N> MiB", "XXXX bytes".
+_PT_PLACEHOLDER = re.compile(
+    r"(?:allocate|capacity(?: of)?|which|;|\()\s*(?:[A-Z]{1,4}|\{\w*\}|<\w+>|%\w|\.\.\.|\?+)\s*(?:[KMGT]i?B|bytes)\b"
+)
 
 
 def _pt_era(exc: str | None, sentence: bool, typo: bool, cached: bool) -> str:
@@ -246,7 +256,7 @@ def _pt_starts(line: str) -> list[tuple[int, str | None, str | None]]:
 
 def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
-        if "out of memory." not in line and "Tried to allocate" not in line and "by PyTorch" not in line:
+        if "out of memory" not in line and "Tried to allocate" not in line and "by PyTorch" not in line:
             continue
         starts = _pt_starts(line)
         for n, (at, exc, backend) in enumerate(starts):
@@ -254,10 +264,15 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             seg = line[at : starts[n + 1][0] if n + 1 < len(starts) else len(line)]
             if backend is None and not _PT_DISTINCT.search(seg):
                 continue
+            if _PT_PLACEHOLDER.search(seg):
+                continue  # a template in docs ("Tried to allocate X GiB"), not a failure
+            if exc is None and backend is not None and not seg.rstrip().endswith(".") and "MPS" not in backend \
+                    and not _PT_DISTINCT.search(seg) and "out of memory." not in seg:
+                continue  # "CUDA out of memory" as a heading or in prose, with nothing raised
             used.add(i)
             facts: dict[str, FactValue] = {"framework": "pytorch"}
             if backend is not None:
-                facts["backend"] = backend.lower()
+                facts["backend"] = backend.lower().removesuffix(" backend")
             else:
                 facts["fragment"] = True  # the message's first words are not in the text
             exc = exc or ev.vscode_exception()
@@ -319,7 +334,7 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 bool(facts.get("capacity_typo")),
                 "cached_bytes" in facts,
             )
-            back = backend or "CUDA"
+            back = (backend or "CUDA").removesuffix(" backend")
             dev_s = f"{back.lower()}:{facts['device_index']}" if "device_index" in facts else "GPU"
             title = f"{back} OOM on {dev_s}"
             if req_s:
@@ -780,8 +795,14 @@ _RAW = re.compile(
     r"(?P<rt>CUDA error: out of memory)"
     r"|(?P<rtname>cudaErrorMemoryAllocation)"
     r"|(?P<drv>CUDA_ERROR_OUT_OF_MEMORY)"
-    r"|(?P<thc>cuda runtime error \(2\) : out of memory)"
+    r"|(?P<thc>cuda runtime error \(2\) : out of memory|THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory)"
     r"|(?P<call>cuda\w*(?:Malloc|Alloc)\w*)(?:\(\))? failed: out of memory"
+)
+# What only PyTorch prints around "CUDA error: out of memory": the exception it raises (RuntimeError
+# before 2.8, torch.AcceleratorError after), c10's advice lines, a torch frame.
+_PT_RAISED = re.compile(
+    r"(?:RuntimeError|AcceleratorError|OutOfMemoryError):\s*CUDA error: out of memory|CUDA kernel errors might be "
+    r"asynchronously|TORCH_USE_CUDA_DSA|CUDA_LAUNCH_BLOCKING=1|[/\\]torch[/\\]|\bc10::|\btorch\.(?:cuda|nn|distributed)\b"
 )
 _RAW_SIZE = re.compile(rf"allocat\w* (?P<v>{_SZ})(?: on device (?P<dev>\d+))?")
 _RAW_DEV = re.compile(r"current device: (\d+)|device (\d+)")
@@ -805,6 +826,10 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         _put(facts, "exception", exc.group(1) if exc else None)
         if m["thc"]:
             facts["caller_framework"] = "pytorch"  # THC is PyTorch's pre-1.0 CUDA layer
+        if m["thc"] or (m["rt"] and _PT_RAISED.search("\n".join(ev.lines))):
+            # PyTorch's own wording of a CUDA runtime failure (c10's CUDA check, THC before 1.0):
+            # the allocation that failed was PyTorch's.
+            facts["framework"] = "pytorch"
         sz = _RAW_SIZE.search(line)
         if sz:
             facts["requested_bytes"] = parse_size(sz["v"])
@@ -969,7 +994,7 @@ class CudaOomClassifier:
         ev = _Event.of(text)
         found: dict[tuple, _Acc] = {}
         used: set[int] = set()
-        if "out of memory." in text or "Tried to allocate" in text or "by PyTorch" in text:
+        if "out of memory" in text or "Tried to allocate" in text or "by PyTorch" in text:
             _pytorch(ev, found, used)
         if (
             "OOM when allocating" in text

@@ -68,9 +68,13 @@ _PREFIX = re.compile(
     r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) )?"
     # syslog's "Jan  5 15:19:27", also with a localised month ("maj 06", "Mär 06", "janv. 06").
     r"(?:(?P<sys>[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d) )?"
+    # OpenWrt's logread: "Sat Jan 25 09:40:15 2020 kern.warn kernel:" (a year, a facility.level).
+    r"(?:(?P<logread>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}) (?:[a-z]+\.[a-z]+ )?(?=kernel))?"
     r"(?:(?P<host>[\w.-]+) (?=kernel))?"
     r"(?:kernel(?:\[\d+\])?: )?"
     r"(?:\[(?P<br>[^\]]*)\] ?)?"
+    # journalctl -o short-monotonic: "[638074.104526] host kernel: ..." (the time before the tag).
+    r"(?:(?<=\] )(?:[\w.-]+ )?kernel(?:\[\d+\])?: )?"
 )
 _CTIME = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}$")
 
@@ -138,6 +142,9 @@ def split_kernel_prefix(line: str) -> KernelLine:
         ts_ns = iso_ns(m["iso"])
     if m["sys"]:
         log_time = m["sys"]  # syslog prints no year: kept as text, no ts_ns
+    if m["logread"]:
+        log_time = m["logread"]
+        ts_ns = dt_ns(datetime.strptime(" ".join(m["logread"].split()), "%a %b %d %H:%M:%S %Y"))
     br = m["br"]
     if br is not None:
         b = br.strip()
@@ -164,12 +171,15 @@ def _put(facts: dict[str, FactValue], key: str, value: FactValue | None) -> None
 
 # ------------------------------------------------------------------------------ kernel records
 
+# Kernels before 2.6.36 print only oom_adj; some print "nodemask=(null),  order=0" with two spaces.
 _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?,"
-    r"(?: nodemask=\S+?,)? order=(?P<order>-?\d+),(?: oom_adj=-?\d+,)? oom_score_adj=(?P<adj>-?\d+)"
+    r"(?:\s*nodemask=\S+?,)?\s*order=(?P<order>-?\d+)(?:,\s*oom_adj=-?\d+)?(?:,\s*oom_score_adj=(?P<adj>-?\d+))?"
 )
+# "CPU: 3 PID: 777 Comm: python3 Not tainted 5.15.0 #1"; before 2.6.36 "Pid: 23105, comm: apt-check Tainted: G W 2.6.30 #11".
 _CONTEXT = re.compile(
-    r"CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?) "
+    r"(?:CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?)"
+    r"|Pid: (?P<oldpid>\d+), comm: (?P<oldcomm>.+?)) "
     r"(?:Not tainted|Tainted: [A-Z ]*?) ?(?P<rel>\S+) #\d"
 )
 _CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<mems>\S+)\s*$")
@@ -330,9 +340,9 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     invoker_process=m["comm"],
                     gfp_mask=m["gfp"],
                     order=int(m["order"]),
-                    invoker_oom_score_adj=int(m["adj"]),
                     oom_killer_invoked=True,
                 )
+                _put(ep.facts, "invoker_oom_score_adj", int(m["adj"]) if m["adj"] else None)
                 _put(ep.facts, "gfp_flags", m["flags"])
             continue
         if "page allocation" in line:
@@ -439,14 +449,15 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             continue
         if "Tasks state" in line:
             context(i, split_kernel_prefix(line))
-        elif "CPU: " in line and "PID: " in line and "invoker_pid" not in pending.facts:
+        elif ("CPU: " in line and "PID: " in line or "Pid: " in line and "comm: " in line) and "invoker_pid" not in pending.facts:
             kl = split_kernel_prefix(line)
             m = _CONTEXT.search(kl.body)
             if m:
                 f = pending.facts
-                f.update(invoker_cpu=int(m["cpu"]), invoker_pid=int(m["pid"]), kernel_release=m["rel"])
+                f.update(invoker_pid=int(m["pid"] or m["oldpid"]), kernel_release=m["rel"])
+                _put(f, "invoker_cpu", int(m["cpu"]) if m["cpu"] else None)
                 _put(f, "invoker_uid", int(m["uid"]) if m["uid"] else None)
-                f.setdefault("invoker_process", m["comm"])
+                f.setdefault("invoker_process", m["comm"] or m["oldcomm"])
                 context(i, kl)
         elif "cpuset=" in line:
             kl = split_kernel_prefix(line)

@@ -8,8 +8,8 @@ event is classified on its own, so each copy becomes a finding; :func:`merge_rep
 
 Two findings report the same fault when they are of one kind and none of the kind's *identity*
 facts (``IDENTITY``) differs between them: a different requested size, GPU, rank, Xid, victim
-or pod is a different fault. Kernel lines also need their printed times within ``BURST_S`` of
-each other (the same Xid an hour later is a new fault). The merged finding keeps the first one's
+or pod is a different fault; the same Xid on the same GPU again, in one file or one tick, is the
+same fault counted again (a channel that keeps faulting), whatever the time between. The merged finding keeps the first one's
 text and title, takes the facts the others add, the most severe severity, and counts the copies in
 ``occurrences``. Standard library only (the agent imports it).
 """
@@ -30,7 +30,7 @@ from fleetscope.proto.vocabulary import (
     KIND_TRT_BENCHMARK,
 )
 
-__all__ = ["IDENTITY", "BURST_S", "WINDOW", "merge_repeats", "same_fault"]
+__all__ = ["IDENTITY", "WINDOW", "merge_repeats", "same_fault"]
 
 IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid"),
@@ -41,10 +41,7 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_TENSORRT_ERROR: ("error_code", "layer", "assertion", "error_origin", "trt_version"),
     KIND_TRT_BENCHMARK: ("throughput_qps", "latency_mean_ms", "latency_median_ms", "trt_version"),
 }
-# Printed times (seconds) two copies of one kernel line fall within.
-BURST_S = 1.0
 WINDOW = 64
-_TIME_FACTS = ("uptime_s", "kernel_uptime_s")
 _RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
@@ -60,12 +57,31 @@ F = TypeVar("F", bound=_FindingLike)
 def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
     keys = IDENTITY.get(kind, ())
     ident = {k: facts[k] for k in keys if facts.get(k) is not None}
+    if kind == KIND_CUDA_OOM:
+        # A CUDA runtime error ("CUDA error: out of memory") and an allocator's message are two
+        # wordings that never relay each other: which one it is belongs to the identity.
+        ident["cuda_error"] = facts.get("cuda_error") or ""
+    if kind == KIND_GPU_XID:
+        # "GPU has fallen off the bus" alone implies Xid 79; a GPU is named "0000:01:00" by the Xid
+        # line and "0000:01:00.0" by the next one.
+        if "xid" not in ident and facts.get("implied_xid") is not None:
+            ident["xid"] = facts["implied_xid"]
+        if isinstance(ident.get("pci_address"), str):
+            ident["pci_address"] = _bus_id(ident["pci_address"])
     if kind == KIND_TENSORRT_ERROR and facts.get("out_of_memory") is True:
         # A tactic's failed allocation, the skip it causes and the builder's error are one fault:
         # the build ran out of memory. Only the sizes asked for tell two such faults apart.
         ident = {k: v for k, v in ident.items() if k == "trt_version"}
         ident["out_of_memory"] = True
     return ident
+
+
+def _bus_id(pci: str) -> str:
+    """A PCI address as domain-less bus:device, the part every NVRM line prints."""
+    parts = pci.lower().removeprefix("pci:").split(":")
+    if len(parts) == 3:
+        parts = parts[1:]
+    return ":".join(parts).removesuffix(".0")
 
 
 def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
@@ -77,10 +93,6 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
         return False
     if any(k in ib and ib[k] != v for k, v in ia.items()):
         return False
-    for key in _TIME_FACTS:
-        ta, tb = a.facts.get(key), b.facts.get(key)
-        if isinstance(ta, (int, float)) and isinstance(tb, (int, float)) and abs(ta - tb) > BURST_S:
-            return False
     return True
 
 

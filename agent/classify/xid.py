@@ -55,6 +55,17 @@ _BUS_MULTI = re.compile(
     r"The NVIDIA GPU (?P<pci>" + _PCI_FULL + r")(?P<tail>(?:[^\n]*\n){0,3}?[^\n]*?)fallen off the bus"
 )
 _BUS_COMPANION = re.compile(r"NVRM: GPU (?P<pci>" + _PCI_FULL + r"): GPU has fallen off the bus")
+# A GPU the driver could not bring up: "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+# then "rm_init_adapter failed, device minor number 5" (older: "rm_init_adapter(0) failed").
+_RM_INIT = re.compile(
+    r"NVRM: (?:GPU (?P<pci>" + _PCI_FULL + r"): )?(?:RmInitAdapter failed!(?: \((?P<code>[0-9A-Fa-fx:]+)\))?"
+    r"|rm_init_adapter(?:\((?P<minor0>\d+)\))? failed(?:, device minor number (?P<minor>\d+))?)"
+)
+# An Xid relayed by another tool: DCGM's metric, the Kubernetes device plugin's health check.
+_RELAYED = re.compile(
+    r"DCGM_FI_DEV_XID_ERRORS\{[^}\n]*?err_code=\"(?P<dcgm>\d+)\"|XidCriticalError: Xid=(?P<plugin>\d+)"
+    r"(?: on +Device=(?P<uuid>GPU-[\w-]+))?"
+)
 _PCI_ID = re.compile(r"\(PCI ID: (?P<devid>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)")
 _ANY_PCI = re.compile(_PCI_FULL)
 
@@ -106,11 +117,13 @@ class XidClassifier:
     name = "gpu_xid"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('Xid', 'fallen off')
+    triggers = ('Xid', 'fallen off', 'XID_ERRORS', 'RmInitAdapter', 'rm_init_adapter')
 
     def classify(self, text: str) -> list[Finding]:
-        # Prefilter: every Xid/SXid line carries "Xid"; the no-Xid notices say "fallen off".
-        if "Xid" not in text and "fallen off" not in text:
+        # Prefilter: every Xid/SXid line carries "Xid"; the no-Xid notices say "fallen off", a GPU
+        # that failed to initialise "init_adapter"/"InitAdapter".
+        if "Xid" not in text and "fallen off" not in text and "nitAdapter" not in text and "init_adapter" not in text \
+                and "XID_ERRORS" not in text:
             return []
         return _classify(text)
 
@@ -131,6 +144,12 @@ def _classify(text: str) -> list[Finding]:
     if "fallen off" in text:
         for start, finding in _bus_notices(text, covered, xid79_pcis):
             found.append((start, finding))
+    if "nitAdapter" in text or "init_adapter" in text:
+        for m in _RM_INIT.finditer(text):
+            found.append((m.start(), _init_failure(text, m)))
+    if "XID_ERRORS" in text or "XidCriticalError" in text:
+        for m in _RELAYED.finditer(text):
+            found.append((m.start(), _relayed_xid(text, m)))
     found.sort(key=lambda pair: pair[0])
     return [f for _, f in found]
 
@@ -406,6 +425,39 @@ def _bus_notices(
                     out.append((line_start, _bus_finding(text, line_start, line_end, pci, None)))
         pos = text.find("fallen off the bus", pos + 1)
     return out
+
+
+def _init_failure(text: str, m: re.Match[str]) -> Finding:
+    """A GPU the driver failed to initialise (no Xid number: RmInitAdapter's status instead)."""
+    prefix, line = _line_at(text, m.start(), m.end())
+    facts, ts_ns = _timestamp_facts(prefix)
+    facts["init_failed"] = True
+    if m["pci"]:
+        facts["pci_address"] = m["pci"]
+    if m["code"]:
+        facts["rm_init_status"] = m["code"]
+    minor = m["minor"] or m["minor0"]
+    if minor is not None:
+        facts["device_minor"] = int(minor)
+    facts["needs_gpu_reset"] = True
+    facts["needs_reboot"] = False
+    title = f"GPU {m['pci'] or '(unknown PCI address)'} failed to initialise (RmInitAdapter failed"
+    title += f", {m['code']})" if m["code"] else ")"
+    return Finding(kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
+def _relayed_xid(text: str, m: re.Match[str]) -> Finding:
+    """An Xid as another tool reports it: its number, the GPU's UUID when given, the catalogue's meaning."""
+    xid = int(m["dcgm"] or m["plugin"])
+    _, line = _line_at(text, m.start(), m.end())
+    facts: dict[str, FactValue] = {"xid": xid, "relayed_by": "dcgm" if m["dcgm"] else "k8s-device-plugin"}
+    if m["uuid"] and "XXXX" not in m["uuid"]:
+        facts["gpu_uuid"] = m["uuid"]
+    catalogued = xid_facts(xid)
+    facts.update(catalogued)
+    info = XID_CATALOG.get(xid)
+    title = f"Xid {xid} reported by {facts['relayed_by']}: {info.meaning if info else 'undocumented Xid'}"
+    return Finding(kind=KIND_GPU_XID, severity=xid_severity(xid), title=title, facts=facts, excerpt=line)
 
 
 def _bus_finding(text: str, start: int, end: int, pci: str | None, devid: str | None) -> Finding:

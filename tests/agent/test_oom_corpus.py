@@ -672,21 +672,47 @@ def test_hip_and_raw_cuda_wordings() -> None:
         KIND_CUDA_OOM,
     )
     assert hip.facts["backend"] == "hip" and hip.facts["free_bytes"] == 0
-    for line, err in (
-        ("RuntimeError: CUDA error: out of memory", "cudaErrorMemoryAllocation"),
+    # The other backends of the caching allocator, and a message cut after its first words.
+    for line, backend in (
+        ("XPU out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.00 GiB total capacity)", "xpu"),
+        ("NPU out of memory. Tried to allocate 1.00 GiB (NPU 3; 60.96 GiB total capacity)", "npu"),
+        ("MPS backend out of memory (MPS allocated: 8.9 GB, other allocations: 1.2 GB, max allowed: 18.1 GB).", "mps"),
+        ("[Bug]: torch.OutOfMemoryError: CUDA out of memory", "cuda"),
+    ):
+        f = _only(CUDA.classify(line), KIND_CUDA_OOM)
+        assert f.facts["framework"] == "pytorch" and f.facts["backend"] == backend, line
+    # Documents: a heading, a template's placeholders, prose naming the error.
+    for line in (
+        "## CUDA out of memory",
+        "RuntimeError: CUDA out of memory. Tried to allocate X GiB (GPU 0; total capacity Y GiB; free N MiB)",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate {size} MiB",
+        "What Is the CUDA Out of Memory Error in PyTorch?",
+    ):
+        assert CUDA.classify(line) == [], line
+    # PyTorch's wordings of a CUDA runtime failure are PyTorch's allocation; the others the raw API's.
+    for line, err, framework in (
+        ("RuntimeError: CUDA error: out of memory", "cudaErrorMemoryAllocation", "pytorch"),
+        ("torch.AcceleratorError: CUDA error: out of memory", "cudaErrorMemoryAllocation", "pytorch"),
         (
             "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:844",
             "cudaErrorMemoryAllocation",
+            "pytorch",
         ),
-        ("cudaMalloc returned cudaErrorMemoryAllocation (out of memory)", "cudaErrorMemoryAllocation"),
-        ("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_OUT_OF_MEMORY"),
+        (
+            "THCudaCheck FAIL file=/work/torch/lib/THC/generic/THCStorage.cu line=66 error=2 : out of memory",
+            "cudaErrorMemoryAllocation",
+            "pytorch",
+        ),
+        ("CUDA error: out of memory", "cudaErrorMemoryAllocation", "cuda"),
+        ("cudaMalloc returned cudaErrorMemoryAllocation (out of memory)", "cudaErrorMemoryAllocation", "cuda"),
+        ("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_OUT_OF_MEMORY", "cuda"),
     ):
         f = _only(CUDA.classify(line), KIND_CUDA_OOM)
         assert (
-            f.facts["framework"] == "cuda"
+            f.facts["framework"] == framework
             and f.facts["cuda_error"] == err
             and f.facts["cuda_error_code"] == 2
-        )
+        ), line
     g = _only(
         CUDA.classify(
             "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1024.00 MiB on device 1: cudaMalloc failed: out of memory"

@@ -50,6 +50,11 @@ def _maybe_oom(text: str) -> bool:
         or "Free swap" in text
         or "page allocation" in text
         or "total pagecache" in text
+        or "cgroups for killing" in text
+        or "due to memory" in text
+        or "due to swap" in text
+        or "badness" in text
+        or "killed as a result of limit" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
     )
 
@@ -183,7 +188,7 @@ _CONTEXT = re.compile(
     r"(?:Not tainted|Tainted: [A-Z ]*?) ?(?P<rel>\S+) #\d"
 )
 _CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<mems>\S+)\s*$")
-_TASK_IN = re.compile(r"Task in (?P<task>\S+) killed as a result of limit of (?P<limit>\S+)")
+_TASK_IN = re.compile(r"(?:Task in )?(?P<task>/\S*) killed as a result of limit of (?P<limit>\S+)")
 _MEMCG_USAGE = re.compile(r"^memory: usage (?P<u>\d+)kB, limit (?P<l>\d+)kB, failcnt (?P<f>\d+)")
 _FREE_SWAP = re.compile(r"^Free swap\s*=\s*(?P<v>\d+)kB")
 _TOTAL_SWAP = re.compile(r"^Total swap\s*=\s*(?P<v>\d+)kB")
@@ -232,7 +237,7 @@ _SUMMARY = re.compile(
 )
 _SELECTED = re.compile(
     r"(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): "
-    r"[Kk]ill process (?P<pid>\d+) \((?P<name>.*)\) score (?P<score>\d+) or (?:sacrifice|a) child"
+    r"[Kk]ill process (?P<pid>\d+|[xX*#]+) ?\((?P<name>.*)\) score (?P<score>\d+) or (?:sacrifice|a) child"
 )
 _KILLED = re.compile(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
@@ -386,7 +391,10 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             kl = split_kernel_prefix(line)
             m = _SELECTED.search(kl.body)
             if m:
-                ep = victim(int(m["pid"]), i, kl)
+                redacted = not m["pid"].isdigit()  # "Kill process xxxx(juci-eventd)": the pid was hidden
+                ep = victim(-i - 1 if redacted else int(m["pid"]), i, kl)
+                if redacted:
+                    ep.facts.pop("victim_pid", None)
                 ep.killed = True
                 ep.facts.update(victim_process=m["name"], oom_score=int(m["score"]))
                 ep.facts.setdefault("oom_scope", _scope_of(m["scope"]) or "system")
@@ -521,7 +529,15 @@ def _headerless_row(row: re.Match[str]) -> bool:
     return len(nums) in (7, 8, 10) and nums[1] == row["pid"]
 
 
+# The OOM killer's own frames in a call trace, and its last word when nothing could be killed: a
+# report pasted from its stack trace onwards.
+_OOM_FRAMES = re.compile(r"\b(?:mem_cgroup_)?out_of_memory(?:\.cold)?\+0x|\boom_kill_process(?:\.cold)?\+0x"
+                         r"|Out of memory and no killable processes")
+
+
 def _opens_partial(line: str) -> bool:
+    if ("_memory+0x" in line or "oom_kill_process" in line or "no killable" in line) and _OOM_FRAMES.search(line):
+        return True
     if "Mem-Info" in line or "Tasks state" in line or "pages RAM" in line or "pages reserved" in line:
         return True
     if "Free swap" in line or "total pagecache" in line or "swap cache" in line or "active_anon:" in line:
@@ -904,6 +920,63 @@ def _kubernetes(lines: list[str], taken: set[int]) -> list[Finding]:
     return out
 
 
+# ------------------------------------------------------------------------ userspace OOM killers
+
+# systemd-oomd: "Killed /user.slice/...scope due to memory pressure for /user.slice being 80.2% > 50.0% for > 20s
+# with reclaim activity", "Killed ... due to memory used (...) / total (...) and swap used (...) / total (...)
+# being more than 90.00%", and before it "Considered 72 cgroups for killing, top candidates were:".
+_OOMD_KILLED = re.compile(r"\bKilled (?P<cg>/\S+) due to (?P<why>memory pressure|memory used|swap used)")
+_OOMD_CONSIDERED = re.compile(r"\bConsidered (?P<n>\d+) cgroups for killing, top candidates were:")
+_OOMD_PATH = re.compile(r"^\s*(?:\S+\s+)*?Path: (?P<cg>/\S+)\s*$")
+# Meta's oomd: "Running Action=kill_by_memory_size_or_growth", "Killed 3 pids saving 1.2G from /user.slice/..."
+_FB_OOMD = re.compile(r"\boomd\[\d+\]:.*?(?:Running Action=(?P<action>kill_\w+)|Killed (?P<pids>\d+) pids?\b.*?from (?P<cg>/?\S+))")
+# earlyoom: 'sending SIGTERM to process 1234 uid 1000 "firefox": badness 900, VmRSS 1024 MiB'
+_EARLYOOM = re.compile(r'\bsending SIG(?:TERM|KILL) to process (?P<pid>\d+) (?:uid \d+ )?"?(?P<name>[^":]+)"?: badness')
+
+
+def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
+    """OOM kills by a userspace killer (systemd-oomd, Meta's oomd, earlyoom), and a cgroup-v1 kill
+    line ("Task in /docker/... killed as a result of limit of /docker/...") printed on its own."""
+    out: list[Finding] = []
+    for i, line in enumerate(lines):
+        if i in taken:
+            continue
+        f: dict[str, FactValue] | None = None
+        if "Considered" in line or "Killed /" in line:
+            m = _OOMD_KILLED.search(line)
+            c = None if m else _OOMD_CONSIDERED.search(line)
+            if m:
+                f = {"source": "systemd-oomd", "oom_memcg": m["cg"], "oomd_reason": m["why"]}
+            elif c:
+                f = {"source": "systemd-oomd", "oomd_candidates": int(c["n"])}
+                for j in range(i + 1, min(len(lines), i + 3)):
+                    p = _OOMD_PATH.match(lines[j])
+                    if p:
+                        f["top_candidate"] = p["cg"]
+                        break
+        elif "oomd[" in line:
+            m = _FB_OOMD.search(line)
+            if m:
+                f = {"source": "oomd"}
+                _put(f, "oomd_action", m["action"])
+                _put(f, "oom_memcg", m["cg"])
+        elif "badness" in line:
+            m = _EARLYOOM.search(line)
+            if m:
+                f = {"source": "earlyoom", "victim_pid": int(m["pid"]), "victim_process": m["name"].strip()}
+        elif "killed as a result of limit" in line:
+            m = _TASK_IN.search(line)
+            if m:
+                f = {"source": "kernel", "task_memcg": m["task"], "oom_memcg": m["limit"], "oom_scope": "memcg"}
+                _memcg_ids(f)
+        if f is None:
+            continue
+        who = f.get("victim_process") or f.get("oom_memcg") or f.get("top_candidate") or ""
+        title = f"OOM kill by {f['source']}" + (f": {who}" if who else "")
+        out.append(Finding(kind=KIND_HOST_OOM, severity="error", title=title, facts=f, excerpt=line.strip()[:_EXCERPT_MAX]))
+    return out
+
+
 # ---------------------------------------------------------------------------------- classifier
 
 
@@ -917,7 +990,8 @@ class HostOomClassifier:
     # rarest character, and longer words have rarer ones.)
     triggers = (
         'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
-        'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache',
+        'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'oomd',
+        'cgroups for killing', 'badness', 'killed as a result of limit', 'due to memory', 'due to swap',
     )
     # A task-table row alone carries no word to look for: the registry gates on its shape too.
     gate_patterns = (("]", _TASK_ROW_TAIL),)
@@ -947,4 +1021,7 @@ class HostOomClassifier:
             )
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
+        if "oomd" in text or "Considered" in text or "Killed /" in text or "badness" in text \
+                or "killed as a result of limit" in text:
+            out.extend(_userspace(lines, taken))
         return out

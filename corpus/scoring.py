@@ -192,6 +192,15 @@ def _pci(value: str) -> str:
     return re.sub(r"^0{4,8}:", "", v)
 
 
+def _version(v: Any) -> list[int]:
+    """A TensorRT version as numbers: "8.6.1" and TensorRT's integer 8601 alike."""
+    text = str(v).strip().lstrip("vV")
+    if text.isdigit() and 4 <= len(text) <= 6:
+        n = int(text)
+        return [n // 10000, (n // 100) % 100, n % 100] if n >= 10000 else [n // 1000, (n // 100) % 10, n % 100]
+    return [int(p) for p in re.findall(r"\d+", text)]
+
+
 def fact_matches(key: str, expected: Any, got: Any) -> bool:
     if got is None or isinstance(got, bool) and not isinstance(expected, bool):
         return False
@@ -199,6 +208,10 @@ def fact_matches(key: str, expected: Any, got: Any) -> bool:
         if not isinstance(got, (int, float)):
             return False
         return any(lo - 0.5 <= got <= hi + 0.5 for lo, hi in size_bounds(expected))
+    if key == "trt_version":
+        a, b = _version(expected), _version(got)
+        n = min(len(a), len(b))
+        return n > 0 and a[:n] == b[:n]  # "8.6" as printed is the same release as 8.6.1
     if key == "pci_address":
         return _pci(str(expected)) == _pci(str(got))
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):

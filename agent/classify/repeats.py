@@ -68,12 +68,36 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
             ident["xid"] = facts["implied_xid"]
         if isinstance(ident.get("pci_address"), str):
             ident["pci_address"] = _bus_id(ident["pci_address"])
-    if kind == KIND_TENSORRT_ERROR and facts.get("out_of_memory") is True:
-        # A tactic's failed allocation, the skip it causes and the builder's error are one fault:
-        # the build ran out of memory. Only the sizes asked for tell two such faults apart.
-        ident = {k: v for k, v in ident.items() if k == "trt_version"}
-        ident["out_of_memory"] = True
+    if kind == KIND_TENSORRT_ERROR:
+        if facts.get("out_of_memory") is True:
+            # A tactic's failed allocation, the skip it causes and the builder's error are one fault:
+            # the build ran out of memory.
+            return {"trt_version": facts["trt_version"]} if "trt_version" in facts else {"out_of_memory": True}
+        if severity_of(facts) == "error":
+            # A failing build or load prints a cascade: the root error, then "Assertion engine !=
+            # nullptr failed", "Building engine failed", "Engine set up failed". One fault.
+            return {k: v for k, v in ident.items() if k in ("trt_version", "layer")} | {"failed": True}
+        # Warnings repeat per layer or tactic in one build ("Subnormal FP16 values detected" for
+        # every weight): one fault per kind of warning.
+        return {"category": facts.get("category")} | ({"trt_version": facts["trt_version"]} if "trt_version" in facts else {})
     return ident
+
+
+def severity_of(facts: Mapping[str, Any]) -> str:
+    """A TensorRT finding's severity as its facts say it: printed tags, else its category's."""
+    tag = str(facts.get("severity_tag", ""))
+    if tag in ("E", "F", "ERROR", "INTERNAL_ERROR"):
+        return "error"
+    if tag in ("W", "WARNING"):
+        return "warning"
+    return "error" if facts.get("category") in _TRT_ERROR_CATEGORIES or "error_code" in facts else "warning"
+
+
+_TRT_ERROR_CATEGORIES = frozenset({
+    "out_of_memory", "error_code", "cuda_runtime_error", "cuda_error", "cuda_init_failure", "unsupported_sm",
+    "engine_version_mismatch", "engine_device_mismatch", "engine_invalid", "engine_deserialize_failed",
+    "build_failed", "trtexec_failed", "missing_optimization_profile", "assertion_failed", "error",
+})
 
 
 def _bus_id(pci: str) -> str:

@@ -84,10 +84,34 @@ _TACTIC_DEVICE = re.compile(
     r"Tactic Device request: (?P<req>\d+(?:\.\d+)?)\s*(?P<ru>[KMG]i?B) Available: (?P<avail>\d+(?:\.\d+)?)\s*(?P<au>[KMG]i?B)"
 )
 _REQUESTED_GPU = re.compile(r"Requested amount of GPU memory \((?P<bytes>\d+) bytes\) could not be allocated")
+# A message cut after its detail opened (an issue title) still has its code and category.
 _ERROR_CODE = re.compile(
     r"(?:(?P<cls>\d+): )?(?:\[(?P<origin>[^\]]+)\] )?Error Code (?P<code>\d+): (?P<cat>[A-Za-z][A-Za-z0-9 _]*?)"
-    r"(?: \((?P<detail>.*)\))?\s*$"
+    r"(?: \((?P<detail>.*)\)\s*$| \((?P<cut>.*)$|\s*$|(?=[.,;]))"
 )
+# TensorRT <= 7's status lines: "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
+# "coreReadArchive.cpp (31) - Serialization Error in verifyHeader: 0 (Magic tag does not match)".
+_STATUS_LINE = re.compile(
+    r"(?P<origin>[\w./-]+\.(?:cpp|cu|h|hpp)) \((?P<line>\d+)\) - (?P<what>[A-Z]\w*(?: \w+)*?) Error in "
+    r"(?P<func>\w+): (?P<code>-?\d+) \((?P<detail>[^)]*)\)"
+)
+# Whole-build failures as the builders and their wrappers say them.
+_BUILD_FAILED = re.compile(
+    r"(?i)(?:building|failed to build|unable to build|could not build|build) (?:the |a )?(?:tensorrt |trt |cuda )?engine"
+    r"(?: file)?(?: from network)?(?: failed| \(failed\))?|buildSerializedNetwork failed|engine could not be created"
+    r"|Failed to create (?:the )?(?:TensorRT|TRT) engine"
+)
+# DeepStream's nvinfer: "NvDsInferContext[UID 3]: Error in NvDsInferContextImpl::buildModel()
+# <nvdsinfer_context_impl.cpp:2126> [UID = 3]: build engine file failed".
+_NVDSINFER = re.compile(r"NvDsInferContext\[UID \d+\]: Error in (?P<func>[\w:]+)\(\) <(?P<origin>[^>]+)> \[UID = \d+\]: ?(?P<detail>.*)")
+_NO_PROFILE = re.compile(r"Network has dynamic or shape inputs, but no optimization profile has been defined")
+_SUBNORMAL = re.compile(
+    r"Subnormal FP16 values detected|smallest positive FP16 Subnormal value|had the following issues when converted to FP16"
+    r"|(?:exceed|Values? (?:larger|greater) than) (?:the )?(?:largest|max(?:imum)?) FP16"
+)
+_DESERIALIZE = re.compile(r"(?i)deserializ\w* (?:the )?(?:cuda )?engine failed|deserializeCudaEngine failed"
+                          r"|failed to deserialize (?:the )?(?:cuda )?engine")
+_TRTEXEC_FAILED = re.compile(r"&&&& FAILED TensorRT\.trtexec(?: \[TensorRT v(?P<v>\d{4,6})\])?")
 _CUDA_ERROR_IN = re.compile(r"Cuda Error in (?P<call>\S+?): (?P<code>\d+) \((?P<name>[^)]*)\)")
 _CUDA_INIT = re.compile(r"CUDA initialization failure with error:? (?P<code>\d+)")
 _HALF2 = re.compile(r"Half2 support requested on hardware without native FP16 support")
@@ -196,7 +220,8 @@ class TensorRtClassifier:
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
     triggers = (
         'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
-        'Enqueue Time', 'GPU Compute',
+        'Enqueue Time', 'GPU Compute', ' Error in ', 'ngine failed', 'ngine file failed', 'optimization profile',
+        'ngine could not', 'nvinfer1::',
     )
 
     def classify(self, text: str) -> list[Finding]:
@@ -216,6 +241,12 @@ class TensorRtClassifier:
             or "summary ===" in text
             or "Enqueue Time" in text
             or "GPU Compute" in text
+            or " Error in " in text
+            or "ngine failed" in text
+            or "ngine file failed" in text
+            or "optimization profile" in text
+            or "ngine could not" in text
+            or "nvinfer1::" in text
         ):
             return []
         return _classify(text)
@@ -229,7 +260,7 @@ def _classify(text: str) -> list[Finding]:
         if f is not None:
             findings.append(f)
     context = _context(text)
-    if findings or context:
+    if findings or context or "nvinfer1::" in text:
         # An assertion is TensorRT's only when the event also shows TensorRT at work.
         for line in lines:
             m = _C_ASSERT.search(line)
@@ -320,6 +351,10 @@ def _error_line(line: str) -> Finding | None:
         or "TensorRT" in line
         or "actic" in line
         or "workspace" in line
+        or " Error in " in line
+        or "ngine" in line
+        or "ubnormal" in line
+        or "optimization profile" in line
     ):
         return None
     sev = _SEV_TAG.search(line)
@@ -400,6 +435,10 @@ def _categorise(
             facts["error_origin"] = m.group("origin")
         if m.group("cls"):
             facts["error_class"] = int(m.group("cls"))
+        if m.group("cut") is not None:
+            detail = m.group("cut").strip()
+            facts["error_detail"] = detail
+            facts["cut"] = True
         oom = "outofmemory" in cat_printed.replace(" ", "").lower() or "out of memory" in detail.lower()
         facts["out_of_memory"] = oom
         device = _ENGINE_DEVICE.search(message)
@@ -423,6 +462,24 @@ def _categorise(
             cat = "workspace_too_small"
         title = f"TensorRT error code {code}: {cat_printed}" + (f" ({detail})" if detail else "")
         return cat, _sev(printed, "error"), title
+    m = _NVDSINFER.search(line) if "NvDsInferContext" in line else None
+    if m:
+        facts["error_origin"] = m.group("origin")
+        facts["error_status"] = m.group("func")
+        _put_detail = m.group("detail").strip()
+        if _put_detail:
+            facts["error_detail"] = _put_detail
+        build = "build" in m.group("func").lower() or "build" in _put_detail.lower()
+        return ("build_failed" if build else "error"), _sev(printed, "error"), f"DeepStream nvinfer: error in {m.group('func')}"
+    m = _STATUS_LINE.search(line) if " Error in " in line else None
+    if m and not m.group("what").startswith("Cuda"):
+        facts["error_origin"] = f"{m.group('origin')}:{m.group('line')}"
+        facts["error_status"] = f"{m.group('what')} Error in {m.group('func')}"
+        facts["error_code"] = int(m.group("code"))
+        facts["error_detail"] = m.group("detail")
+        if _MAGIC.search(m.group("detail")):
+            return "engine_invalid", _sev(printed, "error"), f"TensorRT could not deserialize the engine ({m.group('detail')})"
+        return "error_code", _sev(printed, "error"), f"TensorRT {m.group('what')} error in {m.group('func')}: {m.group('detail')}"
     m = _CUDA_ERROR_IN.search(line)
     if m:
         facts["cuda_call"] = m.group("call")
@@ -507,6 +564,24 @@ def _categorise(
             _sev(printed, "warning"),
             "TensorRT: builder workspace too small for some tactics",
         )
+    if "optimization profile" in line and _NO_PROFILE.search(line):
+        return "missing_optimization_profile", _sev(printed, "error"), "TensorRT: dynamic inputs without an optimization profile"
+    if "ubnormal" in line or "FP16" in line:
+        if _SUBNORMAL.search(line):
+            facts["precision"] = "fp16"
+            facts["precision_issue"] = "weights_out_of_fp16_range"
+            return "fp16_weights_out_of_range", _sev(printed, "warning"), "TensorRT: weights lose precision in FP16"
+    if "ngine" in line:
+        if _DESERIALIZE.search(line) and "open error" not in line and "file path" not in line:
+            return "engine_deserialize_failed", _sev(printed, "error"), "TensorRT could not deserialize the engine"
+        if _BUILD_FAILED.search(line) and ("fail" in line.lower() or "could not" in line or "unable" in line.lower()):
+            return "build_failed", _sev(printed, "error"), f"TensorRT engine build failed: {message[:100]}"
+    if "FAILED TensorRT" in line:
+        m = _TRTEXEC_FAILED.search(line)
+        if m:
+            if m.group("v"):
+                facts["trt_version"] = _decode_version(m.group("v"))
+            return "trtexec_failed", "error", "trtexec failed" + (f" (TensorRT {facts['trt_version']})" if m.group("v") else "")
     if _UNSUPPORTED_STATE.search(line) and (tagged or printed):
         return "unsupported_state", _sev(printed, "error"), f"TensorRT unsupported state: {message[:100]}"
     if printed == "error" and tagged:

@@ -37,7 +37,8 @@ def _maybe_jetson(text: str) -> bool:
     # Every wording read here contains one of these ("NvMap...", "nvmap_...", "NVMAP_IOC_...",
     # "cudaAllocMapped", "cma_alloc" / "dma_alloc_attrs", nvgpu's "DMA alloc FAILED" and its
     # "[ERR]" lines); a handful of `in` checks is the cheapest gate per log line.
-    return "Map" in text or "nvmap" in text or "NVMAP" in text or "ma_alloc" in text or "nvgpu" in text
+    return ("Map" in text or "nvmap" in text or "NVMAP" in text or "ma_alloc" in text or "nvgpu" in text
+            or "NvRmMem" in text)
 
 
 def _errno_name(n: int) -> str | None:
@@ -69,8 +70,16 @@ def _stamp(facts: dict[str, FactValue], kl: KernelLine) -> None:
 
 # ---------------------------------------------------------------------------------------- NvMap
 
-_NVMAP_TAGGED = re.compile(r"\b(?P<call>NvMap\w+): (?P<arg>\d+|0x[0-9a-fA-F]+) error (?P<err>-?\d+)")
-_NVMAP_ERR = re.compile(r"\b(?P<call>NvMap\w+): error (?P<err>-?\d+)")
+# "NvMapMemAllocInternalTagged: 1075072515 error 12", "... failed: error 12", a tag elided as "...".
+_NVMAP_TAGGED = re.compile(
+    r"\b(?P<call>NvMap\w+)(?: failed)?: (?P<arg>\d+|0x[0-9a-fA-F]+|\.\.\.|…) error (?P<err>-?\d+)"
+)
+_NVMAP_ERR = re.compile(r"\b(?P<call>NvMap\w+)(?: failed)?: error (?P<err>-?\d+)")
+# The user-space memory manager failing to open /dev/nvmap: "NvRmMemInitNvmap failed with No such
+# file or directory", "NvRmMemInit failed" (a container without the device, or no permission).
+_NVRM_MEM_INIT = re.compile(r"\b(?P<call>NvRmMemInit\w*) failed(?: with (?P<why>[A-Z][\w ]+?))?(?:\*|\s*$| error)")
+_STRERROR = {"No such file or directory": 2, "Permission denied": 13, "Cannot allocate memory": 12,
+             "Invalid argument": 22, "Operation not permitted": 1}
 _NVMAP_OP = re.compile(r"\b(?P<call>NvMap\w+) (?P<arg>0x[0-9a-fA-F]+|\d+) failed \[(?P<err>-?\d+)\]")
 _NVMAP_KERNEL = re.compile(r"\b(?P<call>nvmap_\w+|NVMAP_IOC_\w+)\b.*?\b(?:fail(?:ed|ure)?|error)\b", re.I)
 _PID = re.compile(r"\bPID:? (\d+)")
@@ -85,7 +94,7 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
     groups: dict[tuple[str, int], _Acc] = {}
     last: _Acc | None = None
     for i, line in enumerate(lines):
-        if "NvMap" not in line and "nvmap" not in line and "NVMAP" not in line:
+        if "NvMap" not in line and "nvmap" not in line and "NVMAP" not in line and "NvRmMemInit" not in line:
             if last is not None and ("cuda" in line or "CUDA" in line):
                 c = _CUDA_AFTER.search(line)
                 if c:
@@ -101,6 +110,12 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
             if err == 0:
                 # "NvMapMemHandleAlloc: error 0" after a failed allocation: the caller's
                 # follow-up report, not a second failure.
+                if last is None:
+                    # Alone it still says an NvMap allocation did not succeed; the number is not an errno.
+                    f0: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": m["call"], "out_of_memory": False}
+                    last = _Acc(f0, f"NvMap {m['call']} failed (error 0)", "warning", [i])
+                    out.append(last)
+                    continue
                 if last is not None:
                     last.facts.setdefault("followed_by", f"{m['call']}: error 0")
                     last.lines.append(i)
@@ -123,6 +138,19 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
             if arg is not None and arg not in acc.items:
                 acc.items.append(arg)
             last = acc
+            continue
+        r = _NVRM_MEM_INIT.search(line) if "NvRmMemInit" in line else None
+        if r:
+            if last is not None and last.facts.get("nvmap_call", "").startswith("NvRmMemInit"):
+                last.lines.append(i)
+                last.count += 1
+                continue
+            fr: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": r["call"], "out_of_memory": False}
+            if r["why"] and r["why"].strip() in _STRERROR:
+                fr["errno"] = _STRERROR[r["why"].strip()]
+                _put(fr, "errno_name", _errno_name(int(fr["errno"])))
+            last = _Acc(fr, f"NvMap could not be opened ({r['call']} failed)", "error", [i])
+            out.append(last)
             continue
         k = _NVMAP_KERNEL.search(line)
         if not k:
@@ -296,7 +324,7 @@ class JetsonMemoryClassifier:
     name = "jetson_memory"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu')
+    triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu', 'NvRmMemInit')
     kind = KIND_JETSON_MEMORY
 
     def __init__(self, *, device_is_jetson: bool = False) -> None:
@@ -307,7 +335,7 @@ class JetsonMemoryClassifier:
             return []
         lines = text.splitlines()
         accs: list[_Acc] = []
-        if "NvMap" in text or "nvmap" in text or "NVMAP" in text:
+        if "NvMap" in text or "nvmap" in text or "NVMAP" in text or "NvRmMemInit" in text:
             _nvmap(lines, accs)
         if "cudaAllocMapped" in text:
             _alloc_mapped(lines, accs)

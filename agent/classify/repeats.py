@@ -37,7 +37,8 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code"),
     KIND_MEMORY_ALLOC_FAILURE: ("invoker_process", "invoker_pid", "order"),
     KIND_GPU_XID: ("xid", "sxid", "pci_address", "pid", "nvswitch_index", "link"),
-    KIND_JETSON_MEMORY: ("source", "nvmap_call", "errno", "heap", "requested_bytes"),
+    # NvMap's calls nest (HandleAlloc reports its AllocInternalTagged's error): the call is not identity.
+    KIND_JETSON_MEMORY: ("source", "errno", "heap", "requested_bytes"),
     KIND_TENSORRT_ERROR: ("error_code", "layer", "assertion", "error_origin", "trt_version"),
     KIND_TRT_BENCHMARK: ("throughput_qps", "latency_mean_ms", "latency_median_ms", "trt_version"),
 }
@@ -129,6 +130,19 @@ def _merged(first: F, other: F) -> F:
     return dataclasses.replace(first, severity=severity, facts=facts)  # type: ignore[type-var]
 
 
+# On a Jetson the GPU's memory is NvMap's: a CUDA allocation failing right after NvMap ran out
+# (ENOMEM) is that same fault as the framework saw it.
+ABSORBED_BY: Mapping[str, tuple[str, ...]] = {KIND_CUDA_OOM: (KIND_JETSON_MEMORY,)}
+NEAR_LINES = 20
+
+
+def _absorbs(kept: _FindingLike, f: _FindingLike) -> bool:
+    if kept.kind not in ABSORBED_BY.get(f.kind, ()) or kept.facts.get("out_of_memory") is not True:
+        return False
+    a, b = getattr(kept, "line", None), getattr(f, "line", None)
+    return a is None or b is None or abs(a - b) <= NEAR_LINES
+
+
 def merge_repeats(findings: Sequence[F]) -> list[F]:
     """``findings`` with each fault once, in the order of its first copy.
 
@@ -144,6 +158,23 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
                 out[i] = _merged(out[i], f)
                 break
         else:
+            host = next((i for kind in ABSORBED_BY.get(f.kind, ()) for i in reversed(by_kind.get(kind, [])[-WINDOW:])
+                         if _absorbs(out[i], f)), None)
+            if host is not None:
+                out[host] = _absorbed(out[host], f)
+                continue
             recent.append(len(out))
             out.append(f)
     return out
+
+
+def _absorbed(host: F, f: F) -> F:
+    """``host`` with what ``f`` (the same fault seen by another layer) adds, under its kind's name."""
+    facts = dict(host.facts)
+    for k, v in f.facts.items():
+        if k not in facts and k not in ("occurrences", "consistency_flags"):
+            facts[f"{f.kind}_{k}" if k in ("framework", "requested_bytes", "device_index") else k] = v
+    seen = [k for k in str(facts.get("reported_as", "")).split(",") if k]
+    facts["reported_as"] = ",".join(dict.fromkeys([*seen, f.kind]))
+    severity = max(host.severity, f.severity, key=lambda s: _RANK.get(s, 0))
+    return dataclasses.replace(host, severity=severity, facts=facts)  # type: ignore[type-var]

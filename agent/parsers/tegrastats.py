@@ -104,15 +104,16 @@ _FREQS = r"\d+|\[\d+(?:,\d+)*\]"  # "76" or the per-GPC list "[1300,1300]"
 _CORE = r"off|\d+%(?:@\d+)?"
 # Names an engine must not take, so that a malformed known field ("CPU 5%") stays unparsed.
 # Rails need no such guard: AGX Xavier has real rails named GPU and CPU.
-_RESERVED = r"(?!(?:RAM|SWAP|IRAM|CPU|cpu|EMC|EMC_FREQ|GR3D|GR3D_FREQ|APE|MTS|EDP)(?= ))"
+_RESERVED = r"(?!(?:RAM|SWAP|IRAM|CPU|cpu|EMC|emc|EMC_FREQ|GR3D|GR3D_FREQ|APE|MTS|EDP)(?= ))"
 
+_GLUED_MARKS = re.compile(r"[`\"'*]+(?=RAM \d|\d\d-\d\d-\d{4} )|(?<=MB)\*+")
 _TIMESTAMP = re.compile(r"(\d{2})-(\d{2})-(\d{4}) (\d{2}):(\d{2}):(\d{2})" + _END)
 _RAM = re.compile(r"RAM (\d+)/(\d+)MB(?: ?\(lfb (\d+)x(\d+)(kB|MB)\))?" + _END)
 _SWAP = re.compile(r"SWAP (\d+)/(\d+)MB(?: ?\(cached (\d+)MB\))?" + _END)
 _IRAM = re.compile(r"IRAM (\d+)/(\d+)kB(?: ?\(lfb (\d+)kB\))?" + _END)
 _CPU = re.compile(rf"(?:CPU|cpu) \[((?:{_CORE})(?:,(?:{_CORE}))*)\](?:@(\d+))?" + _END)
 _LOAD_FREQ = rf"(?:(\d+)%(?:@({_FREQS}))?|@({_FREQS}))"
-_EMC = re.compile(rf"(?:EMC_FREQ|EMC) {_LOAD_FREQ}" + _END)
+_EMC = re.compile(rf"(?:EMC_FREQ|EMC|emc) {_LOAD_FREQ}" + _END)  # lower-case on Tegra 2/3 (Android)
 _GR3D = re.compile(rf"(?:GR3D_FREQ|GR3D) {_LOAD_FREQ}" + _END)
 _APE = re.compile(r"APE (\d+)" + _END)
 _MTS = re.compile(r"MTS fg (\d+)% bg (\d+)%" + _END)
@@ -277,8 +278,10 @@ def parse_tegrastats_line(line: str) -> TegrastatsReading:
 
     Raises TegrastatsParseError when the text is not tegrastats output.
     """
-    # Joining on any whitespace also undoes a wrapped line and CRLF endings.
-    text = " ".join(line.split())
+    # Joining on any whitespace also undoes a wrapped line and CRLF endings. A line quoted in a
+    # program's string or a note ('tmpStr = "RAM ...', '**RAM 3431/3956MB**') loses the quote and
+    # emphasis marks glued to its fields; what comes before its first field stays unparsed.
+    text = " ".join(_GLUED_MARKS.sub(" ", line).split())
     if not text:
         raise TegrastatsParseError("empty line: not tegrastats output")
     b = _Builder()

@@ -5,6 +5,7 @@ a person pasted it (``fleetscope scan`` over an issue thread, a chat, a web page
 things no classifier should have to know:
 
 * markdown quote markers (``> ``, ``> > ``) and code fences (```` ``` ````, ``~~~``);
+* comment markers before a log line kept in a program (``# [10/14/2023-22:29:21] [I] ...``);
 * HTML: entities (``&gt;``, ``&#39;``) and the tags a page wraps output in (``<pre>``, ``<br>``);
 * numbers written the reader's way: digit groups (``1,073,741,824 bytes``, ``1 073 741 824``) and a
   decimal comma before a size unit (``2,00 GiB``).
@@ -24,6 +25,11 @@ __all__ = ["undecorate", "looks_decorated"]
 
 # A quote marker run at a line's start: "> ", ">> ", "> > ". Not a REPL prompt (">>> code").
 _QUOTE = re.compile(r"^[ \t]{0,3}(?!>>> )(?:>[ \t]?)+", re.MULTILINE)
+# A log kept in a program's comments: "# [10/14/2023-22:29:21] [I] ...", "// [  12.3] NVRM: ...".
+_COMMENTED_LOG = re.compile(
+    r"^[ \t]*(?:#|//) ?(?=\[\d\d/\d\d/\d{4}-|\[ *\d+\.\d+\]|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d[ T]\d\d:)",
+    re.MULTILINE,
+)
 _FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)[^\n`]*$", re.MULTILINE)
 # The tags a web page or a chat export wraps machine output in; not printk's "<4>" levels.
 _TAG = re.compile(r"</?(?:pre|code|br|p|div|span|details|summary|b|i|em|strong|tt|kbd|samp|blockquote|font)\b[^>\n]*>",
@@ -42,6 +48,7 @@ def looks_decorated(text: str) -> bool:
     return (
         ">" in text and _QUOTE.search(text) is not None
         or "```" in text or "~~~" in text
+        or ("#" in text or "//" in text) and _COMMENTED_LOG.search(text) is not None
         or "&" in text and _ENTITY.search(text) is not None
         or "<" in text and _TAG.search(text) is not None
         or _has_local_number(text)
@@ -64,6 +71,8 @@ def undecorate(text: str) -> str:
         text = _FENCE.sub("", text)
     if ">" in text:
         text = _QUOTE.sub("", text)
+    if "#" in text or "//" in text:
+        text = _COMMENTED_LOG.sub("", text)
     if _has_local_number(text):
         text = _GROUPED.sub(lambda m: re.sub(r"[,'\u202f\u00a0]", "", m.group(1)), text)
         text = _DECIMAL_COMMA.sub(r"\1.\2", text)

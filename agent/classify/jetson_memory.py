@@ -110,12 +110,6 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
             if err == 0:
                 # "NvMapMemHandleAlloc: error 0" after a failed allocation: the caller's
                 # follow-up report, not a second failure.
-                if last is None:
-                    # Alone it still says an NvMap allocation did not succeed; the number is not an errno.
-                    f0: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": m["call"], "out_of_memory": False}
-                    last = _Acc(f0, f"NvMap {m['call']} failed (error 0)", "warning", [i])
-                    out.append(last)
-                    continue
                 if last is not None:
                     last.facts.setdefault("followed_by", f"{m['call']}: error 0")
                     last.lines.append(i)

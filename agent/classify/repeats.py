@@ -69,6 +69,11 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
             ident["xid"] = facts["implied_xid"]
         if isinstance(ident.get("pci_address"), str):
             ident["pci_address"] = _bus_id(ident["pci_address"])
+    if kind == KIND_TRT_BENCHMARK and facts.get("record") == "run_averages":
+        # Each average line of one run: the run is one benchmark however many it printed.
+        return {"record": "run_averages", "runs_per_average": facts.get("runs_per_average")}
+    if kind == KIND_TRT_BENCHMARK and "run_averages" in str(facts.get("record")):
+        return {}
     if kind == KIND_TENSORRT_ERROR:
         if facts.get("out_of_memory") is True:
             # A tactic's failed allocation, the skip it causes and the builder's error are one fault:

@@ -221,7 +221,7 @@ class TensorRtClassifier:
     triggers = (
         'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
         'Enqueue Time', 'GPU Compute', ' Error in ', 'ngine failed', 'ngine file failed', 'optimization profile',
-        'ngine could not', 'nvinfer1::',
+        'ngine could not', 'nvinfer1::', 'Average over', 'Average on',
     )
 
     def classify(self, text: str) -> list[Finding]:
@@ -247,6 +247,7 @@ class TensorRtClassifier:
             or "optimization profile" in text
             or "ngine could not" in text
             or "nvinfer1::" in text
+            or "Average o" in text
         ):
             return []
         return _classify(text)
@@ -281,6 +282,8 @@ def _classify(text: str) -> list[Finding]:
     if context and findings:
         findings = [_with_facts(f, context) for f in findings]
     bench = _benchmark(lines, text)
+    if bench is None and "Average o" in text:
+        bench = _run_averages(lines)
     if bench is not None:
         if context.get("trt_version") is not None:
             bench = _with_facts(bench, {"trt_version": context["trt_version"]})
@@ -640,6 +643,48 @@ def _vertical(lines: list[str], facts: dict[str, FactValue], excerpt: list[str])
                 facts[f"end_to_end_latency_{stat}_ms"] = float(st["e2e"])
             excerpt.append(line.rstrip())
     return prefix
+
+
+# trtexec's per-run averages: TensorRT 4-5 "Average over 10 runs is 0.66 ms (host walltime is 0.81 ms,
+# 99% percentile time is 0.67).", TensorRT 7+ "Average on 10 runs - GPU latency: 2.11 ms - Host latency:
+# 2.14 ms (enqueue 2.11 ms)", giexec's "Average over 10 runs is 12.87 ms."
+_AVERAGE_OVER = re.compile(
+    r"Average over (?P<n>\d+) runs is (?P<avg>[\d.]+) ms(?: \((?:host walltime is (?P<wall>[\d.]+) ms, )?"
+    r"(?:(?P<pct>\d+(?:\.\d+)?)% )?percentile time is (?P<p>[\d.]+)(?: ms)?\))?"
+)
+_AVERAGE_ON = re.compile(
+    r"Average on (?P<n>\d+) runs - GPU latency: (?P<gpu>[\d.]+) ms - Host latency: (?P<host>[\d.]+) ms"
+    r"(?: \(enqueue (?P<enq>[\d.]+) ms\))?"
+)
+
+
+def _run_averages(lines: list[str]) -> Finding | None:
+    """trtexec's per-run average lines (all of them in the event) as one benchmark finding."""
+    over = [m for m in map(_AVERAGE_OVER.search, lines) if m]
+    on = [m for m in map(_AVERAGE_ON.search, lines) if m]
+    if not over and not on:
+        return None
+    facts: dict[str, FactValue] = {"record": "run_averages"}
+    if on:
+        facts["runs_per_average"] = int(on[0]["n"])
+        facts["averages_printed"] = len(on)
+        facts["trace_gpu_latency_mean_ms"] = round(sum(float(m["gpu"]) for m in on) / len(on), 6)
+        facts["trace_host_latency_mean_ms"] = round(sum(float(m["host"]) for m in on) / len(on), 6)
+        facts["trace_host_latency_max_ms"] = max(float(m["host"]) for m in on)
+    else:
+        # TensorRT <= 5 prints no summary: the averages are the run's latency.
+        facts["runs_per_average"] = int(over[0]["n"])
+        facts["averages_printed"] = len(over)
+        avgs = [float(m["avg"]) for m in over]
+        facts["latency_mean_ms"] = round(sum(avgs) / len(avgs), 6)
+        facts["latency_min_ms"], facts["latency_max_ms"] = min(avgs), max(avgs)
+        walls = [float(m["wall"]) for m in over if m["wall"]]
+        if walls:
+            facts["host_walltime_mean_ms"] = round(sum(walls) / len(walls), 6)
+    first = (on or over)[0]
+    title = f"trtexec run averages: {facts['averages_printed']} x {facts['runs_per_average']} runs"
+    return Finding(kind=KIND_TRT_BENCHMARK, severity="info", title=title, facts=facts,
+                   excerpt=first.string.strip()[:300])
 
 
 def _benchmark(lines: list[str], text: str) -> Finding | None:

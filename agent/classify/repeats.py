@@ -163,14 +163,27 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
                 out[i] = _merged(out[i], f)
                 break
         else:
-            host = next((i for kind in ABSORBED_BY.get(f.kind, ()) for i in reversed(by_kind.get(kind, [])[-WINDOW:])
-                         if _absorbs(out[i], f)), None)
-            if host is not None:
-                out[host] = _absorbed(out[host], f)
-                continue
             recent.append(len(out))
             out.append(f)
-    return out
+    return _absorb_relayed(out)
+
+
+def _absorb_relayed(findings: list[F]) -> list[F]:
+    """Fold each finding another kind's finding reports the same fault of (``ABSORBED_BY``) into it,
+    whichever of the two came first."""
+    if not any(f.kind in ABSORBED_BY for f in findings):
+        return findings
+    out = list(findings)
+    gone: set[int] = set()
+    for j, f in enumerate(findings):
+        hosts = ABSORBED_BY.get(f.kind, ())
+        if not hosts:
+            continue
+        host = next((i for i, h in enumerate(out) if i not in gone and h.kind in hosts and _absorbs(h, f)), None)
+        if host is not None:
+            out[host] = _absorbed(out[host], f)
+            gone.add(j)
+    return [f for i, f in enumerate(out) if i not in gone]
 
 
 def _absorbed(host: F, f: F) -> F:

@@ -797,7 +797,9 @@ _RAW = re.compile(
     r"|(?P<drv>CUDA_ERROR_OUT_OF_MEMORY)"
     r"|(?P<thc>cuda runtime error \(2\) : out of memory|THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory)"
     r"|(?P<call>cuda\w*(?:Malloc|Alloc)\w*)(?:\(\))? failed: out of memory"
+    r"|(?P<ortcall>CUDA failure 2: out of memory)"  # ONNX Runtime's CudaCall
 )
+_GPU_EQ_ANY = re.compile(r"GPU=(\d+)")
 # What only PyTorch prints around "CUDA error: out of memory": the exception it raises (RuntimeError
 # before 2.8, torch.AcceleratorError after), c10's advice lines, a torch frame.
 _PT_RAISED = re.compile(
@@ -834,6 +836,10 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         if sz:
             facts["requested_bytes"] = parse_size(sz["v"])
             _put(facts, "device_index", int(sz["dev"]) if sz["dev"] else None)
+        if m["ortcall"]:
+            facts["framework"] = "onnxruntime"
+            g = _GPU_EQ_ANY.search(line, m.end())
+            _put(facts, "device_index", int(g.group(1)) if g else None)
         if "device_index" not in facts:
             for j in range(i, min(len(ev.lines), i + 3)):
                 d = _RAW_DEV.search(ev.lines[j])
@@ -846,6 +852,56 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         if "requested_bytes" in facts:
             title += f", {format_bytes(int(facts['requested_bytes']))} requested"
         key = ("cuda", name, facts.get("call"), facts.get("requested_bytes"), facts.get("device_index"))
+        _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
+# ------------------------------------------------------------------------------ other frameworks
+
+# ONNX Runtime's arena: "onnxruntime::BFCArena::AllocateRawInternal(...) Failed to allocate memory for
+# requested buffer of size 939524096".
+_ORT_ARENA = re.compile(r"BFCArena::AllocateRawInternal\b.*?Failed to allocate memory for requested buffer of size (?P<n>\d+)")
+# PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, 6.000000GB memory
+# has been allocated and available memory is only 0.000000B."
+_PADDLE = re.compile(
+    r"Out of memory error on GPU (?P<dev>\d+)(?:\. Cannot allocate (?P<req>[\d.]+\s?[KMGT]?i?B) memory on GPU \d+"
+    r"(?:, (?P<alloc>[\d.]+\s?[KMGT]?i?B) memory has been allocated and available memory is only (?P<free>[\d.]+\s?[KMGT]?i?B))?)?"
+)
+# CuPy: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"; Chainer's older
+# "Out of memory allocating 25600000 bytes (allocated so far: 3635267072 bytes)".
+_CUPY = re.compile(
+    r"[Oo]ut of memory (?:to allocate|allocating) (?P<req>\d+) bytes(?: \((?:total (?P<tot>\d+)|allocated so far: (?P<so_far>\d+)) bytes\))?"
+)
+# TensorFlow 2's eager op: "ResourceExhaustedError: failed to allocate memory [Op:AddV2]".
+_TF_EAGER = re.compile(r"ResourceExhaustedError:?\s*failed to allocate memory(?: \[Op:(?P<op>\w+)\])?")
+
+
+def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        if i in used or ("emory" not in line and "EMORY" not in line):
+            continue
+        facts: dict[str, FactValue] | None = None
+        if "BFCArena" in line and (m := _ORT_ARENA.search(line)):
+            facts = {"framework": "onnxruntime", "allocator": "BFCArena", "requested_bytes": int(m["n"])}
+        elif "error on GPU" in line and (m := _PADDLE.search(line)):
+            facts = {"framework": "paddle", "device_index": int(m["dev"])}
+            _put(facts, "requested_bytes", _bytes(m["req"]))
+            _put(facts, "allocated_bytes", _bytes(m["alloc"]))
+            _put(facts, "free_bytes", _bytes(m["free"]))
+        elif "bytes" in line and (m := _CUPY.search(line)):
+            facts = {"framework": "cupy", "requested_bytes": int(m["req"])}
+            _put(facts, "total_capacity_bytes", int(m["tot"]) if m["tot"] else None)
+            _put(facts, "allocated_bytes", int(m["so_far"]) if m["so_far"] else None)
+        elif "failed to allocate memory" in line and (m := _TF_EAGER.search(line)):
+            facts = {"framework": "tensorflow"}
+            _put(facts, "op", m["op"])
+        if facts is None:
+            continue
+        used.add(i)
+        exc = _LEAD_EXC.search(line[: m.start()])
+        _put(facts, "exception", exc.group(1) if exc else None)
+        what = f", {format_bytes(int(facts['requested_bytes']))} requested" if "requested_bytes" in facts else ""
+        title = f"{facts['framework']} out of memory{what}"
+        key = (facts["framework"], facts.get("requested_bytes"), facts.get("device_index"))
         _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
 
 
@@ -984,7 +1040,7 @@ class CudaOomClassifier:
     triggers = (
         'of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED',
         'xhausted', 'Tried to allocate', 'by PyTorch', 'BufferAssignment', 'BFCAllocator', 'memory_limit_',
-        'in-use chunks', '_STATUS_NOT_INITIALIZED',
+        'in-use chunks', '_STATUS_NOT_INITIALIZED', 'allocate memory', 'BFCArena',
     )
     kind = KIND_CUDA_OOM
 
@@ -1014,6 +1070,8 @@ class CudaOomClassifier:
             or "CUDA_ERROR_OUT_OF_MEMORY" in text
         ):
             _raw_cuda(ev, found, used)
+        if "BFCArena" in text or "error on GPU" in text or "bytes" in text or "failed to allocate memory" in text:
+            _others(ev, found, used)
         if "NV_ERR_NO_MEMORY" in text:
             _nvrm(ev, found)
         if "_STATUS_" in text:

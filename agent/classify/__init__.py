@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from fleetscope.agent.classify._base import Classifier, Finding
 from fleetscope.agent.classify._gate import compile_gate
-from fleetscope.agent.classify._normalise import looks_decorated, undecorate
+from fleetscope.agent.classify._normalise import blank_quoted_examples, looks_decorated, undecorate
 from fleetscope.agent.records import IncidentRecord, LogEvent
 
 __all__ = [
@@ -44,6 +44,7 @@ class Registry:
             return []
         if looks_decorated(text):  # pasted: quoted, fenced, HTML, localised numbers (_normalise)
             text = undecorate(text)
+        text = blank_quoted_examples(text)  # a message in source code or a manual's table: no fault
         out: list[Finding] = []
         for c in self._items.values():
             out.extend(c.classify(text))

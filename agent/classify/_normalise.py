@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["undecorate", "looks_decorated"]
+__all__ = ["undecorate", "looks_decorated", "blank_quoted_examples"]
 
 # A quote marker run at a line's start: "> ", ">> ", "> > ". Not a REPL prompt (">>> code").
 _QUOTE = re.compile(r"^[ \t]{0,3}(?!>>> )(?:>[ \t]?)+", re.MULTILINE)
@@ -77,3 +77,47 @@ def undecorate(text: str) -> str:
         text = _GROUPED.sub(lambda m: re.sub(r"[,'\u202f\u00a0]", "", m.group(1)), text)
         text = _DECIMAL_COMMA.sub(r"\1.\2", text)
     return text
+
+
+# ------------------------------------------------------------------ messages quoted, not printed
+
+# Source code that holds a message in a string literal: an assignment ('_MSG = "CUDA error: out of
+# memory"', "pattern='NVRM: Xid|...'"), a comparison ('if "CUDA out of memory. " in str(e):'), a call
+# with the literal as argument ('require.Equal(t, "kernel: NVRM: Xid ...")'), a list's element
+# ("    'NvMapMemAllocInternalTagged: 1075072515 error 12',"). A documentation table's row
+# ("| GPU hang | NVIDIA `NVRM: Xid` ... |"). None of these is a program reporting a fault.
+_ASSIGNED = re.compile(r"""^\s*(?:export\s+|const\s+|let\s+|var\s+)?[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?::\s*[\w\[\], .]+)?\s*(?:=|:=|\+=)\s*[\[({]?\s*[rbfuRB]?["'`]""")
+_COMPARED = re.compile(r"""\b(?:if|elif|while|assert|and|or|not)\s+(?:[\w.]+\s*(?:==|!=|in)\s*)?[rbfu]?(["'])[^"'\n]*\1\s*(?:in\b|==|!=|:|\))""")
+_CALLED = re.compile(r"""^\s*(?:[\w.]+\(\s*)+(?:[\w.]+,\s*)*[rbfu]?["']""")
+_LIST_ITEM = re.compile(r"""^\s*[\[(]?\s*[rbfu]?(["'])(?:(?!\1)[^\\]|\\.)*\1\s*(?:[,+)\]]\s*)+$""")
+_ESCAPED_NL = re.compile(r"""\\n["']""")
+_TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){2,}\s*$")
+_LOGFMT = re.compile(r"\b(?:level|lvl|msg|time|ts|caller|logger)=")
+
+
+def _quoted_example(line: str) -> bool:
+    if _TABLE_ROW.match(line):
+        return True
+    if '"' not in line and "'" not in line and "`" not in line:
+        return False
+    if _LOGFMT.search(line):
+        return False  # key="value" pairs are a structured log line, not code
+    return bool(
+        _ASSIGNED.match(line) or _COMPARED.search(line) or _CALLED.match(line) or _LIST_ITEM.match(line)
+        or _ESCAPED_NL.search(line)
+    )
+
+
+def blank_quoted_examples(text: str) -> str:
+    """``text`` with the lines that quote a message in code or a documentation table emptied (kept as
+    blank lines, so that line numbers stay): a classifier reads what programs printed, not what
+    their source or their manuals say they might print."""
+    if '"' not in text and "'" not in text and "|" not in text:
+        return text
+    lines = text.split("\n")
+    changed = False
+    for i, line in enumerate(lines):
+        if _quoted_example(line):
+            lines[i] = ""
+            changed = True
+    return "\n".join(lines) if changed else text

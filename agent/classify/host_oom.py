@@ -934,6 +934,34 @@ _FB_OOMD = re.compile(r"\boomd\[\d+\]:.*?(?:Running Action=(?P<action>kill_\w+)|
 _EARLYOOM = re.compile(r'\bsending SIG(?:TERM|KILL) to process (?P<pid>\d+) (?:uid \d+ )?"?(?P<name>[^":]+)"?: badness')
 
 
+# Container runtimes and orchestrators saying a container was OOM-killed in their own words.
+_RUNTIME_OOM = re.compile(
+    r"(?P<runc>container init was OOM-killed)"
+    r"|(?P<inspect>\bOOMKilled=true\b)"
+    r"|(?P<ecs>OutOfMemoryError: Container killed due to memory usage)"
+    r"|(?P<ecsagent>process within container (?P<cid>[0-9a-f]{12,64})(?: \(name: \\?\"(?P<name>[^\"\\]+)\\?\"\))? died due to OOM)"
+    r"|(?P<taskoom>TaskOOM event container_id:\\?\"?(?P<tcid>[0-9a-f]{12,64}))"
+    r"|(?P<talos>Sending SIGKILL to cgroup .*runtime\.OOMController)"
+)
+
+
+def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
+    out: list[Finding] = []
+    for i, line in enumerate(lines):
+        if i in taken or ("OOM" not in line and "ut of memory" not in line):
+            continue
+        m = _RUNTIME_OOM.search(line)
+        if not m:
+            continue
+        source = next(k for k in ("runc", "inspect", "ecs", "ecsagent", "taskoom", "talos") if m[k])
+        f: dict[str, FactValue] = {"source": {"inspect": "docker", "ecsagent": "ecs", "taskoom": "containerd"}.get(source, source)}
+        _put(f, "container", m["name"])
+        _put(f, "container_id", m["cid"] or m["tcid"])
+        title = f"Container OOM-killed ({f['source']})" + (f": {f['container']}" if "container" in f else "")
+        out.append(Finding(kind=KIND_HOST_OOM, severity="error", title=title, facts=f, excerpt=line.strip()[:_EXCERPT_MAX]))
+    return out
+
+
 def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
     """OOM kills by a userspace killer (systemd-oomd, Meta's oomd, earlyoom), and a cgroup-v1 kill
     line ("Task in /docker/... killed as a result of limit of /docker/...") printed on its own."""
@@ -1021,6 +1049,7 @@ class HostOomClassifier:
             )
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
+            out.extend(_runtime_reports(lines, taken))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "badness" in text \
                 or "killed as a result of limit" in text:
             out.extend(_userspace(lines, taken))

@@ -52,7 +52,7 @@ A line that is not inside a block opens one when it is, tried in this order:
    front of it, so the benchmark names its GPU (the event's lines are then not contiguous); a
    device block that no summary follows is an event of its own.
 6. A ``kubectl describe`` state: a ``State:`` or ``Last State:`` line and the lines indented
-   deeper.
+   deeper (or level with it, when they are a state's own fields: a paste that lost the indentation).
 
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
@@ -456,8 +456,15 @@ def _trt_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE, g.state) if not msg.startswith("===") else (_END, g.state)
 
 
+# A container state's own fields, which a paste that lost the indentation prints level with "State:".
+_K8S_STATE_FIELD = re.compile(r"\s*(?:Reason|Exit Code|Signal|Message|Started|Finished|Started At|Finished At):")
+
+
 def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
-    deeper = not _blank(rest) and len(rest) - len(rest.lstrip(" \t")) > g.indent
+    if _blank(rest):
+        return _END, _BODY
+    indent = len(rest) - len(rest.lstrip(" \t"))
+    deeper = indent > g.indent or indent == g.indent and _K8S_STATE_FIELD.match(rest) is not None
     return (_TAKE, _BODY) if deeper else (_END, _BODY)
 
 

@@ -223,7 +223,8 @@ _MEMINFO_PAIR = re.compile(r"\b(?P<k>[a-z_]+):(?P<v>\d+)\b(?!kB)")
 # warn_alloc: an allocation that failed or stalled; the Mem-Info that follows is not an OOM kill's.
 _WARN_ALLOC = re.compile(
     r"^(?P<comm>.+?): page allocation (?P<what>stalls for (?P<ms>\d+)ms|failure)"
-    r"(?:: order:(?P<order>\d+)|, order:(?P<order2>\d+)), mode:(?P<mode>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?"
+    # A line wrapped after "order:0," (a pasted report) keeps its order; the mode is on the next line.
+    r"(?:: order:(?P<order>\d+)|, order:(?P<order2>\d+))(?:, mode:(?P<mode>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?|,?\s*$)"
 )
 _HARDWARE = re.compile(r"^Hardware name: (?P<hw>.+?)\s*$")
 _SUMMARY_FIELD = re.compile(r"(?P<k>constraint|nodemask|cpuset|mems_allowed|oom_memcg|task_memcg|task|pid|uid)=(?P<v>[^,]*)")
@@ -362,7 +363,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                 f["invoker_process"] = w["comm"].strip()
                 _put(f, "stall_ms", int(w["ms"]) if w["ms"] else None)
                 f["order"] = int(w["order"] or w["order2"])
-                f["gfp_mask"] = w["mode"]
+                _put(f, "gfp_mask", w["mode"])
                 _put(f, "gfp_flags", w["flags"])  # a flag list cut before its ")" is left out
             continue
         if "oom-kill:" in line:

@@ -34,7 +34,9 @@ __all__ = ["IDENTITY", "WINDOW", "merge_repeats", "same_fault"]
 
 IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid"),
-    KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code"),
+    # Two reports of the kernel differ in their uptime stamp even when the same process invoked both.
+    KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code",
+                    "kernel_uptime_s", "invoker_pid"),
     KIND_MEMORY_ALLOC_FAILURE: ("invoker_process", "invoker_pid", "order"),
     KIND_GPU_XID: ("xid", "sxid", "pci_address", "pid", "nvswitch_index", "link"),
     # NvMap's calls nest (HandleAlloc reports its AllocInternalTagged's error): the call is not identity.

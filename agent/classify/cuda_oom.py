@@ -1040,7 +1040,7 @@ class CudaOomClassifier:
     triggers = (
         'of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED',
         'xhausted', 'Tried to allocate', 'by PyTorch', 'BufferAssignment', 'BFCAllocator', 'memory_limit_',
-        'in-use chunks', '_STATUS_NOT_INITIALIZED', 'allocate memory', 'BFCArena',
+        'in-use chunks', '_STATUS_NOT_INITIALIZED', 'requested buffer', 'BFCArena',
     )
     kind = KIND_CUDA_OOM
 

@@ -51,8 +51,8 @@ def _maybe_oom(text: str) -> bool:
         or "page allocation" in text
         or "total pagecache" in text
         or "cgroups for killing" in text
-        or "due to memory" in text
-        or "due to swap" in text
+        or "Killed /" in text
+        or "Action=kill" in text
         or "badness" in text
         or "killed as a result of limit" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
@@ -1019,8 +1019,8 @@ class HostOomClassifier:
     # rarest character, and longer words have rarer ones.)
     triggers = (
         'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
-        'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'oomd',
-        'cgroups for killing', 'badness', 'killed as a result of limit', 'due to memory', 'due to swap',
+        'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'Action=kill',
+        'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /',
     )
     # A task-table row alone carries no word to look for: the registry gates on its shape too.
     gate_patterns = (("]", _TASK_ROW_TAIL),)

@@ -220,8 +220,8 @@ class TensorRtClassifier:
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
     triggers = (
         'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
-        'Enqueue Time', 'GPU Compute', ' Error in ', 'ngine failed', 'ngine file failed', 'optimization profile',
-        'ngine could not', 'nvinfer1::', 'Average over', 'Average on',
+        'Enqueue Time', 'GPU Compute', 'Cuda Error in', 'Serialization Error', 'ngine failed', 'ngine file failed',
+        'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o',
     )
 
     def classify(self, text: str) -> list[Finding]:
@@ -241,7 +241,8 @@ class TensorRtClassifier:
             or "summary ===" in text
             or "Enqueue Time" in text
             or "GPU Compute" in text
-            or " Error in " in text
+            or "Cuda Error in" in text
+            or "Serialization Error" in text
             or "ngine failed" in text
             or "ngine file failed" in text
             or "optimization profile" in text

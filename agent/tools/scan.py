@@ -42,7 +42,7 @@ from typing import BinaryIO, NamedTuple
 
 from fleetscope.agent.classify import Finding, classify_text, gate_patterns, registry
 from fleetscope.agent.classify._gate import anchor, share, trie_pattern
-from fleetscope.agent.classify._normalise import looks_decorated, undecorate
+from fleetscope.agent.classify._normalise import looks_pasted, undecorate
 from fleetscope.agent.classify.repeats import merge_repeats
 from fleetscope.agent.logs.grouping import (
     FRAME_WORD,
@@ -256,8 +256,19 @@ class _Reader:
 def _undecorated(blocks: Iterable[str]) -> Iterator[str]:
     """Pieces of a pasted file without the quoting, fences and HTML pasting added
     (``agent/classify/_normalise.py``), so that a quoted report groups as the one event it was."""
-    for block in blocks:
-        yield undecorate(block) if looks_decorated(block) else block
+    it = iter(blocks)
+    first = next(it, None)
+    if first is None:
+        return
+    if not looks_pasted(first):
+        # A file that does not start as a paste is a log as written (pastes are short): its other
+        # megabytes are passed on as they are, so a long log pays for one look.
+        yield first
+        yield from it
+        return
+    yield undecorate(first)
+    for block in it:
+        yield undecorate(block) if looks_pasted(block) else block
 
 
 def _place(finding: Finding, event: Event) -> ScanFinding:

@@ -894,7 +894,7 @@ def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         elif "failed to allocate memory" in line and (m := _TF_EAGER.search(line)):
             facts = {"framework": "tensorflow"}
             _put(facts, "op", m["op"])
-        if facts is None:
+        if facts is None or m is None:
             continue
         used.add(i)
         exc = _LEAD_EXC.search(line[: m.start()])

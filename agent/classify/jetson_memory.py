@@ -135,7 +135,7 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
             continue
         r = _NVRM_MEM_INIT.search(line) if "NvRmMemInit" in line else None
         if r:
-            if last is not None and last.facts.get("nvmap_call", "").startswith("NvRmMemInit"):
+            if last is not None and str(last.facts.get("nvmap_call", "")).startswith("NvRmMemInit"):
                 last.lines.append(i)
                 last.count += 1
                 continue

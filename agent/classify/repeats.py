@@ -49,9 +49,12 @@ _RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 class _FindingLike(Protocol):
-    kind: str
-    severity: str
-    facts: Mapping[str, Any]
+    @property
+    def kind(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def facts(self) -> Mapping[str, Any]: ...
 
 
 F = TypeVar("F", bound=_FindingLike)

@@ -45,6 +45,9 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_TRT_BENCHMARK: ("throughput_qps", "latency_mean_ms", "latency_median_ms", "trt_version"),
 }
 WINDOW = 64
+# Identity facts that are measurements: two values this close are one report's (its lines are stamped
+# a few milliseconds apart), farther apart two reports.
+_NEAR: Mapping[str, float] = {"kernel_uptime_s": 1.0}
 _RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
@@ -126,8 +129,12 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
     ia, ib = _identity(a.kind, a.facts), _identity(b.kind, b.facts)
     if (a.facts.get("out_of_memory") is True) != (b.facts.get("out_of_memory") is True) and a.kind == KIND_TENSORRT_ERROR:
         return False
-    if any(k in ib and ib[k] != v for k, v in ia.items()):
-        return False
+    for k, v in ia.items():
+        if k not in ib or ib[k] == v:
+            continue
+        near = _NEAR.get(k)
+        if near is None or not isinstance(v, (int, float)) or not isinstance(ib[k], (int, float)) or abs(v - ib[k]) > near:
+            return False
     return True
 
 

@@ -60,6 +60,7 @@ _SEV_TAG = re.compile(
     r"\[(?:TRT|TensorRT)\]:?\s*(?:\[(?P<a>[EWIVF])\]|(?P<b>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\b)"
     r"|(?P<c>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE):\s*\[TRT\]"
     r"|\[(?P<d>[EWF])\]\s*(?:\[TRT\])?"
+    r"|\[(?P<e>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\]\s*\[(?:TRT|TensorRT)\]"  # "[ERROR] [TensorRT] ..."
 )
 _SEV_NORMAL = {
     "E": "error",
@@ -221,7 +222,7 @@ class TensorRtClassifier:
     triggers = (
         'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
         'Enqueue Time', 'GPU Compute', 'Cuda Error in', 'Serialization Error', 'ngine failed', 'ngine file failed',
-        'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o',
+        'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o', 'NvDsInferContext',
     )
 
     def classify(self, text: str) -> list[Finding]:
@@ -249,6 +250,7 @@ class TensorRtClassifier:
             or "ngine could not" in text
             or "nvinfer1::" in text
             or "Average o" in text
+            or "NvDsInferContext" in text
         ):
             return []
         return _classify(text)
@@ -364,7 +366,7 @@ def _error_line(line: str) -> Finding | None:
     sev = _SEV_TAG.search(line)
     tag = None
     if sev:
-        tag = sev.group("a") or sev.group("b") or sev.group("c") or sev.group("d")
+        tag = sev.group("a") or sev.group("b") or sev.group("c") or sev.group("d") or sev.group("e")
     printed = _SEV_NORMAL.get(tag or "", None)
     if printed == "info":
         return None  # INFO/VERBOSE lines are progress, never incidents

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -77,6 +78,18 @@ def test_json_mode_turns_all_of_stderr_into_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
+def _wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the collector exited before it listened"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"no collector listening on port {port} after {timeout_s:.0f} s")
+
+
 def test_an_agent_and_a_collector_log_only_json(tmp_path: Path) -> None:
     """A real collector (log format from its config file) and a real agent (from the flag)."""
     pytest.importorskip("sqlalchemy")
@@ -91,6 +104,9 @@ def test_an_agent_and_a_collector_log_only_json(tmp_path: Path) -> None:
     collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--config", str(cfg)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
+        # The agent runs 4 s: it must not spend them waiting for a collector still starting on a
+        # loaded machine (it would keep its samples in its spool and the test would see none).
+        _wait_listening(port, collector)
         agent = subprocess.run(
             [sys.executable, "-m", "fleetscope.cli", "-v", "agent", "--config", str(cfg), "--log-format", "json",
              "--spool", str(tmp_path / "spool"), "--no-gpu", "--no-kernel-log", "--interval", "0.2s",

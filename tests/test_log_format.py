@@ -77,7 +77,6 @@ def test_json_mode_turns_all_of_stderr_into_records(tmp_path: Path) -> None:
     assert crash and "RuntimeError: the end" in crash[0]["exception"]
 
 
-@pytest.mark.processes
 def _wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -90,6 +89,7 @@ def _wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float 
     raise AssertionError(f"no collector listening on port {port} after {timeout_s:.0f} s")
 
 
+@pytest.mark.processes
 def test_an_agent_and_a_collector_log_only_json(tmp_path: Path) -> None:
     """A real collector (log format from its config file) and a real agent (from the flag)."""
     pytest.importorskip("sqlalchemy")

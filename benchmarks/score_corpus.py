@@ -1,7 +1,8 @@
 """Score the log classifiers on the diagnosis corpus: family, facts, one finding per fault, false positives.
 
     python benchmarks/score_corpus.py                 # the open part, a table per family
-    python benchmarks/score_corpus.py --part sealed   # the sealed third: run once, at the end
+    python benchmarks/score_corpus.py --part sealed   # round 1's sealed third (scored once, then read)
+    python benchmarks/score_corpus.py --part holdout2 # round 2's held-out set: run once, at the end
     python benchmarks/score_corpus.py --failures      # and every sample that missed, with why
 
 How the corpus was drawn, labelled and split, and what "right" means: ``corpus/PROCEDURE.md``.
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--part", choices=PARTS, default="open", help="which part of the corpus to score (default: open)")
     ap.add_argument("--family", choices=FAMILIES, help="only the samples of this family")
-    ap.add_argument("--failures", action="store_true", help="list every open sample that missed and why (never a sealed one)")
+    ap.add_argument("--failures", action="store_true", help="list every sample that missed and why (never one of a held-out round)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args(argv)
     try:
@@ -74,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"false positives: {total.false_positives} of {total.negatives} negative controls")
     if args.failures:
         for v in verdicts:
-            if v.sample.part != "open":
-                continue  # the sealed part's failures are not shown: it is a measurement, not a to-do list
+            if v.sample.part == "holdout2":
+                continue  # a held-out part's failures are not shown: it is a measurement, not a to-do list
             if v.family_right and not v.facts_wrong and v.one_per_fault:
                 continue
             s = v.sample

@@ -31,7 +31,7 @@ FAMILIES = (
     "cuda_oom", "host_oom", "memory_alloc_failure", "gpu_xid", "jetson_memory", "tensorrt_error",
     "trt_benchmark", TEGRASTATS, NEGATIVE,
 )
-PARTS = ("open", "sealed", "all")
+PARTS = ("open", "sealed", "holdout2", "all")
 
 # Fact keys each family may be labelled with (PROCEDURE.md, "Families and their fact keys").
 FACT_KEYS: Mapping[str, frozenset[str]] = {
@@ -75,7 +75,10 @@ class Sample:
 
 
 def part_of(folder: str, file: str) -> str:
-    """``sealed`` for a third of the samples, chosen by a hash of the name (PROCEDURE.md, "The split")."""
+    """``sealed`` for a third of round 1's samples, chosen by a hash of the name (PROCEDURE.md, "The
+    split"); ``holdout2`` for every sample of round 2 (PROCEDURE.md, "Round 2")."""
+    if folder.startswith("holdout2-"):
+        return "holdout2"
     digest = hashlib.sha256(f"{SEAL_SALT}{folder}/{file}".encode()).hexdigest()
     return "sealed" if int(digest, 16) % 3 == 0 else "open"
 

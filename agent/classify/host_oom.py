@@ -53,6 +53,9 @@ def _maybe_oom(text: str) -> bool:
         or "cgroups for killing" in text
         or "Killed /" in text
         or "Action=kill" in text
+        or "allocation failed" in text
+        or "vmalloc" in text
+        or "vmap allocation" in text
         or "badness" in text
         or "killed as a result of limit" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
@@ -691,7 +694,9 @@ _DOCKER_INLINE = re.compile(r'"OOMKilled"\s*:\s*true')
 _DOCKER_EXIT = re.compile(r'"ExitCode"\s*:\s*(-?\d+)')
 _DOCKER_FINISHED = re.compile(r'"FinishedAt"\s*:\s*"([^"]+)"')
 _GET_ROW = re.compile(
-    r"^\s*(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>OOMKilled)\s+"
+    # "kubectl get pods" rows: with -A a namespace first, with "get all" a "pod/" prefix, pasted inline in
+    # a sentence after a backtick.
+    r"^(?:[^`\n]*`)?\s*(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?:pod/)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>OOMKilled)\s+"
     r"(?P<restarts>\d+)(?:\s+\((?P<ago>[^)]*)\))?\s+(?P<age>\S+)"
 )
 _KV = re.compile(r'^\s*(?:- )?"?(?P<k>[A-Za-z][\w .-]*?)"?\s*:(?:\s+|$)(?P<v>.*?),?\s*$')
@@ -938,12 +943,27 @@ _EARLYOOM = re.compile(r'\bsending SIG(?:TERM|KILL) to process (?P<pid>\d+) (?:u
 # Container runtimes and orchestrators saying a container was OOM-killed in their own words.
 _RUNTIME_OOM = re.compile(
     r"(?P<runc>container init was OOM-killed)"
+    r"|(?P<events>\bcontainer oom (?P<ecid>[0-9a-f]{12,64})\b)"  # docker events
+    r"|(?P<api>\"status\"\s*:\s*\"oom\"\s*,\s*\"id\"\s*:\s*\"(?P<acid>[0-9a-f]{12,64})\")"  # the events API's JSON
+    r"|(?P<forwarded>topic=/tasks/oom\b)"  # containerd forwarding the event
+    r"|(?P<inline_json>\"reason\"\s*:\s*\"OOMKilled\")"  # a pod's status as one line of JSON
     r"|(?P<inspect>\bOOMKilled=true\b)"
     r"|(?P<ecs>OutOfMemoryError: Container killed due to memory usage)"
     r"|(?P<ecsagent>process within container (?P<cid>[0-9a-f]{12,64})(?: \(name: \\?\"(?P<name>[^\"\\]+)\\?\"\))? died due to OOM)"
     r"|(?P<taskoom>TaskOOM event container_id:\\?\"?(?P<tcid>[0-9a-f]{12,64}))"
     r"|(?P<talos>Sending SIGKILL to cgroup .*runtime\.OOMController)"
 )
+
+
+_JSON_EXIT = re.compile(r'"exitCode"\s*:\s*(-?\d+)')
+_ATTR_NAME = re.compile(r"[(,]\s*(?:io\.kubernetes\.container\.name|name)=([^,()\s]+)")
+
+
+def _attr_name(line: str) -> str | None:
+    """A container's name among docker events' attributes: Kubernetes' label first, else docker's."""
+    names = _ATTR_NAME.findall(line)
+    k8s = re.search(r"io\.kubernetes\.container\.name=([^,()\s]+)", line)
+    return k8s.group(1) if k8s else (names[-1] if names else None)
 
 
 def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
@@ -954,12 +974,47 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
         m = _RUNTIME_OOM.search(line)
         if not m:
             continue
-        source = next(k for k in ("runc", "inspect", "ecs", "ecsagent", "taskoom", "talos") if m[k])
-        f: dict[str, FactValue] = {"source": {"inspect": "docker", "ecsagent": "ecs", "taskoom": "containerd"}.get(source, source)}
-        _put(f, "container", m["name"])
-        _put(f, "container_id", m["cid"] or m["tcid"])
+        source = next(k for k in ("runc", "events", "api", "forwarded", "inline_json", "inspect", "ecs", "ecsagent",
+                                   "taskoom", "talos") if m[k])
+        f: dict[str, FactValue] = {"source": {
+            "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
+            "forwarded": "containerd", "inline_json": "kubernetes"}.get(source, source)}
+        _put(f, "container", m["name"] or _attr_name(line))
+        _put(f, "container_id", m["cid"] or m["tcid"] or m["ecid"] or m["acid"])
+        if source == "inline_json":
+            code = _JSON_EXIT.search(line)
+            _put(f, "exit_code", int(code.group(1)) if code else None)
         title = f"Container OOM-killed ({f['source']})" + (f": {f['container']}" if "container" in f else "")
         out.append(Finding(kind=KIND_HOST_OOM, severity="error", title=title, facts=f, excerpt=line.strip()[:_EXCERPT_MAX]))
+    return out
+
+
+# Allocation failures the kernel reports without killing anything: Linux 2.4's "__alloc_pages:
+# 0-order allocation failed (gfp=0x20/0)", vmalloc's "kmodloader: vmalloc: allocation failure: 425984
+# bytes, mode:0x14000c0", "vmap allocation for size 36864 failed: use vmalloc=<size> to increase size".
+_OTHER_ALLOC = re.compile(
+    r"__alloc_pages: (?P<order>\d+)-order allocation failed"
+    r"|(?:^|\s)(?P<comm>[^\s:]+): vmalloc: allocation failure:? (?P<bytes>\d+) bytes"
+    r"|vmap allocation for size (?P<vbytes>\d+) failed"
+)
+
+
+def _alloc_failures(lines: list[str], taken: set[int]) -> list[Finding]:
+    out: list[Finding] = []
+    for i, line in enumerate(lines):
+        if i in taken or "alloc" not in line:
+            continue
+        m = _OTHER_ALLOC.search(split_kernel_prefix(line).body)
+        if not m:
+            continue
+        f: dict[str, FactValue] = {"source": "kernel", "event": "vmalloc_failure" if m["bytes"] or m["vbytes"] else
+                                   "page_allocation_failure"}
+        _put(f, "order", int(m["order"]) if m["order"] else None)
+        _put(f, "invoker_process", m["comm"])
+        _put(f, "requested_bytes", int(m["bytes"] or m["vbytes"]) if (m["bytes"] or m["vbytes"]) else None)
+        out.append(Finding(kind=KIND_MEMORY_ALLOC_FAILURE, severity="warning", title="Kernel memory allocation failed"
+                           + (f" ({f['invoker_process']})" if "invoker_process" in f else ""), facts=f,
+                           excerpt=line.strip()[:_EXCERPT_MAX]))
     return out
 
 
@@ -1020,7 +1075,8 @@ class HostOomClassifier:
     triggers = (
         'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
         'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'Action=kill',
-        'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /',
+        'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /', 'order allocation failed',
+        'vmalloc: allocation', 'vmap allocation', 'container oom', '/tasks/oom', '"oom"',
     )
     # A task-table row alone carries no word to look for: the registry gates on its shape too.
     gate_patterns = (("]", _TASK_ROW_TAIL),)
@@ -1051,6 +1107,8 @@ class HostOomClassifier:
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
             out.extend(_runtime_reports(lines, taken))
+        if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text:
+            out.extend(_alloc_failures(lines, taken))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "badness" in text \
                 or "killed as a result of limit" in text:
             out.extend(_userspace(lines, taken))

@@ -77,7 +77,9 @@ _NVMAP_TAGGED = re.compile(
 _NVMAP_ERR = re.compile(r"\b(?P<call>NvMap\w+)(?: failed)?: error (?P<err>-?\d+)")
 # The user-space memory manager failing to open /dev/nvmap: "NvRmMemInitNvmap failed with No such
 # file or directory", "NvRmMemInit failed" (a container without the device, or no permission).
-_NVRM_MEM_INIT = re.compile(r"\b(?P<call>NvRmMemInit\w*) failed(?: with (?P<why>[A-Z][\w ]+?))?(?:\*|\s*$| error)")
+_NVRM_MEM_INIT = re.compile(
+    r"\b(?P<call>NvRmMemInit\w*) failed(?:(?: with|: error) (?P<why>[A-Z][\w ]+?))?(?=[\s`*\"'.,;:)]|$)"
+)
 _STRERROR = {"No such file or directory": 2, "Permission denied": 13, "Cannot allocate memory": 12,
              "Invalid argument": 22, "Operation not permitted": 1}
 _NVMAP_OP = re.compile(r"\b(?P<call>NvMap\w+) (?P<arg>0x[0-9a-fA-F]+|\d+) failed \[(?P<err>-?\d+)\]")

@@ -39,7 +39,7 @@ OPEN = select(SAMPLES, "open")
 # makes the classifiers worse on it fails here, before anyone scores the sealed part.
 FLOOR_FAMILY = 0.88
 FLOOR_FACTS = 0.93
-MAX_FALSE_POSITIVES = 17
+MAX_FALSE_POSITIVES = 18
 
 
 def _kinds(text: str) -> list[str]:

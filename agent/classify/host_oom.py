@@ -969,7 +969,7 @@ def _attr_name(line: str) -> str | None:
 def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
     out: list[Finding] = []
     for i, line in enumerate(lines):
-        if i in taken or ("OOM" not in line and "ut of memory" not in line):
+        if i in taken or ("OOM" not in line and "oom" not in line):
             continue
         m = _RUNTIME_OOM.search(line)
         if not m:
@@ -1106,6 +1106,7 @@ class HostOomClassifier:
             )
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
+        if "OOM" in text or "container oom" in text or "tasks/oom" in text or '"oom"' in text:
             out.extend(_runtime_reports(lines, taken))
         if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text:
             out.extend(_alloc_failures(lines, taken))

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from fleetscope.agent.samplers.registry import SamplerSettings
 
 log = logging.getLogger(__name__)
+# Readings leave in batches of this many seconds unless --batch-interval says otherwise: at 10 s
+# a Jetson's link carries about 1.4 bytes a reading (docs/benchmarks.md), and the Fleet page is
+# at most that much behind. Incidents and logs leave at once.
+DEFAULT_BATCH_INTERVAL_S = 10.0
 
 
 def default_spool_dir() -> Path:
@@ -77,7 +81,9 @@ def register(sub: Any) -> None:
                    help="a label such as site=lab, fleet=drones, drone_id=D12 (repeatable)")
     p.add_argument("--interval", type=positive_duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
     p.add_argument("--batch-interval", type=positive_duration_s, default=None, metavar="DURATION",
-                   help="how often samples are batched and sent (default: the sampling interval, at least 1s)")
+                   help="how often the readings gathered meanwhile leave as one batch (default 10s, or the sampling "
+                        "interval when longer); logs and incidents leave at once whatever this is. Longer costs a "
+                        "metered link less a reading: about 1.4 bytes at 10s, 0.7 at 60s (docs/benchmarks.md)")
     p.add_argument("--spool", type=Path, default=Path(os.environ.get("FLEETSCOPE_SPOOL", default_spool_dir())), metavar="DIR",
                    help="state directory: agent id and the on-disk spool (default %(default)s)")
     p.add_argument("--spool-max-size", type=size_bytes, default=256 << 20, metavar="SIZE", help="spool bound (default 256MiB)")
@@ -191,7 +197,7 @@ def run_agent(args: argparse.Namespace) -> int:
         name=args.name,
         labels=dict(args.label),
         interval_s=args.interval,
-        batch_interval_s=args.batch_interval or max(1.0, args.interval),
+        batch_interval_s=args.batch_interval or max(DEFAULT_BATCH_INTERVAL_S, args.interval),
         spool_max_bytes=args.spool_max_size,
         log_files=tuple(args.log_file),
         kernel_log=not args.no_kernel_log,

@@ -109,6 +109,7 @@ __all__ = [
     "CAPABILITY_INCIDENTS",
     "CAPABILITY_LATENCY",
     "CAPABILITY_METRICS",
+    "CAPABILITY_COMPACT",
     "CAPABILITIES",
     # units
     "BINARY_BYTE_UNITS",
@@ -670,11 +671,13 @@ CAPABILITY_COLUMNAR = "columnar-v1"  # samples as Column messages (fleetscope.pr
 CAPABILITY_INCIDENTS = "incidents-v1"  # Batch.incidents with typed facts
 CAPABILITY_LATENCY = "latency-v1"  # LatencyHistogram, its bucket scheme named by its `scheme` field (proto.exponential)
 CAPABILITY_METRICS = "metrics-v1"  # MetricPoint
+CAPABILITY_COMPACT = "compact-v1"  # Batch.compact (fleetscope.proto.compact)
 CAPABILITIES: tuple[str, ...] = (
     CAPABILITY_COLUMNAR,
     CAPABILITY_INCIDENTS,
     CAPABILITY_LATENCY,
     CAPABILITY_METRICS,
+    CAPABILITY_COMPACT,
 )
 
 # ============================================================================================ units

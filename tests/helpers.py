@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from pathlib import Path
@@ -36,8 +37,12 @@ class CountingSampler:
 
     name = "counting"
 
-    def __init__(self, total: int, per_tick: int = 100, *, incidents_every: int = 0, bad_temp_at_tick: int | None = None) -> None:
+    def __init__(self, total: int, per_tick: int = 100, *, incidents_every: int = 0, bad_temp_at_tick: int | None = None,
+                 incompressible: bool = False) -> None:
         self.total, self.per_tick = total, per_tick
+        # Random 40-bit readings in four columns: about 20 bytes a row however well batches
+        # compress (compact-v1), for the tests that must fill a spool bound.
+        self._noise = random.Random(7) if incompressible else None
         self.produced = 0
         self.ticks = 0
         self.incidents_every = incidents_every
@@ -55,8 +60,11 @@ class CountingSampler:
             for i in range(n):
                 k = self.produced + i
                 bad = self.bad_temp_at_tick is not None and self.ticks == self.bad_temp_at_tick and i == 0
+                noise = {} if self._noise is None else {
+                    name: float(self._noise.getrandbits(40))
+                    for name in ("memory_used_bytes", "memory_free_bytes", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")}
                 rows.append(GpuSample(ts_ns=now_ns + i, gpu_index=k % 8, energy_j=float(k), util_gpu_percent=50.0,
-                                      temp_c=-500.0 if bad else 60.0))
+                                      temp_c=-500.0 if bad else 60.0, **noise))
             self.produced += n
             self.ticks += 1
             out = SampleSet(gpu=rows, host=[HostSample(ts_ns=now_ns, cpu_percent=10.0)] if n else [])

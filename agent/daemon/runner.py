@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetscope.agent import __version__
-from fleetscope.agent.daemon.batcher import CLASS_INCIDENTS, BuiltBatch, Pending, build_batches
+from fleetscope.agent.daemon.batcher import CLASS_INCIDENTS, CLASS_LOGS, BuiltBatch, Pending, build_batches
 from fleetscope.agent.daemon.clocks import boot_clock_ns
 from fleetscope.agent.daemon.credentials import ChannelTLS, load_or_create_device_key
 from fleetscope.agent.daemon.footprint import release_free_memory
@@ -35,6 +35,7 @@ from fleetscope.agent.daemon.uplink import Backoff, Uplink
 from fleetscope.agent.logs.registry import LogSourceSettings, default_log_sources
 from fleetscope.agent.records import LogEvent
 from fleetscope.agent.samplers._base import Sampler, SampleSet, SourceUnavailable
+from fleetscope.proto.compact import compact
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from fleetscope.proto.vocabulary import CAPABILITIES
 
@@ -57,6 +58,10 @@ class AgentSettings:
     name: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     interval_s: float = 1.0
+    # How often the samples gathered meanwhile leave as one batch. Logs, incidents, latency
+    # histograms and inventory records leave every sample tick (an incident at once), whatever
+    # this is: longer only delays readings, and each batch of readings costs a link less a value
+    # (compact-v1: about 1.4 bytes a reading at 10 s against 8 at 1 s, docs/benchmarks.md).
     batch_interval_s: float = 1.0
     # Followed logs are also polled this often between samples, and a batch holding an incident
     # is flushed at once: an OOM line reaches the collector in well under a second. A poll of
@@ -238,15 +243,20 @@ class Agent:
             return last
         return wall, mono
 
-    def flush(self, now_ns: int | None = None, *, final: bool = False) -> int:
+    def flush(self, now_ns: int | None = None, *, final: bool = False, samples: bool = True) -> int:
         """Move pending records into the spool as batches; returns how many were written.
         ``final``: the agent is stopping cleanly; its last batch (an empty one when nothing is
-        pending) says so, and the collector shows the device as stopped, not offline."""
+        pending) says so, and the collector shows the device as stopped, not offline.
+        ``samples=False``: readings (host, GPU, metric points) stay pending for a later batch;
+        logs, incidents and the rest leave now."""
         now_mono_ns = 0  # unknown for a caller's time
         if now_ns is None:
             now_ns, now_mono_ns = self._batch_clocks()
         with self._pending_lock:
             pending, self._pending = self._pending, Pending()
+            if not samples:
+                self._pending.host, self._pending.gpu, self._pending.metrics = pending.host, pending.gpu, pending.metrics
+                pending.host, pending.gpu, pending.metrics = [], [], []
         if pending.empty():
             if final or self._drops_unreported():
                 # Drops caused by the last batches' own writes are in no batch yet; with nothing
@@ -259,16 +269,22 @@ class Agent:
             built = build_batches(pending, max_rows=self.settings.max_rows_per_batch, now_ns=now_ns,
                                   now_mono_ns=now_mono_ns, clock_boot_id=self._clock_boot_id)
         counters = self._counters()
+        drops_to_report = final or self._drops_unreported()
         self._reported_drops = self.spool.drop_totals()
         written = 0
         for bb in built:
             seq = self.spool.reserve_seq()
             b = bb.batch
             b.agent_id, b.boot_id, b.seq = self.agent_id, self.boot_id, seq
-            b.counters.CopyFrom(counters)
+            # A batch of logs alone leaves every second a job prints: the counters ride with the
+            # readings (every batch interval), incidents and the last batch, which is often enough.
+            if bb.delivery_class != CLASS_LOGS or drops_to_report:
+                b.counters.CopyFrom(counters)
             b.final = final and bb is built[-1]
             try:
-                self.spool.put(seq, b.SerializeToString(), delivery_class=bb.delivery_class, samples=bb.samples,
+                # Spooled compact whatever the collector speaks: the uplink expands a batch for
+                # one that does not (an older collector), so the spool always holds the most.
+                self.spool.put(seq, compact(b).SerializeToString(), delivery_class=bb.delivery_class, samples=bb.samples,
                                logs=bb.logs, incidents=bb.incidents)
                 written += 1
             except SpoolError as exc:
@@ -336,7 +352,7 @@ class Agent:
         self.uplink.start()
         interval = self.settings.interval_s
         next_sample = time.monotonic()
-        next_flush = next_sample + self.settings.batch_interval_s
+        next_seal = next_sample + self.settings.batch_interval_s
         # The first trim comes right after start-up, which leaves the most freed memory behind
         # (imports, registration, the first scans of logs and processes).
         next_trim = next_sample + 3.0
@@ -346,9 +362,12 @@ class Agent:
                     raise RuntimeError("the uplink thread died: nothing spooled would be sent")
                 self.tick()
                 now = time.monotonic()
-                if now >= next_flush or self._incidents_pending():
-                    self.flush()
-                    next_flush = now + self.settings.batch_interval_s
+                # Readings leave once a batch interval; with an incident, at once, so that the
+                # memory, clocks and temperatures before it reach the collector with it.
+                seal = now >= next_seal or self._incidents_pending()
+                self.flush(samples=seal)
+                if seal:
+                    next_seal = now + self.settings.batch_interval_s
                 if now >= next_trim:
                     release_free_memory()
                     next_trim = now + _TRIM_INTERVAL_S

@@ -18,7 +18,9 @@ UNKNOWN, CANCELLED by a collector shutting down) are retried quietly; UNAUTHENTI
 PERMISSION_DENIED are logged as errors and retried slowly, since an operator must fix the token
 and the spool keeps everything meanwhile.
 
-Batches are sent as their spooled bytes, with ``sent_ns`` (and the monotonic clock and boot id
+Batches are spooled compact (``fleetscope.proto.compact``) and sent as their spooled bytes to a
+collector that announced compact-v1 at Register; an older collector gets each one expanded to
+the plain fields. Either way ``sent_ns`` (and the monotonic clock and boot id
 beside it) appended as more encoded fields (protobuf lets a later occurrence of a scalar field
 win), so a resend costs no re-encoding.
 """
@@ -33,11 +35,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from fleetscope.agent.daemon.clocks import boot_clock_ns
 from fleetscope.agent.daemon.credentials import ChannelTLS
 from fleetscope.agent.daemon.spool import Spool
+from fleetscope.proto.compact import CompactError, expand
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from fleetscope.proto.vocabulary import CAPABILITY_COMPACT
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +119,7 @@ class UplinkStatus:
     rejected: int = 0
     clock_skew_ns: int = 0
     max_batch_bytes: int = 0
+    collector_compact: bool = False
 
 
 class Uplink:
@@ -304,6 +310,7 @@ class Uplink:
             self._enrolled = bool(self._identity)
             self.status.clock_skew_ns = reply.clock_skew_ns
             self.status.max_batch_bytes = reply.max_batch_bytes
+            self.status.collector_compact = CAPABILITY_COMPACT in reply.capabilities
             if self._connects:
                 self._spool.count("reconnects")
             self._connects += 1
@@ -341,8 +348,14 @@ class Uplink:
             for b in batches:
                 if session.closed:
                     return
+                try:
+                    payload = self._wire_payload(b.payload)
+                except (CompactError, DecodeError) as exc:
+                    self._reject_locally(b.seq, f"cannot be read back from the spool ({exc})")
+                    last_sent = b.seq
+                    continue
                 limit = self.status.max_batch_bytes
-                if limit and len(b.payload) > limit:
+                if limit and len(payload) > limit:
                     # The collector would end the stream with RESOURCE_EXHAUSTED on every try.
                     self._reject_locally(b.seq, f"{len(b.payload)} bytes exceed the collector's limit of {limit}")
                     last_sent = b.seq
@@ -350,7 +363,13 @@ class Uplink:
                 session.sent(b.seq)
                 self.status.sent += 1
                 last_sent = b.seq
-                yield with_sent_ns(b.payload, self._clock(), self._mono_clock(), self._clock_boot_id)
+                yield with_sent_ns(payload, self._clock(), self._mono_clock(), self._clock_boot_id)
+
+    def _wire_payload(self, spooled: bytes) -> bytes:
+        if self.status.collector_compact:
+            return spooled
+        batch = pb.Batch.FromString(spooled)
+        return expand(batch).SerializeToString() if batch.compact else spooled
 
     def _reject_locally(self, seq: int, why: str) -> None:
         reason = f"batch {seq}: {why}"

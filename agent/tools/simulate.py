@@ -357,13 +357,14 @@ class SimulatedSampler:
             )
         load = sum(s.job.level for s in self._states) / len(self._states)
         for k in range(2):
-            self._disk[k] += int(rng.uniform(0, 50e6) * dt)
+            self._disk[k] += int(rng.uniform(0, 50e6) * dt) // 512 * 512  # whole sectors, as the kernel counts
             self._net[k] += int(rng.uniform(0, 200e6 if self.kind == "server" else 2e6) * dt * max(0.05, load))
         cores = tuple(round(min(100.0, max(0.0, 100 * (0.1 + 0.5 * load) + rng.gauss(0, 10))), 1) for _ in range(self._cores))
         if self.kind == "jetson":  # unified memory: the GPU's memory is the board's RAM
             mem_used = gpus[0].memory_used_bytes or 0
         else:
-            mem_used = int(self._mem_total * (0.08 + 0.5 * load)) + int(rng.uniform(0, 2 * GIB))
+            # Whole 4 KiB pages, as /proc/meminfo counts them.
+            mem_used = (int(self._mem_total * (0.08 + 0.5 * load)) + int(rng.uniform(0, 2 * GIB))) // 4096 * 4096
         cpu = round(sum(cores) / len(cores), 1)
         host = HostSample(
             ts_ns=now_ns, cpu_percent=cpu, cpu_core_percent=cores,
@@ -385,7 +386,8 @@ class SimulatedSampler:
     def _gpu_memory(self, st: _GpuState, t: float) -> int:
         total = self._model.memory_bytes
         base = (1200 * MIB if self.kind == "jetson" else 0) + st.job.memory_bytes
-        used = base + (int(self._rng.uniform(-48, 48) * MIB) if st.job.memory_bytes else 0)
+        # Whole 2 MiB pages, the unit the driver's allocations come in.
+        used = base + (int(self._rng.uniform(-24, 24)) * 2 * MIB if st.job.memory_bytes else 0)
         if st.oom_at_s is not None:
             ramp_s = 30.0
             if t < st.oom_at_s - ramp_s:

@@ -40,6 +40,7 @@ from fleetscope.collector.ingest.identity import (
 from fleetscope.collector.ingest.validation import (
     Limits,
     check_batch_identity,
+    expand_compact,
     validate_batch,
     validate_registration,
 )
@@ -261,6 +262,8 @@ class IngestService(pb_grpc.IngestServicer):
         try:
             # The agent id is a query key: a NUL or a 100,000-character id must not reach the database.
             check_batch_identity(batch, self._limits)
+            # compact-v1 unfolds here, within bounds, before anything reads the batch's records.
+            expand_compact(batch, self._limits)
         except BatchInvalid as exc:
             self.rejected += 1
             done = loop.create_future()

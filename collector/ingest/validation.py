@@ -37,6 +37,7 @@ from fleetscope.proto.columns import (
     column_values,
     with_nulls,
 )
+from fleetscope.proto.compact import CompactError, expand
 from fleetscope.proto.exponential import SCHEMES as LATENCY_SCHEMES
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -78,6 +79,10 @@ class Limits:
     max_label_key_chars: int = 128  # a label's key
     max_label_value_chars: int = 1_024  # a label's value
     max_facts: int = 256  # facts per incident or inventory record
+    # A compact-v1 blob (Batch.compact) unfolds within these before anything else is checked:
+    # a few KB of zstd must not become gigabytes of body or a billion values.
+    max_compact_body_bytes: int = 32 << 20
+    max_compact_values: int = 4_000_000
     max_fact_key_chars: int = 128  # a fact's key
     max_inventory_bytes: int = 256 * 1024  # a registration's encoded inventory (hundreds of GPUs fit)
     max_counter_text_chars: int = 4_096  # the agent's counters.last_rejection
@@ -231,6 +236,18 @@ def check_batch_identity(batch: pb.Batch, limits: Limits) -> None:
         _check_time(batch.created_ns, "created_ns")
 
 
+def expand_compact(batch: pb.Batch, limits: Limits) -> None:
+    """Unfold ``batch.compact`` (compact-v1) into the plain fields, in place, so that every
+    check and writer below reads one form; a blob that cannot be read is BatchInvalid naming
+    where (``compact.gpu.temp_c: is truncated``)."""
+    if not batch.compact:
+        return
+    try:
+        expand(batch, max_body_bytes=limits.max_compact_body_bytes, max_values=limits.max_compact_values)
+    except CompactError as exc:
+        raise BatchInvalid(exc.field, str(exc)[len(exc.field) + 2 :]) from None
+
+
 def validate_batch(batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: int | None = None) -> Decoded:
     """Raise BatchInvalid for the first broken rule; return the decoded sample columns.
 
@@ -239,6 +256,7 @@ def validate_batch(batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: in
     step of the device's clock after the batch was spooled would put hours away.
     Repairs in place what a user would want kept (NUL characters in log and incident text)."""
     check_batch_identity(batch, limits)
+    expand_compact(batch, limits)
     decoded = Decoded()
     sent = sent_on_rows_clock_ns if sent_on_rows_clock_ns is not None else (batch.sent_ns or batch.created_ns)
     host, gpu = batch.host, batch.gpu

@@ -437,7 +437,7 @@ class AgentCounters(_message.Message):
     def __init__(self, spool_batches: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., dropped_batches: _Optional[int] = ..., dropped_samples: _Optional[int] = ..., dropped_logs: _Optional[int] = ..., dropped_incidents: _Optional[int] = ..., reconnects: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sampler_errors: _Optional[int] = ..., rss_bytes: _Optional[float] = ..., cpu_seconds: _Optional[float] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records", "created_mono_ns", "sent_mono_ns", "sent_boot_id", "created_boot_id", "final")
+    __slots__ = ("agent_id", "boot_id", "seq", "created_ns", "sent_ns", "host", "gpu", "latency", "logs", "incidents", "counters", "metrics", "inventory_records", "created_mono_ns", "sent_mono_ns", "sent_boot_id", "created_boot_id", "final", "compact")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +456,7 @@ class Batch(_message.Message):
     SENT_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     boot_id: str
     seq: int
@@ -474,7 +475,8 @@ class Batch(_message.Message):
     sent_boot_id: str
     created_boot_id: str
     final: bool
-    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ..., created_mono_ns: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., sent_boot_id: _Optional[str] = ..., created_boot_id: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
+    compact: bytes
+    def __init__(self, agent_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., seq: _Optional[int] = ..., created_ns: _Optional[int] = ..., sent_ns: _Optional[int] = ..., host: _Optional[_Union[HostSamples, _Mapping]] = ..., gpu: _Optional[_Union[GpuSamples, _Mapping]] = ..., latency: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogEvent, _Mapping]]] = ..., incidents: _Optional[_Iterable[_Union[Incident, _Mapping]]] = ..., counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricPoint, _Mapping]]] = ..., inventory_records: _Optional[_Iterable[_Union[InventoryRecord, _Mapping]]] = ..., created_mono_ns: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., sent_boot_id: _Optional[str] = ..., created_boot_id: _Optional[str] = ..., final: _Optional[bool] = ..., compact: _Optional[bytes] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("seq", "status", "code", "reason", "rows")

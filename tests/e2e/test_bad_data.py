@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -22,7 +23,9 @@ from sqlalchemy import create_engine, text
 from fleetscope.agent.daemon.batcher import fill_gpu
 from fleetscope.agent.records import GpuSample
 from fleetscope.collector.storage.engine import normalise_url
+from fleetscope.proto.compact import COMPRESS_ZSTD, compact
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from tests import compact_blobs
 from tests.helpers import gpu_sequence_numbers
 
 MD = (("authorization", "Bearer test-token"),)
@@ -80,6 +83,36 @@ def _latency_count(b: pb.Batch) -> None:
     b.latency.add(name="infer", start_ns=b.sent_ns - 10**9, end_ns=b.sent_ns, count=2**63, zero_count=2**63)
 
 
+def _compact_truncated(b: pb.Batch) -> None:
+    compact(b)
+    b.compact = b.compact[:-6]
+
+
+def _compact_bomb(b: pb.Batch) -> None:
+    b.ClearField("gpu")
+    b.compact = compact_blobs.blob(b"\x00" * (256 << 20), compressor=COMPRESS_ZSTD)  # 8 KB that unfold into 256 MiB
+
+
+def _compact_lengths_disagree(b: pb.Batch) -> None:
+    del b.gpu.temp_c.values[-1]
+    compact(b)
+
+
+def _compact_dictionary_index(b: pb.Batch) -> None:
+    b.ClearField("gpu")
+    word = b"python"
+    strings = struct.pack("<II", 1, 1) + struct.pack("<I", len(word)) + word + struct.pack("<BB", 1, 3)
+    processes = compact_blobs.message((pb.ProcessTable.NAME_FIELD_NUMBER, 5, strings))
+    b.compact = compact_blobs.blob(compact_blobs.section(7, compact_blobs.message((pb.GpuSamples.PROCESSES_FIELD_NUMBER, 6, processes))))
+
+
+def _compact_time_overflow(b: pb.Batch) -> None:
+    b.ClearField("gpu")
+    deltas = struct.pack("<IBq", 3, 1, 2**62) + struct.pack("<B", 8) + b"".join(
+        struct.pack("<2q", 2**62, 2**62)[k::8] for k in range(8))
+    b.compact = compact_blobs.blob(compact_blobs.section(7, compact_blobs.message((pb.GpuSamples.TS_NS_FIELD_NUMBER, 2, deltas))))
+
+
 # (case, how the bad batch is made, the field its rejection names)
 REJECTED: list[tuple[str, Callable[[pb.Batch], None], str]] = [
     ("nan_fact", lambda b: _fact(b, math.nan), "incidents[0].facts['requested_bytes']"),
@@ -93,6 +126,12 @@ REJECTED: list[tuple[str, Callable[[pb.Batch], None], str]] = [
     ("latency_count_2_63", _latency_count, "latency[0].count"),
     ("long_log_line", lambda b: b.logs.add(ts_ns=b.sent_ns, message="x" * 70_000), "logs[0].message"),
     ("long_agent_id", lambda b: setattr(b, "agent_id", "a" * 100_000), "agent_id"),
+    # compact-v1 blobs a hostile sender makes up (fleetscope.proto.compact)
+    ("compact_truncated_zstd", _compact_truncated, "compact"),
+    ("compact_decompression_bomb", _compact_bomb, "compact"),
+    ("compact_column_lengths_disagree", _compact_lengths_disagree, "gpu.temp_c"),
+    ("compact_dictionary_index", _compact_dictionary_index, "compact.gpu.processes.name"),
+    ("compact_time_delta_overflow", _compact_time_overflow, "compact.gpu.ts_ns"),
 ]
 
 

@@ -77,7 +77,7 @@ notify = ["ops"]
     c = collector_process(db_url, extra_args=("--offline-after", "3s", "--alerts", str(rules))).start()
     spool = tmp_path / "agent-state"
     argv = [*CLI, "agent", "--collector", c.address, "--token", "test-token", "--name", "killed", "--spool", str(spool),
-            "--interval", "200ms"]
+            "--interval", "200ms", "--batch-interval", "1s"]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: table_count(db_url, "host_samples") >= 3, timeout_s=30, message="samples")

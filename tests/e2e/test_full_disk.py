@@ -49,7 +49,7 @@ def _fill(disk: Path) -> None:
 def test_full_disk_agent_survives_evicts_by_priority_and_delivers_what_it_kept(
     tiny_disk: Path, sqlite_url: str, collector_process
 ) -> None:
-    sampler = CountingSampler(total=120_000, per_tick=400, incidents_every=10)
+    sampler = CountingSampler(total=120_000, per_tick=400, incidents_every=10, incompressible=True)
     c = collector_process(sqlite_url)  # not started: the collector is away
     agent = make_agent(tiny_disk, [c.address], sampler, spool_max_bytes=BOUND, drain_timeout_s=2.0)
     agent.start()

@@ -32,7 +32,7 @@ def start_agent(tmp_path: Path, address: str, name: str) -> subprocess.Popen:
     with open(tmp_path / f"{name}.log", "ab") as out:
         return subprocess.Popen(
             [*CLI, "agent", "--token", "test-token", "--name", name, "--collector", address,
-             "--spool", str(tmp_path / name), "--interval", "250ms", "--no-gpu", "--no-kernel-log"],
+             "--spool", str(tmp_path / name), "--interval", "250ms", "--batch-interval", "1s", "--no-gpu", "--no-kernel-log"],
             stdout=out, stderr=subprocess.STDOUT)
 
 

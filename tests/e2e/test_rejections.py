@@ -123,7 +123,7 @@ def test_agent_counts_a_rejected_batch_and_goes_on(tmp_path: Path, db_url: str, 
 
 def test_spool_full_drops_oldest_samples_keeps_incidents(tmp_path: Path, sqlite_url: str, collector_process) -> None:
     c = collector_process(sqlite_url)  # not started: the agent spools into a small bound
-    sampler = CountingSampler(total=20_000, per_tick=100, incidents_every=10)
+    sampler = CountingSampler(total=20_000, per_tick=100, incidents_every=10, incompressible=True)
     agent = make_agent(tmp_path, [c.address], sampler, spool_max_bytes=256 * 1024, backoff_max_s=1.0)
     agent.start()
     try:

@@ -24,6 +24,7 @@ from fleetscope.cli.args import (
     label,
     listen_address,
     positive_duration_s,
+    rate_bytes_per_s,
     size_bytes,
 )
 
@@ -87,6 +88,11 @@ def register(sub: Any) -> None:
     p.add_argument("--spool", type=Path, default=Path(os.environ.get("FLEETSCOPE_SPOOL", default_spool_dir())), metavar="DIR",
                    help="state directory: agent id and the on-disk spool (default %(default)s)")
     p.add_argument("--spool-max-size", type=size_bytes, default=256 << 20, metavar="SIZE", help="spool bound (default 256MiB)")
+    p.add_argument("--uplink-rate", type=rate_bytes_per_s, default=0.0, metavar="RATE",
+                   help="never send faster than this, for a metered or radio link, e.g. 32kbit/s, 4KB/s, 1Mbit/s, 500B/s "
+                        "(bit/s, bps or B/s; k, M, G decimal, Ki, Mi, Gi binary); a batch counts as its bytes and 40 for "
+                        "HTTP/2 and gRPC framing, not TLS or TCP/IP headers: give a little less than the link carries. "
+                        "Incidents and logs go before a backlog of samples whatever the rate (default: unlimited)")
     p.add_argument("--log-file", action="append", default=[], metavar="PATH",
                    help="a log file or glob to follow (repeatable), e.g. '/var/log/train/*.log'")
     p.add_argument("--no-kernel-log", action="store_true",
@@ -199,6 +205,7 @@ def run_agent(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         batch_interval_s=args.batch_interval or max(DEFAULT_BATCH_INTERVAL_S, args.interval),
         spool_max_bytes=args.spool_max_size,
+        uplink_rate_bytes_per_s=args.uplink_rate,
         log_files=tuple(args.log_file),
         kernel_log=not args.no_kernel_log,
         journal_units=tuple(args.journal_unit),

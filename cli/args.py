@@ -72,6 +72,34 @@ def size_bytes(text: str) -> int:
     return int(float(m.group(1)) * _SIZE_MULT[unit])
 
 
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kKMG])(i?))?(bit/s|bps|B/s)\s*$")
+_RATE_PREFIX = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9}
+_RATE_BINARY = {"k": 1 << 10, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+RATE_FORMS = ("bits: 32kbit/s, 1.5Mbit/s, 64kbps, 512Kibit/s; bytes: 500B/s, 4KB/s (= 4kB/s), 2MB/s, 64KiB/s, 1MiB/s; "
+              "k, M, G are powers of 1000, Ki, Mi, Gi of 1024; 0 means unlimited")
+MIN_RATE_BYTES_PER_S = 125.0  # 1 kbit/s: below that a gRPC stream's registration and keepalives barely fit
+
+
+def rate_bytes_per_s(text: str) -> float:
+    """A link rate -> bytes a second: ``"32kbit/s"`` -> 4000.0, ``"4KiB/s"`` -> 4096.0; ``"0"`` -> 0 (unlimited)."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    m = _RATE.match(text)
+    if not m:
+        if re.search(r"\db/s|[kKMG]i?b/s", text):
+            raise argparse.ArgumentTypeError(f"{text!r}: write bit/s for bits or B/s for bytes (a lone 'b' is taken for either); "
+                                             f"{RATE_FORMS}")
+        raise argparse.ArgumentTypeError(f"not a rate: {text!r} ({RATE_FORMS})")
+    number, prefix, binary, unit = m.groups()
+    scale = (_RATE_BINARY if binary else _RATE_PREFIX)[prefix or ""]
+    rate = float(number) * scale / (1 if unit == "B/s" else 8)
+    if rate == 0:
+        return 0.0
+    if rate < MIN_RATE_BYTES_PER_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is below 1kbit/s (125B/s), too slow for a gRPC stream; 0 means unlimited")
+    return rate
+
+
 def label(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():

@@ -79,6 +79,7 @@ class AgentSettings:
     backoff_max_s: float = 30.0
     tls: ChannelTLS | None = None  # None: plaintext (loopback and tests only)
     device_key: bool = True  # make and present a device key (agent/daemon/credentials.py); False: token only
+    uplink_rate_bytes_per_s: float = 0.0  # pace the uplink to this (--uplink-rate); 0: unlimited
 
     @property
     def log_sources(self) -> LogSourceSettings:
@@ -134,6 +135,7 @@ class Agent:
             tls=settings.tls,
             agent_id=self.agent_id,
             device_key=load_or_create_device_key(settings.spool_dir) if settings.device_key else "",
+            rate_bytes_per_s=settings.uplink_rate_bytes_per_s,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

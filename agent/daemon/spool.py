@@ -20,8 +20,15 @@ in-memory overflow, bounded and evicted by the same order, which the uplink drai
 disk; it moves to disk as soon as the disk takes it again. Nothing here raises into the
 sampling loop for a disk that is full.
 
+Send order (``next_to_send``): incidents first, then logs, each oldest first, then samples oldest
+first, so an incident written while a day of backlog drains over a thin link goes next, not
+after the backlog; ``after`` keeps the plain oldest-first order. Samples stay oldest first among
+themselves because the collector's rollups and detectors move a per-device mark over sample time
+(``collector/jobs/rollup.py``): a sample stored behind a newer one of its device is never rolled
+up. ``fresh_s`` (off unless asked) sends the samples of the last seconds before the backlog.
+
 Sequence numbers come from the spool: they rise across restarts because they are also the
-spool's key and its send order. They are unique on the wire only together with the stream id
+spool's key and its creation order. They are unique on the wire only together with the stream id
 (sent as ``boot_id``), which is new at every agent start (``identity.new_stream_id``), so a
 deleted or restored spool can never repeat an (agent id, boot id, seq) the collector stored.
 """
@@ -33,8 +40,15 @@ import os
 import sqlite3
 import threading
 import time
+from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from fleetscope.agent.daemon.batcher import CLASS_INCIDENTS, CLASS_LOGS, CLASS_SAMPLES
+from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +64,9 @@ _COUNTERS = (
 )
 _SHM_ALLOWANCE = 64 << 10  # the WAL index: 32 KiB per ~4000 WAL pages, so one block here
 _RETRY_DISK_AFTER_S = 5.0  # after a full disk, how long batches go straight to memory
+FRESH_MAX_S = 900.0  # how far back ``next_to_send(fresh_s=...)`` can tell fresh batches from old
+# Send order: the classes most worth having first; each oldest first. Samples come last.
+SEND_CLASSES = (CLASS_INCIDENTS, CLASS_LOGS)
 
 
 class SpoolError(OSError):
@@ -101,10 +118,14 @@ class Spool:
         self._memory_bytes = 0
         self._disk_refused_at = 0.0
         self._undeleted: set[int] = set()  # acknowledged, but the disk refused the DELETE
-        # Batches handed to the uplink (``after``) and not yet acknowledged: one of them evicted
-        # may still reach the collector, so its drop is taken back if it is acknowledged.
+        # Batches handed to the uplink (``next_to_send``, ``after``) and not yet acknowledged: one
+        # of them evicted may still reach the collector, so its drop is taken back if it is acknowledged.
         self._handed_out: set[int] = set()
         self._evicted_in_flight: dict[int, tuple[int, int, int]] = {}  # seq -> (samples, logs, incidents)
+        # (monotonic time, first seq put at or after it), at most one a second over FRESH_MAX_S:
+        # what ``next_to_send(fresh_s=...)`` tells fresh batches from the backlog by.
+        self._put_times: deque[tuple[float, int]] = deque()
+        self._final_checked: tuple[int, bool] = (0, False)  # (seq, final) of the last batch read for it
         self._counters = dict.fromkeys(_COUNTERS, 0)
         self._counters_dirty = False
         self._last_rejection = ""
@@ -122,6 +143,9 @@ class Spool:
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # Compact batches are a few KB: on 4 KiB pages each left most of its last page empty,
+        # a third of a Jetson's spool (docs/benchmarks.md). Takes effect when the file is made.
+        db.execute("PRAGMA page_size=1024")
         db.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode survives a process crash; a power cut may lose the last batches,
         # which costs a drone seconds of samples but keeps each write cheap.
@@ -231,6 +255,7 @@ class Spool:
         """Keep a batch: on disk within the bound, else in memory; evicts by class to make room."""
         batch = _MemoryBatch(seq, delivery_class, samples, logs, incidents, payload)
         with self._lock:
+            self._note_put_time(seq)
             if self._db is not None and time.monotonic() - self._disk_refused_at >= _RETRY_DISK_AFTER_S:
                 self._move_memory_to_disk()
                 if not self._memory and self._put_on_disk(batch):
@@ -385,6 +410,131 @@ class Spool:
             out = out[:limit]
             self._handed_out.update(b.seq for b in out)
             return out
+
+    def next_to_send(self, limit: int, *, skip: Collection[int] = (), order: str = "priority",
+                     fresh_s: float = 0.0) -> list[SpooledBatch]:
+        """Up to ``limit`` batches to send next, leaving out ``skip`` (those in flight), disk and memory.
+
+        ``order="priority"``: incidents, then logs, each oldest first; then, with ``fresh_s``, the
+        sample batches spooled in the last ``fresh_s`` seconds (at most ``FRESH_MAX_S``), oldest
+        first; then the other samples, oldest first. The newest batch goes last, unless it holds
+        incidents (see ``_newest_to_hold``). ``order="fifo"``: everything oldest first.
+        """
+        if order not in ("priority", "fifo"):
+            raise ValueError(f"unknown send order {order!r}")
+        with self._lock:
+            excluded = set(skip) | self._undeleted
+            # (class or None for any, lowest seq): the tiers, in the order they are sent.
+            tiers: list[tuple[int | None, int]] = []
+            if order == "fifo":
+                tiers.append((None, 0))
+            else:
+                tiers += [(cls, 0) for cls in SEND_CLASSES]
+                fresh_from = self._fresh_from_seq(fresh_s) if fresh_s > 0 else None
+                if fresh_from is not None:
+                    tiers.append((CLASS_SAMPLES, fresh_from))
+                tiers.append((CLASS_SAMPLES, 0))
+            held = self._newest_to_hold(excluded) if order == "priority" else None
+            if held is not None:
+                excluded.add(held)
+            chosen: list[int] = []
+            for cls, low in tiers:
+                need = limit - len(chosen)
+                if need <= 0:
+                    break
+                taken = set(chosen)
+                candidates = self._disk_seqs(cls, low, need + len(excluded) + len(taken))
+                candidates += [m.seq for m in self._memory.values()
+                               if (cls is None or m.delivery_class == cls) and m.seq >= low]
+                candidates.sort()
+                chosen += [s for s in candidates if s not in excluded and s not in taken][:need]
+            if held is not None and len(chosen) < limit:  # nothing else is left to send: now it goes
+                chosen.append(held)
+            payloads = {s: m.payload for s in chosen if (m := self._memory.get(s)) is not None}
+            payloads.update(self._disk_payloads([s for s in chosen if s not in payloads]))
+            out = [SpooledBatch(s, payloads[s]) for s in chosen if s in payloads]
+            self._handed_out.update(b.seq for b in out)
+            return out
+
+    def _newest_to_hold(self, excluded: set[int]) -> int | None:
+        """The newest batch not in flight, when it must wait until everything older was sent.
+
+        The collector keeps a device's counters, and the "stopped" mark of an agent's last batch
+        (``final``), from the batch it stored last. Sent last, the newest batch leaves them
+        right once the spool drained, whichever batches went out of order before: the logs
+        batch of a flush after that flush's samples, the counters-only batch that reports the
+        last drops, the final batch. A batch of incidents does not wait, unless it is the final
+        one; a newer batch, at the latest the next batch interval's samples, frees a held one.
+        """
+        newest: tuple[int, int] | None = None  # (seq, incidents)
+        if self._db is not None:
+            try:
+                rows = self._db.execute("SELECT seq, incidents FROM batches ORDER BY seq DESC LIMIT ?",
+                                        (len(excluded) + 1,)).fetchall()
+                newest = next(((int(s), int(n)) for s, n in rows if s not in excluded), None)
+            except sqlite3.Error:
+                return None
+        for m in self._memory.values():
+            if m.seq not in excluded and (newest is None or m.seq > newest[0]):
+                newest = (m.seq, m.incidents)
+        if newest is None:
+            return None
+        seq, incidents = newest
+        return seq if not incidents or self._is_final(seq) else None
+
+    def _is_final(self, seq: int) -> bool:
+        """Whether batch ``seq`` is the agent's last before a clean stop (read once per batch)."""
+        if self._final_checked[0] != seq:
+            m = self._memory.get(seq)
+            payload = m.payload if m is not None else self._disk_payloads([seq]).get(seq, b"")
+            try:
+                final = pb.Batch.FromString(payload).final
+            except DecodeError:
+                final = False
+            self._final_checked = (seq, final)
+        return self._final_checked[1]
+
+    def _disk_seqs(self, delivery_class: int | None, low: int, limit: int) -> list[int]:
+        """The oldest ``limit`` sequence numbers on disk of a class (any: None) from ``low`` on."""
+        if self._db is None or limit <= 0:
+            return []
+        where, params = "seq >= ?", [low]
+        if delivery_class is not None:
+            where, params = "class = ? AND seq >= ?", [delivery_class, low]
+        try:
+            rows = self._db.execute(f"SELECT seq FROM batches WHERE {where} ORDER BY seq LIMIT ?", (*params, limit))
+            return [int(r[0]) for r in rows.fetchall()]
+        except sqlite3.Error as exc:
+            log.warning("spool %s: cannot read batches: %s", self.path, exc)
+            return []
+
+    def _disk_payloads(self, seqs: list[int]) -> dict[int, bytes]:
+        if self._db is None or not seqs:
+            return {}
+        try:
+            rows = self._db.execute(
+                f"SELECT seq, payload FROM batches WHERE seq IN ({','.join('?' * len(seqs))})", seqs
+            ).fetchall()
+        except sqlite3.Error as exc:
+            log.warning("spool %s: cannot read batches: %s", self.path, exc)
+            return {}
+        return {int(s): bytes(p) for s, p in rows}
+
+    def _note_put_time(self, seq: int) -> None:
+        now = time.monotonic()
+        times = self._put_times
+        if not times or now - times[-1][0] >= 1.0:
+            times.append((now, seq))
+        while len(times) > 1 and now - times[1][0] > FRESH_MAX_S:
+            times.popleft()
+
+    def _fresh_from_seq(self, fresh_s: float) -> int | None:
+        """The lowest seq put in the last ``fresh_s`` seconds (to the second), or None if none was."""
+        since = time.monotonic() - min(fresh_s, FRESH_MAX_S)
+        for t, seq in self._put_times:
+            if t >= since:
+                return seq
+        return None
 
     def delete(self, seq: int) -> None:
         """The batch ``seq`` is acknowledged (stored, a duplicate, or rejected and counted so):

@@ -1,8 +1,12 @@
 """The one gRPC stream from an agent to its collector.
 
 The uplink runs on its own thread and never raises into the sampling loop. It registers,
-opens ``Ingest/Stream`` and sends spooled batches oldest first with up to ``window`` batches
-in flight; each acknowledgement deletes its batch from the spool. When the stream breaks it
+opens ``Ingest/Stream`` and sends spooled batches with up to ``window`` batches in flight; each
+acknowledgement deletes its batch from the spool. Every time it picks what to send next it asks
+the spool for incidents first, then logs, then samples, each oldest first
+(``Spool.next_to_send``), so an incident written while a long backlog drains over a thin link
+goes next instead of after the backlog; the batches in flight in this session are left out of
+the pick, and a new session sends again everything still spooled. When the stream breaks it
 sleeps (capped exponential backoff with full jitter, on an Event so shutdown interrupts it),
 rebuilds the channel, moves to the next collector address and sends again every batch still in
 the spool: at-least-once on the wire, exactly-once in storage thanks to the collector's check.
@@ -23,6 +27,15 @@ collector that announced compact-v1 at Register; an older collector gets each on
 the plain fields. Either way ``sent_ns`` (and the monotonic clock and boot id
 beside it) appended as more encoded fields (protobuf lets a later occurrence of a scalar field
 win), so a resend costs no re-encoding.
+
+``rate_bytes_per_s`` (``fleetscope agent --uplink-rate``) paces what is written to the stream
+with a token bucket that holds one second of the rate: a metered or radio link is never
+saturated, so the link's own queue stays short and a new incident is not stuck behind it. Each
+message counts as its bytes plus ``GRPC_FRAMING_BYTES``, 40: gRPC's 5-byte length prefix, the
+9-byte HTTP/2 DATA frame header that carries it (9 more for every further 16 KiB frame), and
+the two 13-byte HTTP/2 WINDOW_UPDATE frames the agent sends back for its acknowledgement
+(measured: about 2.2 a batch). Not counted: HTTP/2 pings (about 10 bytes a batch), a stream's
+headers (once a connection), TLS records and TCP/IP headers.
 """
 
 from __future__ import annotations
@@ -52,6 +65,10 @@ _SENT_NS_TAG = bytes([5 << 3 | 0])  # field 5 (sent_ns), varint
 _SENT_MONO_NS_TAG = bytes([15 << 3 | 0])  # field 15 (sent_mono_ns), varint
 _SENT_BOOT_ID_TAG = bytes([(16 << 3 | 2) & 0x7F | 0x80, (16 << 3 | 2) >> 7])  # field 16 (sent_boot_id), bytes
 _AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# Per message: gRPC's length prefix, one HTTP/2 DATA frame header, and the two WINDOW_UPDATE frames
+# that its acknowledgement makes the agent send (see above).
+GRPC_FRAMING_BYTES = 5 + 9 + 2 * 13
+_HTTP2_FRAME_BYTES = 16384  # HTTP/2's default largest frame: a longer message takes more headers
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
@@ -97,6 +114,44 @@ def _identity(b: bytes) -> bytes:
     return b
 
 
+def wire_bytes(message_bytes: int) -> int:
+    """What one stream message of ``message_bytes`` costs the link, framing included (see above)."""
+    frames = max(1, -(-(message_bytes + 5) // _HTTP2_FRAME_BYTES))
+    return message_bytes + GRPC_FRAMING_BYTES + 9 * (frames - 1)
+
+
+class TokenBucket:
+    """``rate`` bytes a second, in bursts of at most ``burst`` (default: one second of the rate).
+
+    A message is paid for after it was written (``spend``); the bucket may go into debt for a
+    message larger than it holds, and the next one waits (``wait_s``) until the debt is paid, so
+    the long-run rate is ``rate`` whatever the message sizes.
+    """
+
+    def __init__(self, rate: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate <= 0:
+            raise ValueError("the rate must be above 0")
+        self.rate = float(rate)
+        self.burst = float(burst if burst is not None else rate)
+        self._clock = clock
+        self._tokens = self.burst
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+
+    def spend(self, n: int) -> None:
+        self._refill()
+        self._tokens -= n
+
+    def wait_s(self) -> float:
+        """How long until the next message may be written (0: now)."""
+        self._refill()
+        return max(0.0, -self._tokens / self.rate)
+
+
 @dataclass(frozen=True)
 class Backoff:
     initial_s: float = 0.5
@@ -140,6 +195,9 @@ class Uplink:
         tls: ChannelTLS | None = None,
         agent_id: str = "",
         device_key: str = "",
+        rate_bytes_per_s: float = 0.0,
+        drain_order: str = "priority",
+        fresh_samples_s: float = 0.0,
     ) -> None:
         if not addresses:
             raise ValueError("at least one collector address is needed")
@@ -157,6 +215,14 @@ class Uplink:
         self._backoff = backoff or Backoff()
         self._ack_timeout_s = ack_timeout_s
         self._compression = compression
+        # 0: unlimited. Kept across sessions, so a reconnect earns no extra burst.
+        self._bucket = TokenBucket(rate_bytes_per_s) if rate_bytes_per_s > 0 else None
+        # "priority" (see above) or "fifo", the order before it (kept for comparisons:
+        # benchmarks/bench_thin_link.py). ``fresh_samples_s`` sends the samples of the last
+        # seconds before the backlog; off, because the collector's rollups and detectors read a
+        # device's samples in time order and would skip backlog stored behind newer samples.
+        self.drain_order = drain_order
+        self.fresh_samples_s = fresh_samples_s
         self._clock = clock  # the device clock, which may be off: the collector measures the skew
         # With the boot id, lets the collector see a wall-clock step between a batch's creation and its send.
         self._mono_clock = mono_clock
@@ -180,6 +246,11 @@ class Uplink:
     def alive(self) -> bool:
         """False once the thread started and died (it catches everything, so that is a bug)."""
         return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
+    def set_rate(self, rate_bytes_per_s: float) -> None:
+        """Pace to a new rate from the next batch on (0: unlimited), e.g. when a drone that
+        landed moves from its radio link to a faster one."""
+        self._bucket = TokenBucket(rate_bytes_per_s) if rate_bytes_per_s > 0 else None
 
     def notify(self) -> None:
         """A new batch is in the spool."""
@@ -319,7 +390,7 @@ class Uplink:
             )
             session = _Session()
             try:
-                call = stream(self._requests(session), metadata=self._metadata)
+                call = stream(self._paced(self._requests(session), session), metadata=self._metadata)
                 self._call = call
                 self.status.connected = True
                 self.status.collector = address
@@ -330,17 +401,21 @@ class Uplink:
                 session.close()
 
     def _requests(self, session: _Session) -> Iterator[bytes]:
-        """Spooled batches in order, never more than ``window`` unacknowledged.
+        """Spooled batches in send order (``Spool.next_to_send``), never more than ``window``
+        unacknowledged, none sent twice in this session.
 
         Runs on a gRPC thread. It belongs to one session: once that session closed it sends
         nothing more, so a stale generator cannot interleave with the next connection.
         """
-        last_sent = 0
         while not (self._stop.is_set() or session.closed):
             room = session.wait_for_room(self._window, self._stop)
             if room <= 0:
                 continue
-            batches = self._spool.after(last_sent, room)
+            if self._bucket is not None:
+                room = 1  # paced: choose each batch when it can leave, so a new incident goes next
+            # In flight: sent and not yet acknowledged (an acknowledged batch has left the spool).
+            batches = self._spool.next_to_send(room, skip=session.in_flight(), order=self.drain_order,
+                                               fresh_s=self.fresh_samples_s)
             if not batches:
                 self._wake.wait(0.5)
                 self._wake.clear()
@@ -352,18 +427,30 @@ class Uplink:
                     payload = self._wire_payload(b.payload)
                 except (CompactError, DecodeError) as exc:
                     self._reject_locally(b.seq, f"cannot be read back from the spool ({exc})")
-                    last_sent = b.seq
                     continue
                 limit = self.status.max_batch_bytes
                 if limit and len(payload) > limit:
                     # The collector would end the stream with RESOURCE_EXHAUSTED on every try.
                     self._reject_locally(b.seq, f"{len(b.payload)} bytes exceed the collector's limit of {limit}")
-                    last_sent = b.seq
                     continue
                 session.sent(b.seq)
                 self.status.sent += 1
-                last_sent = b.seq
                 yield with_sent_ns(payload, self._clock(), self._mono_clock(), self._clock_boot_id)
+
+    def _paced(self, messages: Iterator[bytes], session: _Session) -> Iterator[bytes]:
+        """``messages`` at the bucket's rate: after each one is written, wait until it is paid
+        for, and only then let ``_requests`` pick the next batch."""
+        for message in messages:
+            yield message
+            bucket = self._bucket
+            if bucket is None:
+                continue
+            bucket.spend(wire_bytes(len(message)))
+            while not (self._stop.is_set() or session.closed) and bucket is self._bucket:  # set_rate: stop waiting
+                delay = bucket.wait_s()
+                if delay <= 0:
+                    break
+                self._stop.wait(min(delay, 0.25))
 
     def _wire_payload(self, spooled: bytes) -> bytes:
         if self.status.collector_compact:
@@ -417,6 +504,10 @@ class _Session:
     def sent(self, seq: int) -> None:
         with self._cv:
             self._inflight.add(seq)
+
+    def in_flight(self) -> frozenset[int]:
+        with self._cv:
+            return frozenset(self._inflight)
 
     def acked(self, seq: int) -> None:
         with self._cv:

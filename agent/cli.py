@@ -32,10 +32,20 @@ if TYPE_CHECKING:
     from fleetscope.agent.samplers.registry import SamplerSettings
 
 log = logging.getLogger(__name__)
-# Readings leave in batches of this many seconds unless --batch-interval says otherwise: at 10 s
-# a Jetson's link carries about 1.4 bytes a reading (docs/benchmarks.md), and the Fleet page is
-# at most that much behind. Incidents and logs leave at once.
+# Readings leave in batches of this many seconds unless --batch-interval says otherwise; the Fleet
+# page is at most that much behind, and incidents and logs leave at once whatever it is. A server
+# on a LAN: 10 s, 1.3 bytes a reading. A Jetson, most often on a metered radio or cellular link:
+# 60 s, 1.2 bytes a reading where 10 s costs 2.7, and a 256 MiB spool holds a month out of
+# coverage (benchmarks/bench_wire_bytes.py, docs/benchmarks.md).
 DEFAULT_BATCH_INTERVAL_S = 10.0
+JETSON_BATCH_INTERVAL_S = 60.0
+
+
+def default_batch_interval_s(kind: int) -> float:
+    """The --batch-interval a device of ``kind`` (a DeviceKind) gets when none is given."""
+    from fleetscope.proto.v1.telemetry_pb2 import DEVICE_KIND_JETSON
+
+    return JETSON_BATCH_INTERVAL_S if kind == DEVICE_KIND_JETSON else DEFAULT_BATCH_INTERVAL_S
 
 
 def default_spool_dir() -> Path:
@@ -82,9 +92,9 @@ def register(sub: Any) -> None:
                    help="a label such as site=lab, fleet=drones, drone_id=D12 (repeatable)")
     p.add_argument("--interval", type=positive_duration_s, default=1.0, metavar="DURATION", help="sampling interval (default 1s)")
     p.add_argument("--batch-interval", type=positive_duration_s, default=None, metavar="DURATION",
-                   help="how often the readings gathered meanwhile leave as one batch (default 10s, or the sampling "
-                        "interval when longer); logs and incidents leave at once whatever this is. Longer costs a "
-                        "metered link less a reading: about 1.4 bytes at 10s, 0.7 at 60s (docs/benchmarks.md)")
+                   help="how often the readings gathered meanwhile leave as one batch (default 10s, 60s on a Jetson, or "
+                        "the sampling interval when longer); logs and incidents leave at once whatever this is. Longer "
+                        "costs a metered link less a reading: a Jetson's 2.7 bytes at 10s, 1.2 at 60s (docs/benchmarks.md)")
     p.add_argument("--spool", type=Path, default=Path(os.environ.get("FLEETSCOPE_SPOOL", default_spool_dir())), metavar="DIR",
                    help="state directory: agent id and the on-disk spool (default %(default)s)")
     p.add_argument("--spool-max-size", type=size_bytes, default=256 << 20, metavar="SIZE", help="spool bound (default 256MiB)")
@@ -203,7 +213,7 @@ def run_agent(args: argparse.Namespace) -> int:
         name=args.name,
         labels=dict(args.label),
         interval_s=args.interval,
-        batch_interval_s=args.batch_interval or max(DEFAULT_BATCH_INTERVAL_S, args.interval),
+        batch_interval_s=args.batch_interval or max(default_batch_interval_s(detect_kind()), args.interval),
         spool_max_bytes=args.spool_max_size,
         uplink_rate_bytes_per_s=args.uplink_rate,
         log_files=tuple(args.log_file),

@@ -13,8 +13,10 @@ fixed share of the bound, not a rate), and the days a ``--spool-max-size-mib`` s
 follow from it. Then its uplink streams the
 spool to a real collector (a subprocess on SQLite) through a loopback forwarder that counts the
 bytes the agent's socket sends (TLS off): the wire figure, gRPC and HTTP/2 framing included.
-"Plain" is the same agent with its batches expanded to the plain form before spooling and
-sending and one batch a second, which is what the agent spooled and sent until now.
+"Plain" is the same agent with its batches left in the plain form and one batch a second, which is
+what the agent spooled and sent until now. Compact is measured twice, with batches cut as the
+agent's loop cuts them while a collector listens ("live": logs leave every tick, the wire figure)
+and while out of reach ("outage": logs wait for the readings, the spool figure).
 
 A reading is one value a user can chart: a Column value that is not null, a per-core figure, a
 process table cell, a metric point. Timestamps, indexes and names are overhead, counted in the
@@ -101,7 +103,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, work: Path, progress: bool) -> dict:
+def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, work: Path, progress: bool,
+            connected: bool = True) -> dict:
+    """One device and form. ``connected``: batches are cut as the agent's loop cuts them while a
+    collector listens (logs every tick); False: as while out of reach (logs wait for the
+    readings' batch)."""
     from fleetscope.agent.daemon import runner
     from fleetscope.agent.daemon.runner import Agent, AgentSettings
     from fleetscope.agent.tools.simulate import SimulatedSampler
@@ -119,8 +125,9 @@ def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, 
 
     # Plain: what the agent spooled before compact-v1 (the batch as built); compact: as it does now.
     runner.compact = (lambda batch: batch) if plain else timed_compact  # type: ignore[attr-defined]
-    state = work / f"{kind}-{form}"
-    db = work / f"{kind}-{form}.db"
+    label = form if plain else f"{form}-{'live' if connected else 'outage'}"
+    state = work / f"{kind}-{label}"
+    db = work / f"{kind}-{label}.db"
     sampler = SimulatedSampler(kind=kind, gpus=gpus, seed=1, latency=False)
     t0 = time.time_ns() - (seconds + 60) * NS
     interval = 1 if plain else batch_interval
@@ -132,10 +139,11 @@ def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, 
     )
     for s in range(seconds):
         agent.tick(t0 + s * NS)
-        if s % interval == interval - 1:
-            agent.flush(t0 + s * NS)
+        seal = s % interval == interval - 1
+        if seal or connected:  # what Agent.run does each tick
+            agent.flush(t0 + s * NS, samples=seal)
         if progress and s % 600 == 599:
-            print(f"  {kind} {form}: {s + 1}/{seconds} simulated seconds", file=sys.stderr, flush=True)
+            print(f"  {kind} {label}: {s + 1}/{seconds} simulated seconds", file=sys.stderr, flush=True)
     agent.flush(t0 + seconds * NS)
     spooled = agent.spool.after(0, 10**7)
     readings = 0
@@ -175,7 +183,7 @@ def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, 
         log.close()
     hours = seconds / 3600
     return {
-        "kind": kind, "form": form, "batch_s": interval, "batches": batches, "readings": readings,
+        "kind": kind, "form": label, "batch_s": interval, "batches": batches, "readings": readings,
         "spool_bytes": spool_bytes, "wire_bytes": wire, "spool_per_reading": spool_bytes / readings,
         "wire_per_reading": wire / readings, "spool_per_hour": spool_bytes / hours, "wire_per_hour": wire / hours,
         "encode_ms_per_device_s": 1000 * encode_s[0] / seconds, "wire_compact": sent_compact, "wal_bytes": wal_bytes,
@@ -185,35 +193,43 @@ def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=int, default=3600, help="simulated seconds at 1 Hz per device (default %(default)s)")
-    p.add_argument("--batch-interval", type=int, default=10, help="compact: seconds of readings a batch (default %(default)s)")
+    p.add_argument("--batch-interval", type=int, default=None,
+                   help="compact: seconds of readings a batch (default: the agent's, 60 on a Jetson and 10 on a server)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs of the server (default %(default)s)")
     p.add_argument("--spool-max-size-mib", type=int, default=256, help="for the days a spool holds (default %(default)s)")
     args = p.parse_args(argv)
-    if args.seconds < 60 or args.batch_interval < 1 or args.gpus < 1:
+    if args.seconds < 60 or (args.batch_interval is not None and args.batch_interval < 1) or args.gpus < 1:
         p.error("--seconds must be at least 60, --batch-interval and --gpus at least 1")
     work = Path(tempfile.mkdtemp(prefix="fleetscope-wire-bytes-"))
     os.environ.setdefault("FLEETSCOPE_LOG_LEVEL", "warning")
     try:
         results = []
+        from fleetscope.agent.cli import default_batch_interval_s
+        from fleetscope.proto.v1 import telemetry_pb2 as pb
+
         for kind, gpus in (("jetson", 1), ("server", args.gpus)):
-            for form in ("plain", "compact"):
-                results.append(measure(kind, gpus, form, args.seconds, args.batch_interval, work, progress=True))
+            interval = args.batch_interval or int(default_batch_interval_s(
+                pb.DEVICE_KIND_JETSON if kind == "jetson" else pb.DEVICE_KIND_SERVER))
+            results.append(measure(kind, gpus, "plain", args.seconds, interval, work, progress=True))
+            for connected in (True, False):
+                results.append(measure(kind, gpus, "compact", args.seconds, interval, work, progress=True,
+                                       connected=connected))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{args.seconds} simulated s at 1 Hz; plain: a batch a second; compact: a batch every {args.batch_interval} s")
-    print(f"{'device':8} {'form':8} {'readings':>9} {'wire B/reading':>15} {'spool B/reading':>16} {'wire MB/h':>10} "
+    print(f"\n{args.seconds} simulated s at 1 Hz; plain: a batch a second; compact: a batch every 'batch s'")
+    print(f"{'device':8} {'form':15} {'batch s':>7} {'readings':>9} {'wire B/reading':>15} {'spool B/reading':>16} {'wire MB/h':>10} "
           f"{'spool MB/h':>11} {'spool holds':>13} {'encode ms/dev-s':>16}")
     for r in results:
         from fleetscope.agent.daemon.spool import _SHM_ALLOWANCE, wal_limit_for
 
         bound = args.spool_max_size_mib * 2**20
         days = (bound - wal_limit_for(bound) - _SHM_ALLOWANCE) / r["spool_per_hour"] / 24
-        print(f"{r['kind']:8} {r['form']:8} {r['readings']:9d} {r['wire_per_reading']:15.2f} {r['spool_per_reading']:16.2f} "
+        print(f"{r['kind']:8} {r['form']:15} {r['batch_s']:7d} {r['readings']:9d} {r['wire_per_reading']:15.2f} {r['spool_per_reading']:16.2f} "
               f"{r['wire_per_hour'] / 1e6:10.3f} {r['spool_per_hour'] / 1e6:11.3f} {days:10.1f} d {r['encode_ms_per_device_s']:16.3f}")
     for kind in ("jetson", "server"):
-        before, after = (r for r in results if r["kind"] == kind)
-        print(f"{kind}: wire {before['wire_per_reading'] / after['wire_per_reading']:.1f}x smaller, "
-              f"spool {before['spool_per_reading'] / after['spool_per_reading']:.1f}x smaller")
+        before, live, outage = (r for r in results if r["kind"] == kind)
+        print(f"{kind}: wire {before['wire_per_reading'] / live['wire_per_reading']:.1f}x smaller (live), "
+              f"spool {before['spool_per_reading'] / outage['spool_per_reading']:.1f}x smaller (outage)")
     return 0
 
 

@@ -330,7 +330,7 @@ def _message_payload(msg: Message) -> bytes:
 def _compress(body: bytes, compressor: int | None) -> bytes:
     zstd = _zstandard() if compressor in (None, COMPRESS_ZSTD) else None
     if zstd is not None:
-        return bytes((FORMAT, COMPRESS_ZSTD)) + zstd.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
+        return bytes((FORMAT, COMPRESS_ZSTD)) + bytes(zstd.ZstdCompressor(level=ZSTD_LEVEL).compress(body))
     if compressor == COMPRESS_ZSTD:
         raise ValueError("zstd asked for and the zstandard package is not installed")
     return bytes((FORMAT, COMPRESS_ZLIB)) + zlib.compress(body, ZLIB_LEVEL)
@@ -580,7 +580,7 @@ def _decompress(blob: bytes, max_body_bytes: int) -> bytes:
             # A reader stops at the bound: a few KB of zeros that unfold into gigabytes cost
             # max_body_bytes at most. It says nothing of a truncated frame, so what it gave is
             # checked by a second pass, itself bounded by that size.
-            body = zstd.ZstdDecompressor().stream_reader(packed, read_across_frames=False).read(max_body_bytes + 1)
+            body = bytes(zstd.ZstdDecompressor().stream_reader(packed, read_across_frames=False).read(max_body_bytes + 1))
             if len(body) > max_body_bytes:
                 raise CompactError("compact", f"decompresses to more than {max_body_bytes} bytes")
             dobj = zstd.ZstdDecompressor().decompressobj()
@@ -686,7 +686,7 @@ def _read_records(payload: bytes, out: pb.Batch, budget: _Budget) -> None:
 def plain_size(batch: pb.Batch) -> int:
     """What ``batch`` (compact or not) would weigh on the plain wire, for the benchmarks."""
     if not batch.compact:
-        return batch.ByteSize()
+        return int(batch.ByteSize())
     copy = pb.Batch()
     copy.CopyFrom(batch)
-    return expand(copy).ByteSize()
+    return int(expand(copy).ByteSize())

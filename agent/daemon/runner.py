@@ -367,7 +367,11 @@ class Agent:
                 # Readings leave once a batch interval; with an incident, at once, so that the
                 # memory, clocks and temperatures before it reach the collector with it.
                 seal = now >= next_seal or self._incidents_pending()
-                self.flush(samples=seal)
+                # Logs leave every tick while a collector listens. Out of reach they could not
+                # leave anyway: they wait for the readings' batch, one spool row instead of one
+                # a tick (a day out of coverage holds twice as long in the same spool).
+                if seal or self.uplink.status.connected:
+                    self.flush(samples=seal)
                 if seal:
                     next_seal = now + self.settings.batch_interval_s
                 if now >= next_trim:

@@ -174,7 +174,7 @@ class UplinkStatus:
     rejected: int = 0
     clock_skew_ns: int = 0
     max_batch_bytes: int = 0
-    collector_compact: bool = False
+    collector_compact: bool = False  # the collector announced compact-v1 at Register
 
 
 class Uplink:
@@ -381,6 +381,7 @@ class Uplink:
             self._enrolled = bool(self._identity)
             self.status.clock_skew_ns = reply.clock_skew_ns
             self.status.max_batch_bytes = reply.max_batch_bytes
+            # The spool holds batches compact; a collector from before compact-v1 gets them expanded.
             self.status.collector_compact = CAPABILITY_COMPACT in reply.capabilities
             if self._connects:
                 self._spool.count("reconnects")
@@ -425,7 +426,7 @@ class Uplink:
                     return
                 try:
                     payload = self._wire_payload(b.payload)
-                except (CompactError, DecodeError) as exc:
+                except (CompactError, DecodeError) as exc:  # a damaged spool entry: sending it again would not help
                     self._reject_locally(b.seq, f"cannot be read back from the spool ({exc})")
                     continue
                 limit = self.status.max_batch_bytes
@@ -453,6 +454,7 @@ class Uplink:
                 self._stop.wait(min(delay, 0.25))
 
     def _wire_payload(self, spooled: bytes) -> bytes:
+        """A spooled batch as this collector reads it: as it is, or expanded to plain fields."""
         if self.status.collector_compact:
             return spooled
         batch = pb.Batch.FromString(spooled)

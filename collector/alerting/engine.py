@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from fleetscope.collector.alerting.rules import Rule, Rules, RuleSet, rules_source
 from fleetscope.collector.query.alerts import SilenceRow, list_silences, silence_matches
+from fleetscope.collector.query.devices import batch_interval_s
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.schema import (
     Device,
@@ -217,8 +218,9 @@ class AlertJob:
 
     def _evaluate(self, conn: Connection, rules: Rules, now_ns: int, report: EvalReport) -> None:
         devices = {
-            r.id: {"name": r.name, "labels": r.labels or {}, "last_seen_ns": r.last_seen_ns}
-            for r in conn.execute(select(Device.id, Device.name, Device.labels, Device.last_seen_ns))
+            r.id: {"name": r.name, "labels": r.labels or {}, "last_seen_ns": r.last_seen_ns,
+                   "batch_interval_s": batch_interval_s(r.inventory) or 0.0}
+            for r in conn.execute(select(Device.id, Device.name, Device.labels, Device.last_seen_ns, Device.inventory))
         }
         open_alerts: dict[tuple[str, str], dict[str, Any]] = {}
         for row in conn.execute(select(alerts).where(alerts.c.state.in_([ALERT_PENDING, ALERT_FIRING]))):
@@ -390,7 +392,13 @@ class AlertJob:
         if not selected:
             return []
         family, _, name = rule.metric.partition(".")
-        since = now_ns - int(rule.lookback_s * NS)
+        # A device's readings arrive a batch at a time (60 s of them from a drone): its newest
+        # may be a batch interval older than the rule's lookback without the device falling
+        # silent, and the alert must not resolve between two batches.
+        def since_for(device_id: int) -> int:
+            return now_ns - int((rule.lookback_s + float(selected[device_id].get("batch_interval_s") or 0.0)) * NS)
+
+        since = min(since_for(d) for d in selected)
         latest: dict[tuple[int, str], tuple[int, float, dict[str, str]]] = {}
         ids = sorted(selected)
         for start in range(0, len(ids), 500):
@@ -412,6 +420,8 @@ class AlertJob:
                     m.device_id.in_(chunk), m.name == name, m.ts_ns >= since))
                 keyed = ((r[0], f"sdk:{r[0]}:{r[3]}", r[1], r[2], {}) for r in rows)
             for device_id, key, ts, value, extra in keyed:
+                if ts < since_for(device_id):
+                    continue
                 prev = latest.get((device_id, key))
                 if prev is None or ts > prev[0]:
                     latest[(device_id, key)] = (ts, float(value), extra)

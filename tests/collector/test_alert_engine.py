@@ -394,3 +394,27 @@ def test_resend_applies_to_alertmanager_notifiers_only() -> None:
         parse_rules('[[notifier]]\nname = "ops"\ntype = "webhook"\nurl = "http://x/"\nresend = "1m"\n')
     with pytest.raises(RulesError, match="at least 1s"):
         parse_rules('[[notifier]]\nname = "am"\ntype = "alertmanager"\nurl = "http://x/"\nresend = "100ms"\n')
+
+
+def test_a_metric_alert_holds_between_the_batches_of_a_device_that_sends_every_minute(engine: Engine) -> None:
+    """A drone's readings arrive 60 s at a time: between two batches its newest reading is up to a
+    batch interval older than the lookback, and that is no reason to resolve its alert. A device
+    silent for longer than lookback plus its interval is still no longer over the threshold."""
+    drone, server = _device(engine, "drone-1"), _device(engine, "server-1")
+    with engine.begin() as c:
+        c.execute(update(Device.__table__).where(Device.__table__.c.id == drone).values(inventory={"batch_interval_s": 60.0}))
+        c.execute(update(Device.__table__).where(Device.__table__.c.id == server).values(inventory={"batch_interval_s": 1.0}))
+        c.execute(insert(gpu_samples), [{"device_id": d, "ts_ns": T0, "gpu_index": 0, "temp_c": 90.0} for d in (drone, server)])
+    job = AlertJob(engine, _rules("http://127.0.0.1:9", extra="""
+[[rule]]
+name = "hot-gpu"
+metric = "gpu.temp_c"
+above = 85
+lookback = "10s"
+notify = ["ops"]
+"""))
+    assert job.run_once(T0 + NS).fired == 2
+    r = job.run_once(T0 + 40 * NS)  # the drone's next batch is still on its way; the server is silent
+    firing = {a.device_id for a in _alerts(engine) if a.state == "firing"}
+    assert (r.resolved, firing) == (1, {drone})
+    assert job.run_once(T0 + 75 * NS).resolved == 1, "past lookback + 60 s the drone's reading is too old too"

@@ -109,7 +109,7 @@ notify = ["am"]
     with open(agent_log, "ab") as out:
         agent = subprocess.Popen(
             [*CLI, "agent", "--token", "test-token", "--name", "drone-am", "--collector", c.address,
-             "--spool", str(tmp_path / "agent"), "--interval", "500ms", "--no-gpu", "--no-kernel-log"],
+             "--spool", str(tmp_path / "agent"), "--interval", "500ms", "--batch-interval", "1s", "--no-gpu", "--no-kernel-log"],
             stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: len(active_alerts(alertmanager, "host-up")) == 1, timeout_s=30,

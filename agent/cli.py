@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # Readings leave in batches of this many seconds unless --batch-interval says otherwise; the Fleet
 # page is at most that much behind, and incidents and logs leave at once whatever it is. A server
-# on a LAN: 10 s, 1.3 bytes a reading. A Jetson, most often on a metered radio or cellular link:
-# 60 s, 1.2 bytes a reading where 10 s costs 2.7, and a 256 MiB spool holds a month out of
+# on a LAN: 10 s, 1.4 bytes a reading. A Jetson, most often on a metered radio or cellular link:
+# 60 s, 1.9 bytes a reading where 10 s costs 3.2, and a 256 MiB spool holds a month out of
 # coverage (benchmarks/bench_wire_bytes.py, docs/benchmarks.md).
 DEFAULT_BATCH_INTERVAL_S = 10.0
 JETSON_BATCH_INTERVAL_S = 60.0
@@ -94,7 +94,7 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-interval", type=positive_duration_s, default=None, metavar="DURATION",
                    help="how often the readings gathered meanwhile leave as one batch (default 10s, 60s on a Jetson, or "
                         "the sampling interval when longer); logs and incidents leave at once whatever this is. Longer "
-                        "costs a metered link less a reading: a Jetson's 2.7 bytes at 10s, 1.2 at 60s (docs/benchmarks.md)")
+                        "costs a metered link less a reading: a Jetson's 3.2 bytes at 10s, 1.9 at 60s (docs/benchmarks.md)")
     p.add_argument("--spool", type=Path, default=Path(os.environ.get("FLEETSCOPE_SPOOL", default_spool_dir())), metavar="DIR",
                    help="state directory: agent id and the on-disk spool (default %(default)s)")
     p.add_argument("--spool-max-size", type=size_bytes, default=256 << 20, metavar="SIZE", help="spool bound (default 256MiB)")

@@ -32,52 +32,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.tcp_proxy import TcpProxy  # noqa: E402 - the tests' loopback forwarder, which counts bytes
+
 NS = 10**9
-
-
-class CountingForwarder:
-    """127.0.0.1:port -> target, counting the bytes that travel upstream (agent to collector)."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.upstream_bytes = 0
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if count:
-                    with self._lock:
-                        self.upstream_bytes += len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 def _readings(batch) -> int:  # type: ignore[no-untyped-def]
@@ -161,7 +123,7 @@ def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, 
     collector = subprocess.Popen(
         [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", f"127.0.0.1:{port}", "--db", f"sqlite:///{db}",
          "--token", "bench", "--metrics-listen", "off"], stdout=log, stderr=subprocess.STDOUT)
-    forwarder = CountingForwarder(("127.0.0.1", port))
+    forwarder = TcpProxy(("127.0.0.1", port)).start()
     try:
         deadline = time.monotonic() + 30
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
@@ -172,12 +134,12 @@ def measure(kind: str, gpus: int, form: str, seconds: int, batch_interval: int, 
         agent.uplink.start()
         if not agent.uplink.drain(600):
             raise SystemExit(f"{kind} {form}: the spool did not drain within 600 s ({agent.uplink.status})")
-        wire = forwarder.upstream_bytes
+        wire = forwarder.bytes_up
         sent_compact = agent.uplink.status.collector_compact
     finally:
         agent.uplink.stop()
         agent.spool.close()
-        forwarder.close()
+        forwarder.stop()
         collector.terminate()
         collector.wait(30)
         log.close()

@@ -251,9 +251,7 @@ def _strings_payload(strings: Sequence[str]) -> bytes:
     dictionary: dict[str, int] = {}
     codes = [dictionary.setdefault(s, len(dictionary)) for s in strings]
     out = [_U32.pack(len(strings)), _U32.pack(len(dictionary))]
-    for s in dictionary:
-        raw = s.encode("utf-8")
-        out.append(_U32.pack(len(raw)) + raw)
+    out.extend(_text(s) for s in dictionary)
     out.append(_packed_ints(codes))
     return b"".join(out)
 
@@ -497,16 +495,16 @@ def _read_strings(r: _Reader, budget: _Budget) -> list[str]:
     size = r.unpack(_U32)
     if size > r.rest():
         raise CompactError(r.where, "dictionary is larger than the blob")
-    words = []
-    for _ in range(size):
-        try:
-            words.append(bytes(r.take(r.unpack(_U32))).decode("utf-8"))
-        except UnicodeDecodeError:
-            raise CompactError(r.where, "text is not UTF-8") from None
-    codes = _read_packed(r, n)
-    if n and (min(codes) < 0 or max(codes) >= size):
-        raise CompactError(r.where, "dictionary index out of range")
-    return [words[c] for c in codes]
+    words = [_read_text(r) for _ in range(size)]
+    return [words[c] for c in _read_codes(r, n, size, "dictionary")]
+
+
+def _read_codes(r: _Reader, count: int, size: int, what: str) -> Sequence[int]:
+    """``count`` indexes into a table of ``size`` entries (a dictionary, a series list)."""
+    codes = _read_packed(r, count)
+    if count and (min(codes) < 0 or max(codes) >= size):
+        raise CompactError(r.where, f"{what} index out of range")
+    return codes
 
 
 def _read_message(buf: memoryview, msg: Message, where: str, budget: _Budget, depth: int = 0) -> None:
@@ -655,9 +653,7 @@ def _read_metrics(payload: memoryview, out: pb.Batch, budget: _Budget) -> None:
         name = _read_text(r)
         labels = [(_read_text(r), _read_text(r)) for _ in range(r.unpack(_U16))]
         series.append((name, labels))
-    codes = _read_packed(r, n)
-    if n and (min(codes) < 0 or max(codes) >= size):
-        raise CompactError(r.where, "series index out of range")
+    codes = _read_codes(r, n, size, "series")
     times = _read_int_stream(r, n)
     counts = [0] * size
     for c in codes:

@@ -20,12 +20,12 @@ Design, and why:
   the window's rows out of the tail (on PostgreSQL inside a CTE whose one result row holds each
   column as a binary array that numpy reads directly: ``take_window``), the chunks are made from
   exactly the rows returned, and inserted in the same transaction, which also renews the
-  ``compaction`` lease. A row that an ingest writer commits meanwhile is either returned (and
-  folded) or not deleted; a crash rolls back both the delete and the insert; a collector that
-  lost the lease has its window rolled back. Nothing is lost or doubled.
-* **One compactor at a time**, any number of collectors: the ``compaction`` lease
-  (``fleetscope.collector.storage.lease``), and SQLite's write lock between windows so ingest
-  is never kept waiting for a whole pass.
+  device's ``compaction`` share. A row that an ingest writer commits meanwhile is either
+  returned (and folded) or not deleted; a crash rolls back both the delete and the insert; a
+  collector that lost the share has its window rolled back. Nothing is lost or doubled.
+* **One compactor per device at a time**, any number of collectors sharing the devices: the
+  ``compaction`` job's shares (``fleetscope.collector.storage.shares``), and SQLite's write
+  lock between windows so ingest is never kept waiting for a whole pass.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from sqlalchemy import Connection, Engine, func, insert, select
 
 from fleetscope.collector.storage.chunk_codec import CODEC_VERSION, encode_chunk
 from fleetscope.collector.storage.chunk_reader import HOST_TEXT_COLUMNS
-from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
+from fleetscope.collector.storage.lease import LeaseLost, default_owner
 from fleetscope.collector.storage.rollups import read_progress
 from fleetscope.collector.storage.schema import (
     GPU_SAMPLE_COLUMNS,
@@ -52,6 +52,7 @@ from fleetscope.collector.storage.schema import (
     host_chunks,
     host_samples,
 )
+from fleetscope.collector.storage.shares import JobShares
 from fleetscope.collector.storage.write_lock import WriteLock
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class CompactionReport:
     rows: int = 0
     chunk_bytes: int = 0
     seconds: float = 0.0
+    shares: frozenset[int] = frozenset()  # the device shares this run folded (``storage.shares``)
 
     @property
     def rows_per_s(self) -> float:
@@ -100,7 +102,8 @@ class CompactionReport:
 
 class CompactionJob:
     """Folds every device's old tail rows on a thread (``start``/``stop``) or on demand
-    (``run_once``). A collector starts one; the lease makes one of several collectors fold."""
+    (``run_once``). A collector starts one; several collectors share the devices
+    (``storage.shares``), and no device is folded by two at once."""
 
     def __init__(
         self,
@@ -124,7 +127,7 @@ class CompactionJob:
             raise ValueError("chunk_s must be between 60 and 86400")
         self.engine = engine
         self.owner = owner or default_owner()
-        self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
+        self.shares = JobShares(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
         self.interval_s = interval_s
         self.fold_after_ns = int(fold_after_s * NS)
         self.keep_raw_ns = int(keep_raw_s * NS)
@@ -138,7 +141,7 @@ class CompactionJob:
         self.last_report: CompactionReport | None = None
 
     def release(self) -> None:
-        self.lease.release()
+        self.shares.release()
 
     # -- one run ------------------------------------------------------------------------------
 
@@ -152,27 +155,30 @@ class CompactionJob:
     def run_once(self, now_ns: int | None = None) -> CompactionReport:
         started = time.monotonic()
         now_ns = self._clock() if now_ns is None else now_ns
-        if not self.lease.acquire(now_ns):
-            return CompactionReport(ran=False, holder=self.lease.holder(now_ns) or "?")
-        report = CompactionReport(ran=True, holder=self.owner)
+        held = self.shares.acquire(now_ns)
+        if not held:
+            return CompactionReport(ran=False, holder=", ".join(sorted(set(self.shares.holders(now_ns).values()))) or "?")
+        report = CompactionReport(ran=True, holder=self.owner, shares=held)
         with self.engine.connect() as conn:
             device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
             boundaries = self.boundaries(conn, now_ns)
-        try:
-            for device_id in device_ids:
-                if self._stop.is_set():
-                    break
-                boundary = boundaries.get(device_id)
-                if boundary is None:
-                    continue
+        for device_id in device_ids:
+            if self._stop.is_set():
+                break
+            boundary = boundaries.get(device_id)
+            if boundary is None or not self.shares.holds(device_id):
+                continue
+            try:
                 for kind in KINDS:
                     self._fold_device(kind, device_id, boundary, now_ns, report)
-                report.devices += 1
-                report.seconds = time.monotonic() - started
-                if self._progress is not None:
-                    self._progress(report)
-        except LeaseLost:
-            log.info("compaction lease lost; stopping this run")
+            except LeaseLost:
+                log.info("compaction share of device %d lost; leaving it to its new holder", device_id)
+                self.shares.lost(device_id)
+                continue
+            report.devices += 1
+            report.seconds = time.monotonic() - started
+            if self._progress is not None:
+                self._progress(report)
         report.seconds = time.monotonic() - started
         self.last_report = report
         if report.rows:
@@ -206,7 +212,7 @@ class CompactionJob:
             chunks = make_chunks(kind, device_id, taken)
             if chunks:
                 conn.execute(insert(kind.chunks), chunks)
-            self.lease.renew_in(conn, now_ns)
+            self.shares.renew_in(conn, device_id, now_ns)
         report.windows += 1
         report.chunks += len(chunks)
         report.rows += len(taken)

@@ -13,12 +13,14 @@ Design, and why:
   sample crosses into Python. Latency histograms are the exception (their buckets are JSON maps
   and merge by adding counts per index), merged here with ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an
   agent upgrade crosses has a legacy row and an exponential one; see ``proto.exponential``).
-* **One roller at a time, any number of collectors.** Each run first takes the ``rollup``
-  lease (``fleetscope.collector.storage.lease``). A collector that does not hold it skips the
-  run; when the holder dies its lease expires after ``lease_s`` and another takes over. Each
-  chunk is one transaction that also moves the progress mark and renews the lease, so a crash
-  never leaves a bucket half written or counted twice, and a roller that lost the lease
-  (stalled past its expiry) has its chunk rolled back instead of racing the new holder.
+* **One roller per device at a time, any number of collectors sharing the work.** The devices
+  are split into shares, each a lease of its own (``fleetscope.collector.storage.shares``):
+  each run first balances the shares with the other collectors and rolls the devices of the
+  shares it holds. When a holder dies its shares expire after ``lease_s`` and the others take
+  them over. Each chunk is one transaction that also moves the progress mark and renews the
+  device's share, so a crash never leaves a bucket half written or counted twice, and a roller
+  that lost a share (stalled past its expiry) has its chunk rolled back instead of racing the
+  new holder.
 
 The same aggregate definitions (``GPU_AGGS``, ``HOST_AGGS``) are used by the readers in
 ``fleetscope.collector.query`` to aggregate the stretch not rolled up yet, so a chart
@@ -47,7 +49,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
+from fleetscope.collector.storage.lease import LeaseLost, default_owner
 from fleetscope.collector.storage.rollup_schema import (
     SOURCE_STEP_S,
     STEPS_S,
@@ -64,6 +66,7 @@ from fleetscope.collector.storage.rollups import (
     rollup_aggregates,
 )
 from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
+from fleetscope.collector.storage.shares import JobShares
 from fleetscope.collector.storage.write_lock import WriteLock
 from fleetscope.proto import buckets as bucket_math
 
@@ -80,6 +83,7 @@ class RollupReport:
     holder: str
     devices: int = 0
     chunks: int = 0
+    shares: frozenset[int] = frozenset()  # the device shares this pass rolled (``storage.shares``)
     rows: dict[int, int] = field(default_factory=lambda: {s: 0 for s in STEPS_S})
     seconds: float = 0.0
 
@@ -87,8 +91,8 @@ class RollupReport:
 class RollupJob:
     """Rolls every device up on a thread (``start``/``stop``) or on demand (``run_once``).
 
-    A collector starts one; with several collectors on one database the lease makes exactly
-    one of them roll at a time.
+    A collector starts one; with several collectors on one database they share the devices
+    (``storage.shares``): each rolls its shares, and no device is rolled by two at once.
     """
 
     def __init__(
@@ -106,7 +110,7 @@ class RollupJob:
     ) -> None:
         self.engine = engine
         self.owner = owner or default_owner()
-        self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
+        self.shares = JobShares(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
         self.interval_s = interval_s
         self.settle_ns = int(settle_s * NS)
         self.chunk_ns = {60: minute_chunk_s * NS, 3600: hour_chunk_s * NS, 86400: day_chunk_s * NS}
@@ -117,25 +121,29 @@ class RollupJob:
         self.last_report: RollupReport | None = None
 
     def release(self) -> None:
-        """Give the lease up now, so another collector need not wait for it to expire."""
-        self.lease.release()
+        """Give the shares up now, so other collectors need not wait for them to expire."""
+        self.shares.release()
 
     # -- one run ------------------------------------------------------------------------------
 
     def run_once(self, now_ns: int | None = None) -> RollupReport:
         started = time.monotonic()
         now_ns = self._clock() if now_ns is None else now_ns
-        if not self.lease.acquire(now_ns):
-            return RollupReport(ran=False, holder=self.lease.holder(now_ns) or "?")
-        report = RollupReport(ran=True, holder=self.owner)
+        held = self.shares.acquire(now_ns)
+        if not held:
+            return RollupReport(ran=False, holder=", ".join(sorted(set(self.shares.holders(now_ns).values()))) or "?")
+        report = RollupReport(ran=True, holder=self.owner, shares=held)
         with self.engine.connect() as conn:
             device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
             progress = read_progress(conn)
         for device_id in device_ids:
             if self._stop.is_set():
                 break
+            if not self.shares.holds(device_id):
+                continue  # another collector's share, or ours until it was found taken over
             if not self._roll_device(device_id, now_ns, progress, report):
-                break  # lease lost: another collector rolls from here
+                self.shares.lost(device_id)  # another collector rolls this share from here
+                continue
             report.devices += 1
         report.seconds = time.monotonic() - started
         self.last_report = report
@@ -211,7 +219,7 @@ class RollupJob:
             with self._write_lock, self.engine.begin() as conn:
                 self._chunk_in(conn, device_id, step_s, step_ns, start, end, now_ns, report)
         except LeaseLost:
-            log.info("rollup lease lost; stopping this run")
+            log.info("rollup share of device %d lost; leaving it to its new holder", device_id)
             return False
         report.chunks += 1
         return True
@@ -240,9 +248,9 @@ class RollupJob:
             conn.execute(
                 insert(rollup_progress).values(device_id=device_id, step_s=step_s, rolled_until_ns=end)
             )
-        # Renew the lease inside the same transaction: if another collector took it over
-        # (we stalled past expiry), this chunk is rolled back and we stop.
-        self.lease.renew_in(conn, now_ns)
+        # Renew the device's share inside the same transaction: if another collector took it
+        # over (we stalled past expiry), this chunk is rolled back and we leave the share.
+        self.shares.renew_in(conn, device_id, now_ns)
 
     @staticmethod
     def _aggregate(conn: Connection, src: Source, device_id: int, step_s: int, start: int, end: int) -> int:

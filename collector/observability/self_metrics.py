@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from fleetscope.collector import query
 from fleetscope.collector.observability.health import DatabaseProbe
 from fleetscope.collector.query.latest import JobLag, job_lags
+from fleetscope.collector.storage.shares import JOB_SHARES
 
 # Group commits take from a fraction of a millisecond (SQLite, a few batches) to seconds
 # (PostgreSQL under a flood, 100,000 rows).
@@ -117,7 +118,7 @@ class CollectorSelfMetrics:
                                     value=1 if self._probe.reachable else 0)
         last = GaugeMetricFamily("fleetscope_collector_job_last_pass_seconds", "How long the job's last pass took.",
                                  labels=[JOB_LABEL])
-        ran = GaugeMetricFamily("fleetscope_collector_job_holds_lease", "1 when this collector ran the job's last pass (it holds the lease).",
+        ran = GaugeMetricFamily("fleetscope_collector_job_holds_lease", "1 when this collector ran the job's last pass (it held the job's lease, or some of its device shares).",
                                 labels=[JOB_LABEL])
         for name, job in sorted(self._jobs.items()):
             report = getattr(job, "last_report", None)
@@ -126,6 +127,16 @@ class CollectorSelfMetrics:
                 ran.add_metric([name], 1 if report.ran else 0)
         yield last
         yield ran
+        shares = GaugeMetricFamily("fleetscope_collector_job_share_held",
+                                   "1 for each device share of a shared job (rollup, compaction) this collector holds now.",
+                                   labels=[JOB_LABEL, "share"])
+        for name, job in sorted(self._jobs.items()):
+            job_shares = getattr(job, "shares", None)
+            if job_shares is not None:
+                held = job_shares.held
+                for k in range(JOB_SHARES):
+                    shares.add_metric([name, str(k)], 1 if k in held else 0)
+        yield shares
         lag = GaugeMetricFamily("fleetscope_collector_job_lag_seconds",
                                 "How far a job is behind the data: rollup (worst recent device's newest data minus its "
                                 "newest minute rolled up), detector:<name> (seconds since its last complete pass).",

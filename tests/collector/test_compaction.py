@@ -264,10 +264,10 @@ def test_only_rows_below_the_boundary_are_folded(filled: Any) -> None:
         1: NOW - 3 * HOUR, 2: NOW - 3 * HOUR}
 
 
-def test_one_compactor_at_a_time(filled: Any) -> None:
+def test_devices_whose_shares_another_collector_holds_are_not_folded(filled: Any) -> None:
     engine, _ = filled
     first = CompactionJob(engine, owner="first")
-    assert first.lease.acquire(NOW)
+    assert len(first.shares.acquire(NOW)) == 16, "alone, a collector holds every share"
     second = CompactionJob(engine, owner="second")
     report = second.run_once(now_ns=NOW)
     assert not report.ran and report.holder == "first"
@@ -405,7 +405,7 @@ def test_the_job_folds_on_its_own_thread_and_stops(filled: Any) -> None:
     finally:
         job.stop()
     assert job.last_report is not None and job.last_report.ran
-    assert CompactionJob(engine, owner="other").lease.acquire(NOW), "stop gives the lease up"
+    assert len(CompactionJob(engine, owner="other").shares.acquire(NOW)) == 16, "stop gives every share up"
 
 
 def test_postgresql_folds_through_per_column_arrays_into_the_same_chunks(pg_url: str) -> None:

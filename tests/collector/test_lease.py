@@ -116,7 +116,7 @@ def test_a_transaction_that_finds_the_lease_lost_rolls_back(engine: Engine) -> N
     assert b.holder(T0 + 72 * NS) == "b", "and the new holder keeps the lease"
 
 
-def test_the_rollup_job_stops_and_rolls_back_the_chunk_in_which_it_lost_the_lease(engine: Engine) -> None:
+def test_the_rollup_job_leaves_and_rolls_back_the_chunk_in_which_it_lost_the_share(engine: Engine) -> None:
     d = _device(engine, "srv")
     _samples(engine, d, T0 - 3 * 3600 * NS, T0, seed=7)
     first = RollupJob(engine, owner="first", settle_s=0, lease_s=TTL_S, minute_chunk_s=3600, clock=lambda: T0)
@@ -126,7 +126,7 @@ def test_the_rollup_job_stops_and_rolls_back_the_chunk_in_which_it_lost_the_leas
 
     def stall_after_the_first_chunk(device_id: int, step_s: int, start: int, end: int, now_ns: int, report) -> bool:  # type: ignore[no-untyped-def]
         if chunks:  # first stalled past its lease: second took it over meanwhile
-            assert second.lease.acquire(T0 + 10 * TTL_S * NS)
+            assert second.shares.acquire(T0 + 10 * TTL_S * NS)
         chunks.append((step_s, start, end))
         return roll_chunk(device_id, step_s, start, end, now_ns, report)
 

@@ -147,7 +147,7 @@ def test_rolled_series_equal_the_raw_aggregates(engine: Engine) -> None:
     assert sum(hour["throttle_thermal_n"]) > 0 and sum(hour["throttle_power_n"]) > 0
 
 
-def test_a_second_collector_waits_for_the_lease(engine: Engine) -> None:
+def test_a_second_collector_waits_for_the_shares(engine: Engine) -> None:
     d = _device(engine, "srv")
     _samples(engine, d, T0 - 600 * NS, T0, seed=2)
     first = RollupJob(engine, owner="collector-a", settle_s=0, lease_s=60, clock=lambda: T0)
@@ -155,10 +155,10 @@ def test_a_second_collector_waits_for_the_lease(engine: Engine) -> None:
     assert first.run_once(T0).ran
     skipped = second.run_once(T0)
     assert not skipped.ran and skipped.holder == "collector-a"
-    assert second.run_once(T0 + 61 * NS).ran, "an expired lease is taken over"
+    assert second.run_once(T0 + 61 * NS).ran, "expired shares are taken over"
     assert not first.run_once(T0 + 62 * NS).ran, "and the old holder now waits"
     second.release()
-    assert first.run_once(T0 + 63 * NS).ran, "a released lease is free at once"
+    assert first.run_once(T0 + 63 * NS).ran, "released shares are free at once"
 
 
 def test_late_backlog_is_rolled_when_it_arrives(engine: Engine) -> None:

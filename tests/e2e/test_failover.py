@@ -1,5 +1,6 @@
 """Several collectors: agents given one DNS name with an address per collector fail over when
-one dies, and nothing is lost or doubled; the jobs that must run once run on one collector.
+one dies, and nothing is lost or doubled; the jobs that must run once run on one collector, and
+the jobs split by device share (rollup, compaction) never run one share on two collectors.
 
 Everything is real: two collector processes on one PostgreSQL database, one on 127.0.0.1 and
 one on 127.0.0.2 (both are loopback on Linux), agents with on-disk spools, and a DNS server on
@@ -10,6 +11,7 @@ form that names the DNS server to ask). Nothing in /etc/hosts is touched.
 
 from __future__ import annotations
 
+import http.client
 import socket
 import struct
 import subprocess
@@ -30,6 +32,8 @@ from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent
 
 NAME = "collectors.fleet.internal"
 JOBS = ("alerts", "detectors", "rollup")
+SHARED_JOBS = ("compaction", "rollup")  # split by device share: both collectors run them, never a share twice
+SHARES = 16
 
 
 class TinyDns:
@@ -102,7 +106,7 @@ class HostCollector(CollectorProcess):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as r:
                 body = r.read().decode()
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not up yet, or killed mid-answer
             return {}
         out = {}
         for line in body.splitlines():
@@ -113,6 +117,12 @@ class HostCollector(CollectorProcess):
 
     def holds(self, job: str) -> bool:
         return self.metrics().get(f'fleetscope_collector_job_holds_lease{{collector_job="{job}"}}', 0.0) == 1.0
+
+    def shares(self, job: str, metrics: dict[str, float] | None = None) -> set[int]:
+        """The device shares of a shared job this collector holds now."""
+        m = self.metrics() if metrics is None else metrics
+        return {k for k in range(SHARES)
+                if m.get(f'fleetscope_collector_job_share_held{{collector_job="{job}",share="{k}"}}') == 1.0}
 
     def streams(self) -> int:
         return int(self.metrics().get("fleetscope_collector_streams_open", 0.0))
@@ -144,21 +154,30 @@ def test_one_name_two_collectors_one_killed_every_sample_once_jobs_once(tmp_path
     double_holders: list[str] = []
     watching = threading.Event()
 
-    def watch_leases() -> None:  # at no moment do two collectors say they ran a job's last pass
+    def watch_leases() -> None:  # at no moment do two collectors say they ran a job's last pass, or hold one share
         while not watching.is_set():
-            running = [c.metrics() for c in collectors if c.proc and c.proc.poll() is None]
-            for key in {k for m in running for k in m if k.startswith("fleetscope_collector_job_holds_lease{")}:
-                if sum(m.get(key) == 1.0 for m in running) > 1:  # every job with a lease, not only JOBS
+            running = [(c, c.metrics()) for c in collectors if c.proc and c.proc.poll() is None]
+            for key in {k for _, m in running for k in m if k.startswith("fleetscope_collector_job_holds_lease{")}:
+                if any(f'"{job}"' in key for job in SHARED_JOBS):
+                    continue
+                if sum(m.get(key) == 1.0 for _, m in running) > 1:  # every job with a lease, not only JOBS
                     double_holders.append(key)
+            for job in SHARED_JOBS:
+                held = [c.shares(job, m) for c, m in running]
+                twice = set.intersection(*held) if len(held) > 1 else set()
+                double_holders.extend(f"{job} share {k}" for k in sorted(twice))
             time.sleep(0.2)
 
     watcher = threading.Thread(target=watch_leases, daemon=True)
     try:
+        watcher.start()
+        # The second collector gets its part of the rollup job's shares at the first's next pass.
+        wait_until(lambda: all(c.shares("rollup") for c in collectors), timeout_s=75,
+                   message="both collectors share the rollup job")
         for a in agents:
             a.start()
         wait_until(lambda: all(a.uplink.status.acked >= 5 for a in agents), message="every agent streaming")
         wait_until(lambda: sum(c.streams() for c in collectors) >= agents_n, message="the streams counted")
-        watcher.start()
         victim = max(collectors, key=lambda c: c.streams())  # the one more agents stream to
         survivor = next(c for c in collectors if c is not victim)
         on_victim = victim.streams()
@@ -178,6 +197,8 @@ def test_one_name_two_collectors_one_killed_every_sample_once_jobs_once(tmp_path
         wait_until(lambda: all(len(gpu_sequence_numbers(pg_url, f"dev-{i}")) >= rows for i in range(agents_n)),
                    timeout_s=90, message="every sample stored")
         wait_until(lambda: all(survivor.holds(job) for job in JOBS), timeout_s=60, message="the survivor runs every job")
+        wait_until(lambda: len(survivor.shares("rollup")) == SHARES, timeout_s=60,
+                   message="the survivor holds every share of the rollup job")
     finally:
         watching.set()
         for a in agents:

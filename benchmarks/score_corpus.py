@@ -2,7 +2,9 @@
 
     python benchmarks/score_corpus.py                 # the open part, a table per family
     python benchmarks/score_corpus.py --part sealed   # round 1's sealed third (scored once, then read)
-    python benchmarks/score_corpus.py --part holdout2 # round 2's held-out set: run once, at the end
+    python benchmarks/score_corpus.py --part holdout2 # round 2's held-out set (scored once, then read)
+    python benchmarks/score_corpus.py --part dev      # every part scored and read: rounds 1 and 2
+    python benchmarks/score_corpus.py --part holdout3 # round 3's held-out set: run once, at the end
     python benchmarks/score_corpus.py --failures      # and every sample that missed, with why
 
 How the corpus was drawn, labelled and split, and what "right" means: ``corpus/PROCEDURE.md``.
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from corpus.scoring import (  # noqa: E402  (the repository root is put on the path first)
     FAMILIES,
     NEGATIVE,
+    HELD_OUT,
     PARTS,
     ManifestError,
     Tally,
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"false positives: {total.false_positives} of {total.negatives} negative controls")
     if args.failures:
         for v in verdicts:
-            if v.sample.part == "holdout2":
+            if v.sample.part in HELD_OUT:
                 continue  # a held-out part's failures are not shown: it is a measurement, not a to-do list
             if v.family_right and not v.facts_wrong and v.one_per_fault:
                 continue

@@ -31,7 +31,9 @@ FAMILIES = (
     "cuda_oom", "host_oom", "memory_alloc_failure", "gpu_xid", "jetson_memory", "tensorrt_error",
     "trt_benchmark", TEGRASTATS, NEGATIVE,
 )
-PARTS = ("open", "sealed", "holdout2", "all")
+PARTS = ("open", "sealed", "holdout2", "dev", "holdout3", "all")
+HELD_OUT = frozenset({"holdout3"})  # parts not read yet: scored once, their failures never listed
+DEV = frozenset({"open", "sealed", "holdout2"})  # the parts scored and read: development data
 
 # Fact keys each family may be labelled with (PROCEDURE.md, "Families and their fact keys").
 FACT_KEYS: Mapping[str, frozenset[str]] = {
@@ -76,9 +78,11 @@ class Sample:
 
 def part_of(folder: str, file: str) -> str:
     """``sealed`` for a third of round 1's samples, chosen by a hash of the name (PROCEDURE.md, "The
-    split"); ``holdout2`` for every sample of round 2 (PROCEDURE.md, "Round 2")."""
-    if folder.startswith("holdout2-"):
-        return "holdout2"
+    split"); ``holdout2`` and ``holdout3`` for every sample of rounds 2 and 3 (PROCEDURE.md, "Round 2",
+    "Round 3")."""
+    for held in ("holdout2", "holdout3"):
+        if folder.startswith(held + "-"):
+            return held
     digest = hashlib.sha256(f"{SEAL_SALT}{folder}/{file}".encode()).hexdigest()
     return "sealed" if int(digest, 16) % 3 == 0 else "open"
 
@@ -284,4 +288,7 @@ def score(samples: Iterable[Sample]) -> list[Verdict]:
 
 
 def select(samples: Sequence[Sample], part: str, family: str | None = None) -> list[Sample]:
-    return [s for s in samples if (part == "all" or s.part == part) and (family is None or s.family == family)]
+    """The samples of ``part`` ("dev": every part scored and read; "all": every sample) and ``family``."""
+    def wanted(s: Sample) -> bool:
+        return part == "all" or s.part == part or (part == "dev" and s.part in DEV)
+    return [s for s in samples if wanted(s) and (family is None or s.family == family)]

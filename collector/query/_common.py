@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, undefer_group
 
 from fleetscope.collector.errors import UnknownDevice
@@ -14,10 +14,35 @@ from fleetscope.collector.storage.schema import Device
 
 NS = 10**9
 T = TypeVar("T")
-# The detector_progress key (device 0) of each detector's last complete pass: the detector job
-# writes the pass's time there once it has read every device's data up to it (the detector's
-# lag), and the offline detector its threshold settings in the row's state (``offline_rule``).
+# The detector_progress keys (device 0) of each detector's last complete pass, one per device
+# share (``storage/shares.py``): the detector job writes the pass's time there once it has read
+# the data of every device of the share up to it, and the offline detector its threshold
+# settings in the row's state (``offline_rule``). A detector's lag is its oldest share's. The
+# bare key is what collectors wrote before jobs were shared; it is read when no share key is.
 DETECTOR_PASS_KEY = "_pass"
+
+
+def pass_key(share: int) -> str:
+    """The detector_progress key of a detector's last complete pass over one device share."""
+    return f"{DETECTOR_PASS_KEY}/{share:02d}"
+
+
+def is_pass_key(column: Any) -> Any:
+    """SQL: ``column`` is a pass key (a share's, or the bare key of before)."""
+    return or_(column == DETECTOR_PASS_KEY, column.startswith(DETECTOR_PASS_KEY + "/", autoescape=True))
+
+
+def last_passes(rows: Iterable[tuple[str, str, int]]) -> dict[str, int]:
+    """Each detector's last complete pass over every share, from its (detector, key, until_ns)
+    pass marks: the oldest of its share marks, or its bare mark when it has no share mark."""
+    shares: dict[str, int] = {}
+    bare: dict[str, int] = {}
+    for detector, key, until in rows:
+        if key == DETECTOR_PASS_KEY:
+            bare[detector] = int(until)
+        else:
+            shares[detector] = min(shares.get(detector, int(until)), int(until))
+    return {**bare, **shares}
 
 
 def device_rows(session: Session, name: str) -> list[Device]:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, undefer_group
 
-from fleetscope.collector.query._common import DETECTOR_PASS_KEY, device_row, device_rows
+from fleetscope.collector.query._common import device_row, device_rows, is_pass_key
 from fleetscope.collector.query.types import DeviceSummary
 from fleetscope.collector.storage.schema import Device, detector_progress
 from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, DEVICE_KIND_SERVER, KIND_AGENT_OFFLINE
@@ -68,7 +68,7 @@ def offline_rule(session: Session) -> OfflineRule:
     pass), so that every reader agrees with it; the defaults when no detector has run."""
     p = detector_progress.c
     state = session.execute(select(p.state).where(
-        p.detector == KIND_AGENT_OFFLINE, p.device_id == 0, p.key == DETECTOR_PASS_KEY)).scalar()
+        p.detector == KIND_AGENT_OFFLINE, p.device_id == 0, is_pass_key(p.key)).order_by(p.until_ns.desc()).limit(1)).scalar()
     if isinstance(state, str):  # a JSON column read raw (SQLite through a plain select)
         import json
 

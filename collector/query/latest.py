@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.query._common import DETECTOR_PASS_KEY
+from fleetscope.collector.query._common import is_pass_key, last_passes
 from fleetscope.collector.query.devices import (
     ONLINE_WITHIN_NS,
     STATE_OFFLINE,
@@ -337,7 +337,7 @@ def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> lis
 
     ``rollup``: the worst device heard from within ``recent_ns``, its newest data minus the end
     of its newest minute rolled up (a minute is rolled once it is over: about 60-120 s normally).
-    ``detector:<name>``: now minus the detector's last complete pass (``DETECTOR_PASS_KEY``), the
+    ``detector:<name>``: now minus the detector's last complete pass (its oldest share's), the
     age of the newest data it has looked at for every device: about the pass interval normally,
     growing when its passes stop or cannot keep up. Not a device's data minus the detector's mark
     for it: a detector moves a device's mark only when it reads rows of its own (GPU detectors
@@ -350,8 +350,8 @@ def job_lags(*, session: Session, now_ns: int, recent_ns: int = 600 * NS) -> lis
     )}  # fmt: skip
     lags.append(_worst("rollup", recent, marks))
     p = detector_progress.c
-    passes = session.execute(select(p.detector, p.until_ns).where(p.device_id == 0, p.key == DETECTOR_PASS_KEY)).all()
-    for det, until in sorted(passes):
+    passes = last_passes(session.execute(select(p.detector, p.key, p.until_ns).where(p.device_id == 0, is_pass_key(p.key))))
+    for det, until in sorted(passes.items()):
         lags.append(JobLag(job=f"detector:{det}", lag_s=max(0.0, (now_ns - int(until)) / NS), device=""))
     return lags
 

@@ -127,6 +127,12 @@ class JobShares:
         owner holds it now (the transaction then rolls back)."""
         self._shares[share_of(device_id)].renew_in(conn, now_ns)
 
+    def renew_held_in(self, conn: Connection, now_ns: int | None = None) -> None:
+        """Renew every share held inside the caller's transaction (a write that spans the
+        devices of several shares); ``LeaseLost`` when any of them was taken over."""
+        for k in sorted(self.held):
+            self._shares[k].renew_in(conn, now_ns)
+
     def lost(self, device_id: int) -> None:
         """The device's share was found taken over: stop working on it until the next pass."""
         self.held = self.held - {share_of(device_id)}

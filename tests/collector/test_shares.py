@@ -214,3 +214,36 @@ def test_two_collectors_compact_the_fleet_between_them_each_row_once(engine: Eng
         assert conn.execute(select(func.coalesce(func.sum(gpu_chunks.c.rows), 0))).scalar_one() == rows
         by_device = dict(conn.execute(select(gpu_chunks.c.device_id, func.count()).group_by(gpu_chunks.c.device_id)).all())
     assert set(by_device) == set(ids)
+
+
+def test_two_collectors_detect_the_fleet_between_them_each_device_once_and_the_lag_is_the_oldest_shares(
+    engine: Engine,
+) -> None:
+    from sqlalchemy.orm import Session
+
+    from fleetscope.collector.query.latest import job_lags
+    from tests.collector.test_detectors import _device as _detector_device
+    from tests.collector.test_detectors import _incidents, _job
+
+    silent = [_detector_device(engine, f"drone-{i}", last_seen=T0) for i in range(6)]
+    a, b = _job(engine, "a"), _job(engine, "b")
+    a.shares.acquire(T0)
+    b.shares.acquire(T0)
+    a.shares.acquire(T0)  # balanced: each holds half the shares
+    ra, rb = a.run_once(T0 + 20 * NS), b.run_once(T0 + 20 * NS)
+    assert ra.ran and rb.ran and ra.shares.isdisjoint(rb.shares)
+    assert ra.opened and rb.opened and ra.opened + rb.opened == len(silent), "each silent device reported once"
+    assert sorted(i.device_id for i in _incidents(engine, "agent_offline")) == sorted(silent)
+    fleet_wide = [r for r in (ra, rb) if 0 in r.shares]
+    assert [("lifecycle" in r.per_detector_s) for r in (ra, rb)] == [0 in ra.shares, 0 in rb.shares]
+    assert len(fleet_wide) == 1, "the fleet-wide detectors run on share 0's holder only"
+    assert a.run_once(T0 + 21 * NS).opened == 0 and b.run_once(T0 + 21 * NS).opened == 0, "and never twice"
+
+    def lag(now_ns: int) -> float:
+        with Session(engine) as s:
+            return next(j.lag_s for j in job_lags(session=s, now_ns=now_ns) if j.job == "detector:agent_offline")
+
+    assert lag(T0 + 22 * NS) == 1.0
+    for t in range(22, 60, 10):  # b stops passing: its shares' marks age, and so does the detector's lag
+        a.run_once(T0 + t * NS)
+    assert lag(T0 + 60 * NS) == 39.0

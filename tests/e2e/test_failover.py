@@ -1,6 +1,6 @@
 """Several collectors: agents given one DNS name with an address per collector fail over when
 one dies, and nothing is lost or doubled; the jobs that must run once run on one collector, and
-the jobs split by device share (rollup, compaction) never run one share on two collectors.
+the jobs split by device share (rollup, compaction, detectors) never run one share on two collectors.
 
 Everything is real: two collector processes on one PostgreSQL database, one on 127.0.0.1 and
 one on 127.0.0.2 (both are loopback on Linux), agents with on-disk spools, and a DNS server on
@@ -32,7 +32,7 @@ from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent
 
 NAME = "collectors.fleet.internal"
 JOBS = ("alerts", "detectors", "rollup")
-SHARED_JOBS = ("compaction", "rollup")  # split by device share: both collectors run them, never a share twice
+SHARED_JOBS = ("compaction", "detectors", "rollup")  # split by device share: both run them, never a share twice
 SHARES = 16
 
 
@@ -172,8 +172,8 @@ def test_one_name_two_collectors_one_killed_every_sample_once_jobs_once(tmp_path
     try:
         watcher.start()
         # The second collector gets its part of the rollup job's shares at the first's next pass.
-        wait_until(lambda: all(c.shares("rollup") for c in collectors), timeout_s=75,
-                   message="both collectors share the rollup job")
+        wait_until(lambda: all(c.shares(job) for c in collectors for job in ("rollup", "detectors")), timeout_s=75,
+                   message="both collectors share the rollup and detector jobs")
         for a in agents:
             a.start()
         wait_until(lambda: all(a.uplink.status.acked >= 5 for a in agents), message="every agent streaming")
@@ -197,8 +197,8 @@ def test_one_name_two_collectors_one_killed_every_sample_once_jobs_once(tmp_path
         wait_until(lambda: all(len(gpu_sequence_numbers(pg_url, f"dev-{i}")) >= rows for i in range(agents_n)),
                    timeout_s=90, message="every sample stored")
         wait_until(lambda: all(survivor.holds(job) for job in JOBS), timeout_s=60, message="the survivor runs every job")
-        wait_until(lambda: len(survivor.shares("rollup")) == SHARES, timeout_s=60,
-                   message="the survivor holds every share of the rollup job")
+        wait_until(lambda: all(len(survivor.shares(job)) == SHARES for job in ("rollup", "detectors")), timeout_s=60,
+                   message="the survivor holds every share of the rollup and detector jobs")
     finally:
         watching.set()
         for a in agents:

@@ -2,10 +2,14 @@
 
 Like the rollup job (``collector/jobs/rollup.py``):
 
-* **Under its own lease** (``detectors``, ``storage/lease.py``): any number of collectors run the
-  job; only the holder passes. Each detector's writes are one transaction that also moves its
-  progress marks and renews the lease (``renew_in``), so a holder that stalled past its lease
-  has that transaction rolled back instead of writing beside the new holder.
+* **Shared by device** (the ``detectors`` job's shares, ``storage/shares.py``): any number of
+  collectors run the job, each over the devices of the shares it holds; the detectors that read
+  the whole fleet's incidents under one mark (``FLEET_DETECTORS``) run on the holder of share 0.
+  Each detector's writes are one transaction that also moves its progress marks and renews the
+  shares held (``renew_held_in``), so a holder that stalled past a share's lease has that
+  transaction rolled back instead of writing beside the new holder. When the shares held change,
+  the marks kept in memory are dropped and read again; marks not yet written are recomputed by
+  their new holder from the older ones, which detects nothing twice (see ``_apply``).
 * **Incremental**: a pass reads the devices, the progress marks and the open incidents once;
   each detector reads only what arrived since its marks (see each module), and its marks move in
   the same transaction as the incidents it wrote, so a crash never detects twice or skips.
@@ -42,12 +46,13 @@ from fleetscope.collector.jobs.detectors._common import (
     loads,
 )
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
-from fleetscope.collector.query._common import DETECTOR_PASS_KEY as PASS_KEY
+from fleetscope.collector.query._common import is_pass_key, pass_key
 from fleetscope.collector.query.devices import batch_interval_s
 from fleetscope.collector.storage import incident_lifecycle as lifecycle
-from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
+from fleetscope.collector.storage.lease import LeaseLost, default_owner
 from fleetscope.collector.storage.rollups import read_progress
 from fleetscope.collector.storage.schema import Device, detector_progress
+from fleetscope.collector.storage.shares import JOB_SHARES, JobShares, share_of
 from fleetscope.collector.storage.write_lock import WriteLock
 from fleetscope.proto.vocabulary import (
     DERIVED_KINDS,
@@ -75,6 +80,11 @@ DETECTORS: tuple[tuple[str, Callable[[PassContext], Changes]], ...] = (
     (KIND_REPEATED_OOM, oom.detect),
     ("lifecycle", oom.lifecycle),
 )
+# Detectors that read the whole fleet's incidents under one fleet-wide mark (device 0): they run
+# with every device, on the collector that holds share 0; every other detector reads the devices
+# of the shares its collector holds.
+FLEET_DETECTORS = frozenset({KIND_REPEATED_OOM, "lifecycle"})
+FLEET_SHARE = share_of(0)
 
 
 @dataclass
@@ -89,6 +99,7 @@ class DetectorReport:
     hinted: int = 0
     per_detector_s: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    shares: frozenset[int] = frozenset()  # the device shares this pass read (``storage.shares``)
 
 
 class DetectorJob:
@@ -109,7 +120,7 @@ class DetectorJob:
         self.engine = engine
         self._settings = settings if settings is not None else DetectorSettings()
         self.owner = owner or default_owner()
-        self.lease = Lease(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
+        self.shares = JobShares(engine, LEASE_NAME, self.owner, ttl_s=lease_s, clock=clock)
         self.interval_s = interval_s
         self._clock = clock
         self._names = NameCache(discover_s)
@@ -123,6 +134,7 @@ class DetectorJob:
         self._dirty: dict[str, dict[tuple[int, str], tuple[int, dict]]] = {}
         self._persisted_ns: dict[str, int] = {}
         self._held_until_ns = 0
+        self._held: frozenset[int] = frozenset()  # the shares the progress kept in memory is for
         self.persist_ns = int(persist_s * NS)
 
     @property
@@ -131,9 +143,9 @@ class DetectorJob:
         return s() if callable(s) else s
 
     def release(self) -> None:
-        """Give the lease up now, so another collector need not wait for it to expire. The
-        progress kept in memory is forgotten: the next holder (maybe this job) reads the marks."""
-        self.lease.release()
+        """Give the shares up now, so other collectors need not wait for them to expire. The
+        progress kept in memory is forgotten: the next holders (maybe this job) read the marks."""
+        self.shares.release()
         self._progress = None
 
     # -- one pass -----------------------------------------------------------------------------
@@ -141,19 +153,25 @@ class DetectorJob:
     def run_once(self, now_ns: int | None = None) -> DetectorReport:
         started = time.monotonic()
         now_ns = self._clock() if now_ns is None else now_ns
-        if not self.lease.acquire(now_ns):
-            return DetectorReport(ran=False, holder=self.lease.holder(now_ns) or "?")
-        if self._progress is not None and now_ns > self._held_until_ns:
-            self._progress = None  # our lease lapsed since the last pass: another holder may have moved the marks
-        self._held_until_ns = now_ns + self.lease.ttl_ns
+        held = self.shares.acquire(now_ns)
+        if not held:
+            return DetectorReport(ran=False, holder=", ".join(sorted(set(self.shares.holders(now_ns).values()))) or "?")
+        if self._progress is not None and (now_ns > self._held_until_ns or held != self._held):
+            # Our shares lapsed or changed since the last pass: another holder may have moved the marks.
+            self._progress = None
+        self._held, self._held_until_ns = held, now_ns + self.shares.ttl_ns
         settings = self.settings
-        report = DetectorReport(ran=True, holder=self.owner)
-        caught_up: list[str] = []  # the detectors that read every device's data this pass
+        report = DetectorReport(ran=True, holder=self.owner, shares=held)
+        caught_up: list[str] = []  # the detectors that read every device of their shares this pass
         with self.engine.connect() as conn:
             ctx = self._context(conn, now_ns, settings)
+            fleet, mine = ctx.devices, {d: dev for d, dev in ctx.devices.items() if share_of(d) in held}
             for name, detect in DETECTORS:
                 if self._stop.is_set() or not settings.enabled(name):
                     continue
+                if name in FLEET_DETECTORS and FLEET_SHARE not in held:
+                    continue
+                ctx.devices = fleet if name in FLEET_DETECTORS else mine
                 t0 = time.monotonic()
                 ctx.catchup_left_out = False
                 changes = detect(ctx)
@@ -161,7 +179,7 @@ class DetectorJob:
                 try:
                     self._apply(changes, ctx, now_ns, report)
                 except LeaseLost:
-                    log.info("detectors lease lost; stopping this pass")
+                    log.info("a detectors share was lost; stopping this pass")
                     self._progress = None
                     break
                 except BaseException:
@@ -170,7 +188,7 @@ class DetectorJob:
                 report.per_detector_s[name] = time.monotonic() - t0
                 if not ctx.catchup_left_out:
                     caught_up.append(name)
-        self._mark_passes(caught_up, now_ns, settings)
+        self._mark_passes(caught_up, now_ns, settings, held)
         report.seconds = time.monotonic() - started
         self.last_report = report
         return report
@@ -245,17 +263,18 @@ class DetectorJob:
             if ch.resolve_quiet_s is not None:
                 report.resolved += len(lifecycle.resolve_quiet_incidents(conn, now_ns, ch.resolve_quiet_s))
             self._write_progress(conn, ch.detector, dirty)
-            self.lease.renew_in(conn, now_ns)
+            self.shares.renew_held_in(conn, now_ns)
         dirty.clear()
         self._persisted_ns[ch.detector] = now_ns
 
-    def _mark_passes(self, detectors: list[str], now_ns: int, settings: DetectorSettings) -> None:
-        """Record that these detectors looked at every device's data up to ``now_ns``: their
-        ``PASS_KEY`` mark (device 0), which is what their lag is measured from
-        (``query.job_lags``). The offline detector's mark also holds its threshold settings, which
-        ``query.offline_rule`` reads, so `fleetscope devices`, the dashboard and the exposition
-        call a device offline when it does. One small upsert per pass; a failure only leaves the
-        lag older."""
+    def _mark_passes(self, detectors: list[str], now_ns: int, settings: DetectorSettings, held: frozenset[int]) -> None:
+        """Record that these detectors looked at the data of every device of the shares ``held``
+        (of every share, for the fleet-wide ones) up to ``now_ns``: their pass mark per share
+        (device 0, key ``pass_key(share)``), which is what their lag is measured from
+        (``query.job_lags``: the oldest share's). The offline detector's marks also hold its
+        threshold settings, which ``query.offline_rule`` reads, so `fleetscope devices`, the
+        dashboard and the exposition call a device offline when it does. One small upsert per
+        pass; a failure only leaves the lag older."""
         off = [name for name, _ in DETECTORS if not settings.enabled(name) and name != KIND_AGENT_OFFLINE]
         if not settings.enabled(KIND_AGENT_OFFLINE):  # its settings still say when a device is offline
             detectors = [*detectors, KIND_AGENT_OFFLINE]
@@ -263,13 +282,14 @@ class DetectorJob:
             return
         try:
             with self._write_lock, self.engine.begin() as conn:
-                if off:  # a detector turned off has no lag: its mark would only grow
+                if off:  # a detector turned off has no lag: its marks would only grow
                     p = detector_progress.c
                     conn.execute(delete(detector_progress).where(p.detector.in_(off), p.device_id == 0,
-                                                                 p.key == PASS_KEY))
+                                                                 is_pass_key(p.key)))
                 for name in detectors:
                     state = settings.offline_rule().as_state() if name == KIND_AGENT_OFFLINE else {}
-                    self._write_progress(conn, name, {(0, PASS_KEY): (now_ns, state)})
+                    covered = range(JOB_SHARES) if name in FLEET_DETECTORS else sorted(held)
+                    self._write_progress(conn, name, {(0, pass_key(k)): (now_ns, state) for k in covered})
         except Exception as exc:  # the database is busy: the next pass marks again
             log.debug("could not mark the detectors' pass: %s", exc)
 
@@ -322,7 +342,7 @@ class DetectorJob:
                 for detector, rows in self._dirty.items():
                     if rows:
                         self._write_progress(conn, detector, rows)
-                self.lease.renew_in(conn, now_ns)
+                self.shares.renew_held_in(conn, now_ns)
         except LeaseLost:
             self._progress = None
             return

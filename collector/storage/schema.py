@@ -123,6 +123,9 @@ ingested_batches = Table(
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
     Column("received_ns", BigInteger, nullable=False),
     Column("rows", Integer, nullable=False),
+    # The device the batch was stored for (revision 0010; NULL for claims made before it): on
+    # Citus the claim lives beside the batch's rows (``storage.citus``).
+    Column("device_id", Integer, nullable=True),
     # Retention prunes the claims older than the raw tier by this (revision 0008).
     Index("ingested_batches_received", "received_ns"),
 )

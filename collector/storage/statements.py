@@ -60,6 +60,7 @@ class Claim:
     seq: int
     received_ns: int
     sample_rows: int
+    device_id: int
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -96,20 +97,20 @@ def claim_batches(cur, claims: list[Claim], sqlite: bool) -> list[bool]:  # type
             stored.add(c.key)
             fresh.append(c)
         claimed.append(new)
-    for part in _chunks(fresh, _SQLITE_MAX_PARAMS // 5):
-        rows = ", ".join(["(?,?,?,?,?)"] * len(part))
+    for part in _chunks(fresh, _SQLITE_MAX_PARAMS // 6):
+        rows = ", ".join(["(?,?,?,?,?,?)"] * len(part))
         cur.execute(
-            f"INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES {rows}",
-            [v for c in part for v in (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows)],
+            f"INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows, device_id) VALUES {rows}",
+            [v for c in part for v in (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows, c.device_id)],
         )
     return claimed
 
 
 def _pg_claim(cur, c: Claim) -> bool:  # type: ignore[no-untyped-def]
     cur.execute(
-        "INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows) VALUES (%s,%s,%s,%s,%s)"
+        "INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows, device_id) VALUES (%s,%s,%s,%s,%s,%s)"
         " ON CONFLICT DO NOTHING",
-        (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows),
+        (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows, c.device_id),
     )
     return bool(cur.rowcount == 1)
 

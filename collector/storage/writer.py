@@ -286,7 +286,7 @@ class BatchWriter:
                 statements.claim_batches(
                     cur,
                     [
-                        statements.Claim(it.agent_id, it.boot_id, it.seq, it.received_ns, prep.rows.sample_rows)
+                        statements.Claim(it.agent_id, it.boot_id, it.seq, it.received_ns, prep.rows.sample_rows, it.device_id)
                         for it, prep in group
                         if prep is not None
                     ],

@@ -469,6 +469,21 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
                         [tuple(json.dumps(r[c]) if c in ("facts", "context") else r[c] for c in cols) for r in incidents])
 
     monkeypatch.setattr(batch_writer, "write_incidents", baseline_write_incidents)
+
+    def baseline_claim_batches(cur, claims, sqlite):  # type: ignore[no-untyped-def]  # claims had no device (0010)
+        claimed = []
+        for c in claims:
+            values = (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows)
+            if sqlite:
+                cur.execute("INSERT OR IGNORE INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows)"
+                            " VALUES (?,?,?,?,?)", values)
+            else:
+                cur.execute("INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows)"
+                            " VALUES (%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING", values)
+            claimed.append(cur.rowcount == 1)
+        return claimed
+
+    monkeypatch.setattr(batch_writer.statements, "claim_batches", baseline_claim_batches)
     # ...and that knew nothing of enrolled identities (revision 0004's tables).
     from fleetscope.collector.ingest.identity import Authenticator
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from fleetscope.agent.daemon.batcher import Pending, build_batches
@@ -75,6 +76,9 @@ def test_replayed_batch_is_acknowledged_and_skipped(store) -> None:  # type: ign
         # (and the replayed batch is not counted again).
         (incident,) = search_incidents(session=s, since_ns=0, until_ns=now + 10**10)
         assert (incident.count, incident.last_seen_ns, incident.gpu_index) == (2, now + 10**9, 0)
+        # Each claim records its batch's device (a distributed database keeps it beside the rows).
+        claims = s.execute(text("SELECT seq, device_id FROM ingested_batches ORDER BY seq")).all()
+        assert [tuple(c) for c in claims] == [(1, device_id), (2, device_id)]
 
 
 def test_queries_return_what_was_stored(store) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,9 @@
-"""Accelerator out-of-memory failures: PyTorch, TensorFlow, JAX/XLA, raw CUDA, cuBLAS, cuDNN, NVRM.
+"""Accelerator out-of-memory failures: PyTorch, TensorFlow, JAX/XLA, raw CUDA/HIP, cuBLAS, cuDNN, NVRM.
+
+Also the other producers of a failed accelerator allocation: ONNX Runtime, Paddle, CuPy, MXNet and Caffe
+(their CUDA CHECKs), ggml, MLX, CUDA.jl, MindSpore, RELION, nvidia-drm's GEM allocations, NCCL, OpenCV.
+A failed allocation of host memory (TensorFlow's CPU allocator) is not one; nor is a status name in a
+sentence or in source code.
 
 One event (a line, or a block such as a whole traceback) yields one finding per distinct
 failure: the same message repeated in a chained traceback, or the same TensorFlow OOM in two
@@ -76,10 +81,17 @@ def _maybe_oom(text: str) -> bool:
         or "EMORY" in text
         or "OOM" in text
         or "ALLOC_FAILED" in text
+        or "ALLOCATION_FAILED" in text
         or "EXHAUSTED" in text
         or "xhausted" in text
         or "Tried to allocate" in text
         or "by PyTorch" in text
+        or "has a total capac" in text
+        or "] Unable to allocate" in text
+        or "] Attempting to allocate" in text
+        or "of GPU memory" in text
+        or "requestedSpace" in text
+        or "FreeSpace:" in text
         or "BufferAssignment" in text
         or "BFCAllocator" in text
         or "memory_limit_" in text
@@ -204,19 +216,26 @@ _PT_START = re.compile(
     r"(?:\.|(?<=memory)(?= \(MPS allocated)|(?<=memory)(?=[\s`'\"\]]*$))"
 )
 _PT_REQ = re.compile(rf"Tried to allocate (?P<v>{_SZ})")
-_PT_GPU_PAREN = re.compile(r"\(GPU (?P<v>\d+);")
-_PT_GPU_SENTENCE = re.compile(rf"GPU (?P<dev>\d+) has a total (?P<word>capacity|capacty) of (?P<v>{_SZ})")
+# The device as the allocator names it: "GPU 0" (CUDA, HIP, XPU), "NPU 0" (Ascend torch_npu).
+_PT_GPU_PAREN = re.compile(r"\((?:GPU|NPU|XPU) (?P<v>\d+);")
+_PT_GPU_SENTENCE = re.compile(rf"(?:GPU|NPU|XPU) (?P<dev>\d+) has a total (?P<word>capacity|capacty) of (?P<v>{_SZ})")
 _PT_TOTAL_PAREN = re.compile(rf"(?P<v>{_SZ}) total capacity")
 _PT_ALREADY = re.compile(rf"(?P<v>{_SZ}) already allocated")
 _PT_FREE_PAREN = re.compile(rf"(?P<v>{_SZ}) free\b")
 _PT_FREE_SENTENCE = re.compile(rf"of which (?P<v>{_SZ}) is free")
 _PT_CACHED = re.compile(rf"(?P<v>{_SZ}) cached")
+_PT_ALLOWED = re.compile(rf"; (?P<v>{_SZ}) allowed;")  # with set_per_process_memory_fraction (1.x - 2.0)
 _PT_RESERVED = re.compile(rf"(?P<v>{_SZ}) reserved in total by PyTorch")
 _PT_SELF = re.compile(rf"this process has (?P<v>{_SZ}) memory in use")
 _PT_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<v>{_SZ}) memory in use")
 _PT_BY_PT = re.compile(rf"(?P<v>{_SZ}) is allocated by PyTorch")
 _PT_UNALLOC = re.compile(rf"(?P<v>{_SZ}) is reserved by PyTorch but unallocated")
 _PT_EXPANDABLE = re.compile(r"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:\w+")
+# Apple's MPS allocator: "MPS backend out of memory (MPS allocated: 18.04 GB, other allocations: 384.00 KB,
+# max allowed: 18.13 GB). Tried to allocate 256 bytes on private pool."
+_PT_MPS = re.compile(
+    rf"\(MPS allocated: (?P<alloc>{_SZ}), other allocations: (?P<other>{_SZ})(?:, max allowed: (?P<max>{_SZ}))?\)"
+)
 
 
 # A figure a document stands in for: "Tried to allocate X GiB", "{size} MiB", "<N> MiB", "XXXX bytes".
@@ -241,7 +260,9 @@ def _pt_era(exc: str | None, sentence: bool, typo: bool, cached: bool) -> str:
 # is still one.
 _PT_DISTINCT = re.compile(
     rf"Tried to allocate {_SZ}|reserved in total by PyTorch|is allocated by PyTorch"
-    r"|reserved by PyTorch but unallocated|GPU \d+ has a total capacit?y of"
+    # format_size's figure ("23.65 GiB"): a sentence about a card's size ("GPU 0 has a total capacity of 80 GB")
+    # is not the allocator's.
+    r"|reserved by PyTorch but unallocated|(?:GPU|NPU|XPU) \d+ has a total capacit?y of \d+\.\d\d [KMGT]iB"
 )
 
 
@@ -250,13 +271,19 @@ def _pt_starts(line: str) -> list[tuple[int, str | None, str | None]]:
     starts = [(m.start(), m["exc"], m["backend"]) for m in _PT_START.finditer(line)]
     if starts:
         return starts
-    frag = _PT_DISTINCT.search(line)
-    return [(frag.start(), None, None)] if frag else []
+    # A piece of a message (a wrapped or cut paste) is read from the line's start: the figure a
+    # clause names comes before its words ("91.23 GiB is allocated by PyTorch").
+    return [(0, None, None)] if _PT_DISTINCT.search(line) else []
 
 
 def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
-        if "out of memory" not in line and "Tried to allocate" not in line and "by PyTorch" not in line:
+        if (
+            "out of memory" not in line
+            and "Tried to allocate" not in line
+            and "by PyTorch" not in line
+            and "has a total capac" not in line
+        ):
             continue
         starts = _pt_starts(line)
         for n, (at, exc, backend) in enumerate(starts):
@@ -309,6 +336,13 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 hit = rx.search(seg)
                 if hit:
                     facts[key] = parse_size(hit["v"])
+            allowed = _PT_ALLOWED.search(seg)
+            _put(facts, "max_allowed_bytes", _bytes(allowed["v"]) if allowed else None)
+            mps = _PT_MPS.search(seg) if backend == "MPS backend" else None
+            if mps:
+                facts["allocated_bytes"] = parse_size(mps["alloc"])
+                facts["other_allocations_bytes"] = parse_size(mps["other"])
+                _put(facts, "max_allowed_bytes", _bytes(mps["max"]))
             own = _PT_SELF.search(seg)
             procs = list(_PT_PROC.finditer(seg))
             if own:
@@ -377,14 +411,18 @@ _TF_OP_REQUIRES = re.compile(r"OP_REQUIRES failed at (\S+?:\d+)\b")
 _TF_DEFINED_AT = re.compile(r"\(defined at (?P<at>[^)\s]+:\d+)\)")
 _TF_OP = re.compile(r"\[Op:(\w+)\]")
 _TF_GPU = re.compile(r"(?:GPU|gpu):(\d+)")
+# TensorFlow >= 1.2 names the allocator ("Allocator (GPU_0_bfc) ran out of memory ..."); the GPU BFC
+# allocator before it printed "Ran out of memory trying to allocate 144.00MiB.  See logs for memory
+# state" (read only with that ending or its bfc_allocator source path: other programs say "Ran out of
+# memory trying to allocate" too).
 _TF_BFC = re.compile(
-    rf"Allocator \((?P<alloc>[^)]+)\) ran out of memory trying to allocate (?P<v>{_SZ})"
+    rf"(?:Allocator \((?P<alloc>[^)]+)\) ran|(?P<old>Ran)) out of memory trying to allocate (?P<v>{_SZ})"
     r"(?: \(rounded to (?P<rounded>\d+)\))?(?: ?requested by op (?P<op>\S+))?"
     r"(?: with freed_by_count=(?P<freed>\d+))?"
 )
 _TF_SE = re.compile(
-    r"failed to alloc(?:ate)? (?:(?P<sz>\d+(?:\.\d+)?[KMGT]?) \()?(?P<bytes>\d+) bytes\)? "
-    r"(?P<where>from device|on host): (?P<err>CUDA_ERROR_OUT_OF_MEMORY)"
+    r"failed to alloc(?:ate)? (?:(?P<sz>\d+(?:\.\d+)?(?:[KMGTP]i?B|[KMGTP]|B)?) \()?(?P<bytes>\d+) bytes\)? "
+    r"(?:(?P<where>from device|on host)|(?P<um>unified memory); result): (?P<err>CUDA_ERROR_OUT_OF_MEMORY)"
 )
 # The BFC allocator's dump after a failed allocation: its "Stats:" key/value lines, the bins, the
 # chunk map, the region summary. Each only means something inside an event that is the dump.
@@ -409,19 +447,35 @@ _TF_CHUNK_MAP = re.compile(r"\] [*_]{8,}\s*$")
 _TF_GPU_ALLOCATOR_HINT = re.compile(r"TF_GPU_ALLOCATOR=\w+")
 
 
-def _bfc_framework(ev: _Event, i: int, text: str) -> str | None:
+# A glog source path whose header lost its time ("9:07:50.04: W path.cc:501]", ": E path.cc:244]").
+_SRC_PATH = re.compile(r"(?:^|[\s\]])(?:(?P<lvl>[IWEF]) )?(?P<p>[\w./\\:-]+\.(?:cc|cpp|h)):\d+\]")
+
+
+def _bfc_framework(ev: _Event, i: int, text: str, path_only: bool = False) -> str | None:
     """Which framework an allocator line came from, when the text shows it (else None).
 
     The BFC allocator is TensorFlow's code, which XLA (and so JAX) vendors: the glog path says
-    whose build printed the line ("tensorflow/core/..." is TensorFlow's own; jaxlib builds it as
+    whose build printed the line ("tensorflow/core/..." is TensorFlow's own, and so are its
+    "external/local_xla/..." and "external/local_tsl/..." since TF 2.15; jaxlib builds it as
     "external/org_tensorflow/..." or "external/xla/..."); without a path, the rest of the event.
     """
     g = ev.glog[i] if 0 <= i < len(ev.glog) else None
     path = g[2] if g else ""
+    if not path and 0 <= i < len(ev.lines):
+        sp = _SRC_PATH.search(ev.lines[i])
+        path = sp["p"] if sp else ""
+    path = path.replace("\\", "/")
+    if ":/" in path and "tensorflow/" in path:
+        # A Windows build's path starts at its drive ("c:/users/u/tensorflow/tensorflow/core/...").
+        path = path[path.find("tensorflow/") :]
+    if "local_xla/" in path or "local_tsl/" in path:
+        return "tensorflow"
     if path.startswith("tensorflow/"):
         return "tensorflow"
     if "org_tensorflow/" in path or "xla/" in path or "tsl/" in path:
         return "jax" if ("jax" in text or "org_tensorflow/" in path) else ("tensorflow" if "tensorflow/" in text.replace("org_tensorflow/", "") else "xla")
+    if path_only:
+        return None
     if "jax" in text:
         return "jax"
     if "tensorflow" in text:
@@ -467,6 +521,76 @@ def _compatible(a: dict[str, FactValue], b: dict[str, FactValue]) -> bool:
     return all(a[k] == b[k] for k in a.keys() & b.keys() if k not in ("exception", "op"))
 
 
+def _host_allocator(name: str) -> bool:
+    """TensorFlow's allocators of host memory: "cpu", "mklcpu", "cpu_bfc" (not the GPU's pinned
+    host allocator, "gpu_host_bfc"/"cuda_host_bfc", which serves device transfers)."""
+    low = name.lower()
+    return low in ("cpu", "mklcpu", "cpu_bfc", "mkl_cpu")
+
+
+def _bfc_soft(line: str, m: re.Match[str]) -> bool:
+    """The allocator's warning that the caller will cope ("... with freed_by_count=0. The caller
+    indicates that this is not a failure ..."): TensorFlow prints "with freed_by_count" only in that
+    warning, so a line cut after it is still the warning."""
+    return "not a failure" in line or m["freed"] is not None or line[m.end("v") :].startswith(" with")
+
+
+def _bfc_acc(
+    ev: _Event, text: str, hard: list[tuple[int, re.Match[str]]], soft: list[tuple[int, re.Match[str]]]
+) -> _Acc:
+    """One BFC finding: the hard failure (with the soft warnings before it), or soft warnings alone."""
+    lines = hard + soft
+    i0, m0 = (hard or soft)[0]
+    allocators = [a for a in dict.fromkeys(m["alloc"] for _, m in lines) if a]
+    req_b = parse_size(m0["v"])
+    facts: dict[str, FactValue] = {}
+    _put(facts, "allocator", m0["alloc"])
+    facts["requested_bytes"] = req_b
+    _put(facts, "framework", _bfc_framework(ev, i0, text))
+    facts["allocator_family"] = "bfc"
+    facts["message"] = "BFC allocator ran out of memory"
+    glog = ev.glog[i0]
+    letter = glog[1] if glog else None
+    if letter is None:
+        lv = _SRC_PATH.search(ev.lines[i0])  # a glog header whose time was cut: its level still says
+        letter = lv["lvl"] if lv else None
+    is_soft = not hard
+    # As printed: a W line is a warning. Without a level, the "not a failure" wording says.
+    facts["fatal"] = letter in ("E", "F") or (letter is None and not is_soft)
+    facts["allocation_failed"] = not is_soft
+    _put(facts, "log_severity", letter)
+    _put(facts, "rounded_bytes", int(m0["rounded"]) if m0["rounded"] else None)
+    op = (m0["op"] or "").strip()
+    _put(facts, "op", op or None)
+    freed = next((m["freed"] for _, m in lines if m["freed"]), None)
+    _put(facts, "freed_by_count", int(freed) if freed else None)
+    g = (_TF_GPU.search(m0["alloc"]) or re.search(r"GPU_(\d+)_", m0["alloc"])) if m0["alloc"] else None
+    _put(facts, "device_index", int(g.group(1)) if g else None)
+    if len(allocators) > 1:
+        facts["allocators"] = ",".join(allocators)
+        idx = [re.search(r"GPU_(\d+)_", a) for a in allocators]
+        if all(idx):
+            facts["device_indices"] = ",".join(x.group(1) for x in idx if x)
+    if hard and soft:
+        facts["soft_warning_bytes"] = parse_size(soft[0][1]["v"])
+    severity = {"W": "warning", "I": "info", "E": "error", "F": "critical"}.get(
+        letter or "", "warning" if is_soft else "error"
+    )
+    who = {"tensorflow": "TensorFlow", "jax": "JAX/XLA", "xla": "XLA"}.get(str(facts.get("framework")), "BFC")
+    if not allocators:
+        where = "(unnamed)"
+    elif len(allocators) == 1:
+        where = allocators[0]
+    else:
+        where = f"{len(allocators)} allocators ({', '.join(allocators)})"
+    title = f"{who} allocator {where} ran out of memory allocating {m0['v']}"
+    if is_soft:
+        title += " (non-fatal)"
+    acc = _Acc(facts, title, severity, [i for i, _ in lines], ev.ts_ns(i0))
+    acc.occurrences = len(lines)
+    return acc
+
+
 def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -> None:
     oom_lines = [i for i, line in enumerate(ev.lines) if "OOM when allocating" in line]
     exc_m = _TF_EXC.search(text)
@@ -480,6 +604,8 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
         if not m:
             continue
         used.add(i)
+        if "cpu:" in (m["dev"] or "").lower() or (m["alloc"] and _host_allocator(m["alloc"])):
+            continue  # a tensor in host memory ("device:CPU:0 by allocator cpu"): not an accelerator's
         facts = _tf_tensor_facts(m, line, cut_at_end=i == last)
         lexc = _TF_EXC.search(line)
         _put(facts, "exception", lexc.group(1) if lexc else event_exc)
@@ -535,64 +661,40 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
             title += f" by {f['allocator']}"
         acc.title = title
 
-    # The BFC allocator's own lines. One event is one fault: the lines of every allocator that ran
-    # out (data-parallel replicas fail together) and a soft warning before the hard failure are
-    # one finding, merged into the tensor OOM when the event has one.
+    # The BFC allocator's own lines. A hard failure is one fault with everything the event prints
+    # around it: the lines of every allocator that ran out (data-parallel replicas fail together)
+    # and a soft warning before it are one finding, merged into the tensor OOM when the event has
+    # one. Soft warnings alone (the caller retries, or runs slower) are one finding per size.
     bfc: list[tuple[int, re.Match[str]]] = []
     for i, line in enumerate(ev.lines):
-        if "ran out of memory trying" in line:
-            m = _TF_BFC.search(line)
-            if m:
-                bfc.append((i, m))
-                used.add(i)
+        if "an out of memory trying" not in line:
+            continue
+        m = _TF_BFC.search(line)
+        if not m:
+            continue
+        if m["old"] and "See logs for memory state" not in line[m.end() :] and "bfc_allocator" not in line[: m.start()]:
+            continue
+        used.add(i)
+        if m["alloc"] and _host_allocator(m["alloc"]):
+            continue  # the CPU allocator ran out of host memory: not an accelerator's
+        bfc.append((i, m))
     if bfc:
-        hard = [(i, m) for i, m in bfc if "not a failure" not in ev.lines[i]]
-        soft = [(i, m) for i, m in bfc if "not a failure" in ev.lines[i]]
-        i0, m0 = (hard or soft)[0]
-        allocators = list(dict.fromkeys(m["alloc"] for _, m in bfc))
-        same = [a for a in tensor_accs if a.facts.get("allocator") in allocators]
+        hard = [(i, m) for i, m in bfc if not _bfc_soft(ev.lines[i], m)]
+        soft = [(i, m) for i, m in bfc if _bfc_soft(ev.lines[i], m)]
+        allocators = [a for a in dict.fromkeys(m["alloc"] for _, m in bfc) if a]
+        same = [a for a in tensor_accs if allocators and a.facts.get("allocator") in allocators]
         if same:
             # The BFC warning is the allocator's side of the tensor OOM reported below it.
-            same[0].facts["bfc_requested_bytes"] = parse_size(m0["v"])
+            same[0].facts["bfc_requested_bytes"] = parse_size((hard or soft)[0][1]["v"])
             same[0].lines.extend(i for i, _ in bfc)
+        elif hard:
+            found[("tf-bfc",)] = _bfc_acc(ev, text, hard, soft)
         else:
-            req_b = parse_size(m0["v"])
-            facts = {"allocator": m0["alloc"], "requested_bytes": req_b}
-            _put(facts, "framework", _bfc_framework(ev, i0, text))
-            facts["allocator_family"] = "bfc"
-            facts["message"] = "BFC allocator ran out of memory"
-            glog = ev.glog[i0]
-            letter = glog[1] if glog else None
-            is_soft = not hard
-            # As printed: a W line is a warning. Without a level, the "not a failure" wording says.
-            facts["fatal"] = letter in ("E", "F") or (letter is None and not is_soft)
-            facts["allocation_failed"] = not is_soft
-            _put(facts, "log_severity", letter)
-            _put(facts, "rounded_bytes", int(m0["rounded"]) if m0["rounded"] else None)
-            op = (m0["op"] or "").strip()
-            _put(facts, "op", op or None)
-            freed = next((m["freed"] for _, m in bfc if m["freed"]), None)
-            _put(facts, "freed_by_count", int(freed) if freed else None)
-            g = _TF_GPU.search(m0["alloc"]) or re.search(r"GPU_(\d+)_", m0["alloc"])
-            _put(facts, "device_index", int(g.group(1)) if g else None)
-            if len(allocators) > 1:
-                facts["allocators"] = ",".join(allocators)
-                idx = [re.search(r"GPU_(\d+)_", a) for a in allocators]
-                if all(idx):
-                    facts["device_indices"] = ",".join(x.group(1) for x in idx if x)
-            if hard and soft:
-                facts["soft_warning_bytes"] = parse_size(soft[0][1]["v"])
-            severity = {"W": "warning", "I": "info", "E": "error", "F": "critical"}.get(
-                letter or "", "warning" if is_soft else "error"
-            )
-            who = {"tensorflow": "TensorFlow", "jax": "JAX/XLA", "xla": "XLA"}.get(str(facts.get("framework")), "BFC")
-            where = m0["alloc"] if len(allocators) == 1 else f"{len(allocators)} allocators ({', '.join(allocators)})"
-            title = f"{who} allocator {where} ran out of memory allocating {m0['v']}"
-            if is_soft:
-                title += " (non-fatal)"
-            acc = _Acc(facts, title, severity, [i for i, _ in bfc], ev.ts_ns(i0))
-            acc.occurrences = len(bfc)
-            found[("tf-bfc",)] = acc
+            by_size: dict[int, list[tuple[int, re.Match[str]]]] = {}
+            for i, m in soft:
+                by_size.setdefault(parse_size(m["v"]), []).append((i, m))
+            for size, group in by_size.items():
+                found[("tf-bfc", size)] = _bfc_acc(ev, text, [], group)
 
     for i, line in enumerate(ev.lines):
         if "CUDA_ERROR_OUT_OF_MEMORY" not in line or "failed to alloc" not in line:
@@ -604,7 +706,8 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
         nbytes = int(m["bytes"])
         host = m["where"] == "on host"
         facts = {
-            "framework": "tensorflow",
+            # TensorFlow's stream_executor, also in jaxlib's build ("external/org_tensorflow/...").
+            "framework": _bfc_framework(ev, i, text) or "tensorflow",
             "component": "stream_executor",
             "cuda_error": m["err"],
             "cuda_error_code": 2,
@@ -613,8 +716,11 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
         _put(facts, "requested_printed", m["sz"])
         if host:
             facts["host_pinned_memory"] = True
-        where = "pinned host memory" if host else "device memory"
-        title = f"TensorFlow: failed to allocate {format_bytes(nbytes)} of {where} (CUDA_ERROR_OUT_OF_MEMORY)"
+        if m["um"]:
+            facts["unified_memory"] = True
+        where = "pinned host memory" if host else "unified memory" if m["um"] else "device memory"
+        who = {"jax": "JAX/XLA", "xla": "XLA"}.get(str(facts["framework"]), "TensorFlow")
+        title = f"{who}: failed to allocate {format_bytes(nbytes)} of {where} (CUDA_ERROR_OUT_OF_MEMORY)"
         _add(found, ("tf-se", nbytes, host), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
     _bfc_dump(ev, found, used, text)
 
@@ -695,9 +801,36 @@ def _bfc_dump(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -
 
 # ------------------------------------------------------------------------------------- JAX/XLA
 
+# XLA's status, as StatusOr prints it now ("RESOURCE_EXHAUSTED: ...") and as TensorFlow's Status did
+# ("Resource exhausted: ..."), in TF 1.x sessions and early jaxlib alike.
 _JAX = re.compile(
-    r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?RESOURCE_EXHAUSTED: Out of memory "
+    r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?(?P<st>RESOURCE_EXHAUSTED|Resource exhausted): Out of memory "
     rf"(?:while trying to allocate|allocating) (?P<v>{_SZ})"
+)
+# A size as XLA's TPU runtime prints it: "6.48G", "530.00M", "0B" (as well as "8.00GiB").
+_XSZ = rf"(?:{_SZ}|(?<![\d.])\d+(?:\.\d+)?[KMGT]\b)"
+# The TPU runtime: "RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not
+# possible. There are 6.78G free, 0B reserved, and 3.33G reservable."
+_XLA_RESERVE = re.compile(
+    # (read on a line with the status: "RESOURCE_EXHAUSTED: Error loading program: Attempting to allocate ...")
+    rf"Attempting to (?P<how>reserve|allocate) (?P<v>{_XSZ})"
+    r"(?: at the (?:bottom|top) of memory)?\. That was not possible\."
+    rf"(?: There are (?P<free>{_XSZ}) free(?:, (?P<res>{_XSZ}) reserved, and (?P<able>{_XSZ}) reservable)?)?"
+)
+# XLA's compile-time check: "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory
+# space hbm. Used 21.95G of 15.48G hbm. Exceeded hbm capacity by 6.47G."
+_XLA_SPACE = re.compile(
+    rf"Ran out of memory in memory space (?P<space>\w+)\.(?: Used (?P<used>{_XSZ}) of (?P<cap>{_XSZ}) \w+\.)?"
+    rf"(?: Exceeded \w+ capacity by (?P<over>{_XSZ}))?"
+)
+# XLA's GPU command buffers: "RESOURCE_EXHAUSTED: CUDA driver ran out of memory trying to instantiate CUDA graph
+# with 18 nodes and 0 conditionals (total of 2 alive CUDA graphs in the process). ..."
+_XLA_GRAPH = re.compile(r"CUDA driver ran out of memory trying to instantiate CUDA graph(?: with (?P<nodes>\d+) nodes)?")
+# The status cut at the end of a line before its figure ("Resource exhausted: Out" + a wrapped rest):
+# RESOURCE_EXHAUSTED with a message starting "Out" is XLA's "Out of memory ..." and nothing else.
+_XLA_CUT = re.compile(
+    r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?(?P<st>RESOURCE_EXHAUSTED|Resource exhausted): "
+    r"Out(?: of(?: memory(?: (?:while(?: trying(?: to(?: allocate)?)?)?|allocating))?)?)?\s*$"
 )
 _JAX_REQ = re.compile(
     r"(?:(?P<exc>[\w.]+(?:Error|Exception)): )?(?:RESOURCE_EXHAUSTED|Resource exhausted): "
@@ -747,17 +880,39 @@ def _buffer_assignment(ev: _Event, start: int, used: set[int]) -> dict[str, Fact
     return facts
 
 
+def _xla_framework(ev: _Event, i: int, text: str, status: str) -> str:
+    """Whose XLA printed a status line: JAX (jaxlib, its "external/org_tensorflow/..." build), PyTorch/XLA
+    (torch_xla, its "xla_client/" code), TensorFlow (its sessions and source paths); else by the wording."""
+    low = text.lower()
+    if "jax" in low or "org_tensorflow/" in text:
+        return "jax"
+    if "torch_xla" in text or "xla_client/" in text or "pytorch/xla" in text:
+        return "pytorch"
+    if "tensorflow" in low or "ResourceExhaustedError" in text:
+        return "tensorflow"
+    g = ev.glog[i] if 0 <= i < len(ev.glog) else None
+    if g and g[2].startswith("tensorflow/"):
+        return "tensorflow"
+    # StatusOr's "RESOURCE_EXHAUSTED:" is what jaxlib prints today; "Resource exhausted:" was
+    # TensorFlow's Status wording.
+    return "jax" if status == "RESOURCE_EXHAUSTED" else "tensorflow"
+
+
 def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    text = "\n".join(ev.lines)
     for i, line in enumerate(ev.lines):
-        if "RESOURCE_EXHAUSTED" not in line and "Resource exhausted: Failed" not in line:
+        if "RESOURCE_EXHAUSTED" not in line and "Resource exhausted: " not in line:
             continue
         m = _JAX.search(line) or _JAX_REQ.search(line)
         if not m:
+            _xla_other(ev, found, used, i, line, text)
             continue
         used.add(i)
         gd = m.groupdict()
         nbytes = int(gd["b"]) if gd.get("b") else parse_size(m["v"])
-        facts: dict[str, FactValue] = {"framework": "jax", "status": "RESOURCE_EXHAUSTED"}
+        status = gd.get("st") or "RESOURCE_EXHAUSTED"
+        framework = _xla_framework(ev, i, text, status)
+        facts: dict[str, FactValue] = {"framework": framework, "status": "RESOURCE_EXHAUSTED"}
         _put(facts, "exception", m["exc"])
         facts["requested_bytes"] = nbytes
         if gd.get("dev"):
@@ -765,10 +920,54 @@ def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         # BufferAssignment OOM debugging block: XLA's own accounting of the failed program.
         if any("BufferAssignment" in x for x in ev.lines[i + 1 : i + 4]):
             facts.update(_buffer_assignment(ev, i + 1, used))
-        title = f"JAX/XLA OOM: tried to allocate {format_bytes(nbytes)}"
+        who = {"jax": "JAX/XLA", "tensorflow": "TensorFlow/XLA", "pytorch": "PyTorch/XLA"}[framework]
+        title = f"{who} OOM: tried to allocate {format_bytes(nbytes)}"
         if "device_index" in facts:
             title += f" on device {facts['device_index']}"
         _add(found, ("jax", nbytes), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
+def _xla_other(ev: _Event, found: dict[tuple, _Acc], used: set[int], i: int, line: str, text: str) -> None:
+    """XLA's other out-of-memory statuses: the TPU runtime's reservation, the compile-time memory
+    space check, and the allocation message cut at the line's end."""
+    facts: dict[str, FactValue] = {"status": "RESOURCE_EXHAUSTED"}
+    if "Attempting to" in line and (m := _XLA_RESERVE.search(line)):
+        facts["requested_bytes"] = parse_size(m["v"])
+        _put(facts, "free_bytes", _bytes(m["free"]))
+        _put(facts, "reserved_bytes", _bytes(m["res"]))
+        _put(facts, "reservable_bytes", _bytes(m["able"]))
+        what = f"could not {m['how']} {format_bytes(int(facts['requested_bytes']))}"
+    elif "memory space" in line and (m := _XLA_SPACE.search(line)):
+        facts["memory_space"] = m["space"]
+        facts["compile_time"] = "compile" in line[: m.start()].lower()
+        _put(facts, "program_bytes", _bytes(m["used"]))
+        _put(facts, "total_capacity_bytes", _bytes(m["cap"]))
+        _put(facts, "exceeded_by_bytes", _bytes(m["over"]))
+        what = f"program does not fit in {m['space']}"
+        if m["used"] and m["cap"]:
+            what += f" ({m['used']} of {m['cap']})"
+    elif "CUDA graph" in line and (m := _XLA_GRAPH.search(line)):
+        facts["cuda_graph"] = True
+        _put(facts, "graph_nodes", int(m["nodes"]) if m["nodes"] else None)
+        what = "CUDA driver ran out of memory instantiating a CUDA graph"
+    elif line.rstrip().endswith(("Out", "of", "memory", "while", "trying", "to", "allocate", "allocating")) and (
+        m := _XLA_CUT.search(line)
+    ):
+        facts["message_cut"] = True
+        what = "out of memory (message cut)"
+    else:
+        return
+    used.add(i)
+    framework = _xla_framework(ev, i, text, "RESOURCE_EXHAUSTED" if "RESOURCE_EXHAUSTED" in line else "Resource exhausted")
+    facts["framework"] = framework
+    exc = _LEAD_EXC.search(line[: m.start()])
+    _put(facts, "exception", exc.group(1) if exc else None)
+    who = {"jax": "JAX/XLA", "tensorflow": "TensorFlow/XLA", "pytorch": "PyTorch/XLA"}[framework]
+    key = ("jax", facts.get("requested_bytes"), facts.get("memory_space"), "cut" if "message_cut" in facts else "")
+    _add(found, key, _Acc(facts, f"{who} OOM: {what}", "error", [i], ev.ts_ns(i)))
+
+
+def _xla_listing(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     if any(k[0] == "jax" for k in found) or not any("BufferAssignment" in x for x in ev.lines):
         return
     # The listing without its RESOURCE_EXHAUSTED line: XLA prints it only for a program that did
@@ -792,21 +991,59 @@ def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
 # ------------------------------------------------------------------------------------ raw CUDA
 
 _RAW = re.compile(
-    r"(?P<rt>CUDA error: out of memory)"
+    # cudaGetErrorString(2) after the caller's prefix: c10's "CUDA error: ", Darknet's "CUDA Error: ",
+    # Blender's cuew "CUDA error: Out of memory in cuMemAlloc(...)", the common gpuErrchk "GPUassert: ".
+    r"(?P<rt>CUDA [Ee]rror: [Oo]ut of memory)|(?P<assert>GPUassert: out of memory)"
+    r"|(?P<nccl>Cuda failure '(?:out of memory|cudaErrorMemoryAllocation)')"  # NCCL's CUDACHECK warning
     r"|(?P<rtname>cudaErrorMemoryAllocation)"
     r"|(?P<drv>CUDA_ERROR_OUT_OF_MEMORY)"
     r"|(?P<thc>cuda runtime error \(2\) : out of memory|THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory)"
-    r"|(?P<call>cuda\w*(?:Malloc|Alloc)\w*)(?:\(\))? failed: out of memory"
+    r"|(?P<call>cuda\w*(?:Malloc|Alloc)\w*)(?:\(\))?(?: retry)? failed: out of memory"  # ggml; MXNet's "retry"
     r"|(?P<ortcall>CUDA failure 2: out of memory)"  # ONNX Runtime's CudaCall
+    # ROCm: PyTorch's "HIP error: out of memory", HIP's enum name (AMDGPU.jl's "HIPError(code hipErrorOutOfMemory").
+    r"|(?P<hip>HIP error: out of memory|hipErrorOutOfMemory)"
+    # A glog CHECK on a CUDA call: Caffe's "Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+    # MXNet's "Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading CUDA: out of memory".
+    r"|(?P<check>Check failed: \(?\w+\)? == cudaSuccess(?: \|\| \(?\w+\)? == cudaErrorCudartUnloading)?"
+    r"\s*(?:\(2 vs\. 0\)\s*)?(?:CUDA: )?out of memory)"
+    r"|(?P<tv>cuda failed with error 2 out of memory)"  # spconv/tensorview's TV_CUDA_CHECK
+    r"|(?P<ocv>\(-217:Gpu API call\) out of memory)"  # OpenCV's CUDA module: cv::Exception
 )
+# A status name in a sentence ("CUDA_ERROR_OUT_OF_MEMORY in TensorFlow means ...", "as indicated by a
+# CUBLAS_STATUS_ALLOC_FAILED") is prose about the error, not the error. A log prints the name after a
+# colon, "=", a bracket or "error"/"result"/"returned", or follows it with a colon, a bracket, a quote,
+# its description ("out of memory"), "when calling ..." or the file it happened in; never after an article.
+_LOG_AFTER = re.compile(r"\s*(?:$|[:)\]'\"`,;(.]|out of memory\b|when\b|in \S*[/\\.]\S)")
+_LOG_BEFORE = re.compile(
+    r"(?:[:=(\[]|\b(?:error|Error|ERROR|result|results in|returned|returns|status|code|got|err))\s*[`'\"]?$"
+)
+_ARTICLE_BEFORE = re.compile(r"\b(?:[Aa]n?|[Tt]he|[Aa]ny|[Nn]o|[Tt]his|[Tt]hat)\s+[`'\"]?$")
+
+
+# Source code naming the constant: "case cudaErrorMemoryAllocation:", "if (err == hipErrorOutOfMemory)",
+# "return CUBLAS_STATUS_ALLOC_FAILED;", an enum's "= 2," after it.
+_CODE_BEFORE = re.compile(r"(?:\bcase|\breturn|==|!=|\|\||&&|::)\s*$")
+_CODE_AFTER = re.compile(r"\s*=[^=]|;")
+
+
+def _prose_mention(line: str, m: re.Match[str]) -> bool:
+    before = line[max(0, m.start() - 16) : m.start()]
+    if _ARTICLE_BEFORE.search(before) or _CODE_BEFORE.search(before) or _CODE_AFTER.match(line, m.end()):
+        return True
+    return not (_LOG_AFTER.match(line, m.end()) or _LOG_BEFORE.search(before))
 _GPU_EQ_ANY = re.compile(r"GPU=(\d+)")
 # What only PyTorch prints around "CUDA error: out of memory": the exception it raises (RuntimeError
 # before 2.8, torch.AcceleratorError after), c10's advice lines, a torch frame.
 _PT_RAISED = re.compile(
-    r"(?:RuntimeError|AcceleratorError|OutOfMemoryError):\s*CUDA error: out of memory|CUDA kernel errors might be "
-    r"asynchronously|TORCH_USE_CUDA_DSA|CUDA_LAUNCH_BLOCKING=1|[/\\]torch[/\\]|\bc10::|\btorch\.(?:cuda|nn|distributed)\b"
+    r"(?:RuntimeError|AcceleratorError|OutOfMemoryError):\s*(?:CUDA|HIP) error: out of memory|(?:CUDA|HIP) kernel errors "
+    r"might be asynchronously|TORCH_USE_(?:CUDA|HIP)_DSA|(?:CUDA|HIP)_LAUNCH_BLOCKING=1|AMD_SERIALIZE_KERNEL="
+    r"|[/\\]torch[/\\]|\bc10::|\btorch\.(?:cuda|nn|distributed)\b"
 )
 _RAW_SIZE = re.compile(rf"allocat\w* (?P<v>{_SZ})(?: on device (?P<dev>\d+))?")
+# TensorFlow's context creation: "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY: out of
+# memory; total memory reported: 11721506816" (after "... for CUDA device ordinal 0: ").
+_RAW_TOTAL = re.compile(r"total memory reported: (?P<n>\d+)")
+_RAW_ORDINAL = re.compile(r"device ordinal (?P<n>\d+)")
 _RAW_DEV = re.compile(r"current device: (\d+)|device (\d+)")
 _LEAD_EXC = re.compile(r"(?:^|\s|>)([A-Za-z_][\w.]*(?:Error|Exception)):")
 
@@ -815,20 +1052,27 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used:
             continue  # a framework parser already read this line with more context
-        m = _RAW.search(line)
+        m = next(
+            (x for x in _RAW.finditer(line)
+             if not ((x["rtname"] or x["drv"] or x["hip"] == "hipErrorOutOfMemory") and _prose_mention(line, x))),
+            None,
+        )
         if not m:
             continue
         used.add(i)
         drv = bool(m["drv"])
-        name = "CUDA_ERROR_OUT_OF_MEMORY" if drv else "cudaErrorMemoryAllocation"
-        facts: dict[str, FactValue] = {"framework": "cuda", "cuda_error": name, "cuda_error_code": 2}
+        hip = bool(m["hip"])
+        name = "CUDA_ERROR_OUT_OF_MEMORY" if drv else "hipErrorOutOfMemory" if hip else "cudaErrorMemoryAllocation"
+        facts: dict[str, FactValue] = {"framework": "hip" if hip else "cuda", "cuda_error": name, "cuda_error_code": 2}
         facts["cuda_api"] = "driver" if drv else "runtime"
+        if m["check"]:
+            facts["glog_check"] = True
         _put(facts, "call", m["call"])
         exc = _LEAD_EXC.search(line[: m.start()])
         _put(facts, "exception", exc.group(1) if exc else None)
         if m["thc"]:
             facts["caller_framework"] = "pytorch"  # THC is PyTorch's pre-1.0 CUDA layer
-        if m["thc"] or (m["rt"] and _PT_RAISED.search("\n".join(ev.lines))):
+        if m["thc"] or ((m["rt"] or m["hip"] == "HIP error: out of memory") and _PT_RAISED.search("\n".join(ev.lines))):
             # PyTorch's own wording of a CUDA runtime failure (c10's CUDA check, THC before 1.0):
             # the allocation that failed was PyTorch's.
             facts["framework"] = "pytorch"
@@ -836,6 +1080,16 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         if sz:
             facts["requested_bytes"] = parse_size(sz["v"])
             _put(facts, "device_index", int(sz["dev"]) if sz["dev"] else None)
+        if "total memory reported" in line and (tot := _RAW_TOTAL.search(line)):
+            facts["total_capacity_bytes"] = int(tot["n"])
+            o = _RAW_ORDINAL.search(line)
+            _put(facts, "device_index", int(o["n"]) if o else None)
+        if m["nccl"]:
+            facts["caller_framework"] = "nccl"
+        if drv and facts["framework"] == "cuda":
+            # The driver's status in a TensorFlow/XLA source line ("E tensorflow/stream_executor/...]"):
+            # the allocation was that framework's.
+            _put(facts, "framework", _bfc_framework(ev, i, "\n".join(ev.lines), path_only=True))
         if m["ortcall"]:
             facts["framework"] = "onnxruntime"
             g = _GPU_EQ_ANY.search(line, m.end())
@@ -846,7 +1100,7 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 if d and "current device" in ev.lines[j]:
                     facts["device_index"] = int(d.group(1))
                     break
-        title = f"CUDA out of memory ({name})"
+        title = f"{'HIP' if hip else 'CUDA'} out of memory ({name})"
         if "call" in facts:
             title = f"CUDA out of memory: {facts['call']} failed ({name})"
         if "requested_bytes" in facts:
@@ -860,40 +1114,113 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
 # ONNX Runtime's arena: "onnxruntime::BFCArena::AllocateRawInternal(...) Failed to allocate memory for
 # requested buffer of size 939524096".
 _ORT_ARENA = re.compile(r"BFCArena::AllocateRawInternal\b.*?Failed to allocate memory for requested buffer of size (?P<n>\d+)")
-# PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, 6.000000GB memory
-# has been allocated and available memory is only 0.000000B."
+# PaddlePaddle 2.x: "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, 6.000000GB
+# memory has been allocated and available memory is only 0.000000B."; 1.8 has no "has been allocated"
+# clause; NPU and XPU builds name their device. A line may end before the last figure (wrapped paste).
+_PD_SZ = r"[\d.]+\s?[KMGT]?i?B\b"
 _PADDLE = re.compile(
-    r"Out of memory error on GPU (?P<dev>\d+)(?:\. Cannot allocate (?P<req>[\d.]+\s?[KMGT]?i?B) memory on GPU \d+"
-    r"(?:, (?P<alloc>[\d.]+\s?[KMGT]?i?B) memory has been allocated and available memory is only (?P<free>[\d.]+\s?[KMGT]?i?B))?)?"
+    rf"Out of memory error on (?P<kind>GPU|NPU|XPU) (?P<dev>\d+)(?:\. Cannot allocate (?P<req>{_PD_SZ}) memory on (?:GPU|NPU|XPU) \d+"
+    rf"(?:, (?:(?P<alloc>{_PD_SZ}) memory has been allocated and )?available memory is only(?: (?P<free>{_PD_SZ}))?)?)?"
 )
-# CuPy: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"; Chainer's older
-# "Out of memory allocating 25600000 bytes (allocated so far: 3635267072 bytes)".
+# CuPy: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"; CuPy >= 7 (and Chainer)
+# "Out of memory allocating 25,600,000 bytes (allocated so far: 3,635,267,072 bytes)." (older without commas).
 _CUPY = re.compile(
-    r"[Oo]ut of memory (?:to allocate|allocating) (?P<req>\d+) bytes(?: \((?:total (?P<tot>\d+)|allocated so far: (?P<so_far>\d+)) bytes\))?"
+    r"[Oo]ut of memory (?:to allocate|allocating) (?P<req>\d{1,3}(?:,\d{3})+|\d+) bytes"
+    r"(?: \((?:total (?P<tot>\d{1,3}(?:,\d{3})+|\d+)|allocated so far: (?P<so_far>\d{1,3}(?:,\d{3})+|\d+)) bytes\))?"
+)
+# TensorFlow 1.x's Eigen device allocator, fatal: "EigenAllocator for GPU ran out of memory when allocating 0.
+# See error logs for more detailed info."
+_TF_EIGEN = re.compile(r"EigenAllocator for GPU ran out of memory when allocating (?P<n>\d+)")
+# Apple MLX's allocator: "[malloc_or_wait] Unable to allocate 12 bytes.", "[malloc] ...", "[metal::malloc]
+# Attempting to allocate N bytes which is greater than the maximum allowed buffer size of M bytes."
+_MLX = re.compile(
+    r"\[(?:metal::)?malloc(?:_or_wait)?\] (?:Unable to allocate (?P<n>\d+) bytes"
+    r"|Attempting to allocate (?P<big>\d+) bytes which is greater than the maximum allowed buffer size of (?P<max>\d+) bytes)"
+)
+# TensorFlow's GPU host allocator (pinned memory for transfers): "could not allocate pinned host memory of size: N".
+_TF_PINNED = re.compile(r"[Cc]ould not allocate pinned host memory of size: (?P<n>\d+)")
+# ggml (llama.cpp, whisper.cpp): "ggml_cuda_host_malloc: failed to allocate 512.00 MiB of pinned memory: out of
+# memory". (Its "failed to allocate CUDA0 buffer of size N" only echoes the "cudaMalloc failed: out of memory"
+# line printed before it, which is read as the fault.)
+_GGML_PINNED = re.compile(rf"failed to allocate (?P<v>{_SZ}) of pinned memory: out of memory")
+# CUDA.jl's OutOfGPUMemoryError: "Out of GPU memory trying to allocate 1.234 GiB", then "Effective GPU memory
+# usage: 99.99% (7.786 GiB/7.787 GiB)".
+_JL_OOM = re.compile(rf"Out of GPU memory trying to allocate (?P<v>{_SZ})")
+_JL_USAGE = re.compile(rf"Effective GPU memory usage: [\d.]+% \((?P<used>{_SZ})/(?P<tot>{_SZ})\)")
+# MindSpore: "Device(id:0) memory isn't enough and alloc failed, kernel name: Default/Conv2D-op1, alloc size:
+# 1073741824B."; older "Device memory isn't enough and alloc failed, alloc size:1073741824" (the CPU's message
+# starts "Memory isn't enough": host memory, not read).
+_MINDSPORE = re.compile(
+    r"Device(?:\(id:(?P<dev>\d+)\))? memory isn't enough and alloc failed(?: in output actor)?"
+    r"(?:, (?:kernel|actor) name: (?P<name>[^,]+))?, alloc size: ?(?P<n>\d+)"
+)
+# nvidia-drm's GEM allocation ioctl: "[nvidia-drm] [GPU ID 0x00000100] Failed to allocate NVKMS memory for GEM
+# object"; with ", trying to fall back to sysmem" when video memory ran out and system memory is tried.
+# The driver's log macro prefixes every message with the GPU ID; the bare sentence is source or prose.
+_NV_DRM_GEM = re.compile(
+    r"\[GPU ID (?P<gpu>0x[0-9a-fA-F]+)\] Failed to allocate NVKMS (?P<video>video )?memory for GEM object"
+    r"(?P<fallback>, trying to fall back to sysmem)?"
 )
 # TensorFlow 2's eager op: "ResourceExhaustedError: failed to allocate memory [Op:AddV2]".
 _TF_EAGER = re.compile(r"ResourceExhaustedError:?\s*failed to allocate memory(?: \[Op:(?P<op>\w+)\])?")
 
 
+def _int(text: str | None) -> int | None:
+    return int(text.replace(",", "")) if text else None
+
+
 def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
-        if i in used or ("emory" not in line and "EMORY" not in line):
+        if i in used or ("emory" not in line and "EMORY" not in line and "] Unable to allocate" not in line
+                         and "] Attempting to allocate" not in line):
             continue
         facts: dict[str, FactValue] | None = None
+        severity = "error"
         if "BFCArena" in line and (m := _ORT_ARENA.search(line)):
             facts = {"framework": "onnxruntime", "allocator": "BFCArena", "requested_bytes": int(m["n"])}
-        elif "error on GPU" in line and (m := _PADDLE.search(line)):
+        elif "error on " in line and (m := _PADDLE.search(line)):
             facts = {"framework": "paddle", "device_index": int(m["dev"])}
+            if m["kind"] != "GPU":
+                facts["device_kind"] = m["kind"].lower()
             _put(facts, "requested_bytes", _bytes(m["req"]))
             _put(facts, "allocated_bytes", _bytes(m["alloc"]))
-            _put(facts, "free_bytes", _bytes(m["free"]))
+            _put(facts, "free_bytes", _bytes(m["free"]))  # absent when the line ends before it
         elif "bytes" in line and (m := _CUPY.search(line)):
-            facts = {"framework": "cupy", "requested_bytes": int(m["req"])}
-            _put(facts, "total_capacity_bytes", int(m["tot"]) if m["tot"] else None)
-            _put(facts, "allocated_bytes", int(m["so_far"]) if m["so_far"] else None)
+            facts = {"framework": "cupy", "requested_bytes": _int(m["req"])}
+            _put(facts, "total_capacity_bytes", _int(m["tot"]))
+            _put(facts, "allocated_bytes", _int(m["so_far"]))
         elif "failed to allocate memory" in line and (m := _TF_EAGER.search(line)):
             facts = {"framework": "tensorflow"}
             _put(facts, "op", m["op"])
+        elif "EigenAllocator" in line and (m := _TF_EIGEN.search(line)):
+            facts = {"framework": "tensorflow", "allocator": "EigenAllocator", "requested_bytes": int(m["n"])}
+            severity = "critical"  # LOG(FATAL): the process aborts
+        elif "pinned host memory" in line and (m := _TF_PINNED.search(line)):
+            facts = {"framework": "tensorflow", "requested_bytes": int(m["n"]), "host_pinned_memory": True}
+        elif "pinned memory" in line and (m := _GGML_PINNED.search(line)):
+            facts = {"framework": "ggml", "requested_bytes": parse_size(m["v"]), "host_pinned_memory": True}
+        elif "GPU memory" in line and (m := _JL_OOM.search(line)):
+            facts = {"framework": "cuda.jl", "requested_bytes": parse_size(m["v"])}
+            for j in range(i + 1, min(len(ev.lines), i + 4)):
+                u = _JL_USAGE.search(ev.lines[j]) if "Effective GPU" in ev.lines[j] else None
+                if u:
+                    facts["total_capacity_bytes"] = parse_size(u["tot"])
+                    facts["in_use_bytes"] = parse_size(u["used"])
+                    used.add(j)
+                    break
+        elif "isn't enough" in line and (m := _MINDSPORE.search(line)):
+            facts = {"framework": "mindspore", "requested_bytes": int(m["n"])}
+            _put(facts, "device_index", int(m["dev"]) if m["dev"] else None)
+            _put(facts, "kernel", m["name"].strip() if m["name"] else None)
+        elif "malloc" in line and (m := _MLX.search(line)):
+            facts = {"framework": "mlx", "requested_bytes": int(m["n"] or m["big"])}
+            _put(facts, "max_buffer_bytes", int(m["max"]) if m["max"] else None)
+        elif "NVKMS" in line and (m := _NV_DRM_GEM.search(line)):
+            facts = {"framework": "nvidia-drm", "call": "nv_drm_gem_alloc_nvkms_memory"}
+            _put(facts, "drm_gpu_id", m["gpu"])
+            if m["fallback"]:
+                facts["fallback_to_sysmem"] = True
+                severity = "warning"  # video memory ran out; the object is placed in system memory
         if facts is None or m is None:
             continue
         used.add(i)
@@ -901,13 +1228,56 @@ def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         _put(facts, "exception", exc.group(1) if exc else None)
         what = f", {format_bytes(int(facts['requested_bytes']))} requested" if "requested_bytes" in facts else ""
         title = f"{facts['framework']} out of memory{what}"
-        key = (facts["framework"], facts.get("requested_bytes"), facts.get("device_index"))
-        _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+        if facts["framework"] == "nvidia-drm":
+            title = "nvidia-drm: failed to allocate video memory for a GEM object" + (
+                " (fell back to system memory)" if "fallback_to_sysmem" in facts else ""
+            )
+        key = (facts["framework"], facts.get("requested_bytes"), facts.get("device_index"), severity)
+        _add(found, key, _Acc(facts, title, severity, [i], ev.ts_ns(i)))
+
+
+# RELION's CudaCustomAllocator: "ERROR: CudaCustomAllocator out of memory" and then, a field a line,
+# " [requestedSpace:             148560384 B]", " [largestContinuousFreeSpace: N B]", " [totalFreeSpace: N B]".
+# The field lines are RELION's alone: each is read even when a paste split them from the first line.
+# Not inside a string literal (RELION's own printf, quoted in code or docs, ends the line with "\n").
+_RELION_HEAD = re.compile(r"(?<![\"'])(?:ERROR: )?CudaCustomAllocator out of memory(?!\\n)")
+_RELION_FIELD = re.compile(r"\[(?P<k>requestedSpace|largestContinuousFreeSpace|totalFreeSpace):\s*(?P<n>\d+) B\]")
+_RELION_FACTS = {
+    "requestedSpace": "requested_bytes",
+    "largestContinuousFreeSpace": "largest_free_block_bytes",
+    "totalFreeSpace": "free_bytes",
+}
+
+
+def _relion(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    facts: dict[str, FactValue] = {"framework": "relion", "allocator": "CudaCustomAllocator"}
+    lines: list[int] = []
+    for i, line in enumerate(ev.lines):
+        if "CudaCustomAllocator" in line and _RELION_HEAD.search(line):
+            lines.append(i)
+        for f in _RELION_FIELD.finditer(line) if "Space:" in line else ():
+            facts.setdefault(_RELION_FACTS[f["k"]], int(f["n"]))
+            lines.append(i)
+    if not lines:
+        return
+    used.update(lines)
+    title = "RELION CudaCustomAllocator out of memory"
+    if "requested_bytes" in facts:
+        title += f", {format_bytes(int(facts['requested_bytes']))} requested"
+    found[("relion",)] = _Acc(facts, title, "error", sorted(set(lines)), ev.ts_ns(lines[0]))
 
 
 # ------------------------------------------------------------------------------- cuBLAS, cuDNN
 
-_LIB_STATUS = re.compile(r"(?P<status>(?P<lib>CUBLAS|CUDNN)_STATUS_(?P<what>ALLOC_FAILED|NOT_INITIALIZED))")
+# The CUDA math libraries' allocation statuses: cuBLAS, cuDNN, cuSPARSE, cuSOLVER ("<LIB>_STATUS_ALLOC_FAILED"),
+# cuRAND ("CURAND_STATUS_ALLOCATION_FAILED"), cuFFT ("CUFFT_ALLOC_FAILED"); and a handle that could not be
+# created ("<LIB>_STATUS_NOT_INITIALIZED").
+_LIB_STATUS = re.compile(
+    r"(?P<status>(?P<lib>CUBLAS|CUDNN|CUSPARSE|CUSOLVER|CURAND)_STATUS_(?P<what>ALLOC_FAILED|ALLOCATION_FAILED|NOT_INITIALIZED)"
+    r"|(?P<lib2>CUFFT)_(?P<what2>ALLOC_FAILED))\b"
+)
+_LIB_NAMES = {"cublas": "cuBLAS", "cudnn": "cuDNN", "cusparse": "cuSPARSE", "cusolver": "cuSOLVER", "curand": "cuRAND",
+              "cufft": "cuFFT"}
 _CALL_BACKTICK = re.compile(r"when calling `([^`]+)`")
 _CALL_PAREN = re.compile(r"_STATUS_\w+ \((\w+)\)")
 _CNTK = re.compile(r"CUBLAS failure (\d+):")
@@ -926,6 +1296,8 @@ def _caller(text: str, lib: str) -> str | None:
         or "Exception raised from" in text
         or "CUDA error: CUBLAS" in text
         or "cuDNN error:" in text
+        or "cuFFT error:" in text
+        or "cusolver error:" in text
     ):
         return "pytorch"
     if "tensorflow/" in text:
@@ -934,18 +1306,20 @@ def _caller(text: str, lib: str) -> str | None:
 
 
 def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:
-    status_lines: dict[tuple[str, str], list[int]] = {}
+    status_lines: dict[tuple[str, str, str], list[int]] = {}
     for i, line in enumerate(ev.lines):
-        if "_STATUS_" not in line:
+        if "_STATUS_" not in line and "CUFFT_ALLOC" not in line:
             continue
         for m in _LIB_STATUS.finditer(line):
-            status_lines.setdefault((m["lib"], m["what"]), []).append(i)
+            if not _prose_mention(line, m):
+                what = m["what"] or m["what2"]
+                what = "ALLOC_FAILED" if what == "ALLOCATION_FAILED" else what
+                status_lines.setdefault((m["lib"] or m["lib2"], what, m["status"]), []).append(i)
     if not status_lines:
         return
     oom_found = list(found.values())
-    for (lib_u, what), idx in status_lines.items():
+    for (lib_u, what, status), idx in status_lines.items():
         lib = lib_u.lower()
-        status = f"{lib_u}_STATUS_{what}"
         if what == "NOT_INITIALIZED":
             # A handle that failed to initialise is an OOM symptom only when the event shows the
             # OOM; on its own it is as often a driver/library mismatch, so it is not reported.
@@ -976,7 +1350,7 @@ def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:
         frames = sum(1 for x in ev.lines if _CPP_FRAME.match(x))
         if frames:
             facts["cpp_frames"] = frames
-        name = "cuBLAS" if lib == "cublas" else "cuDNN"
+        name = _LIB_NAMES[lib]
         what_failed = "allocation failed" if what == "ALLOC_FAILED" else "could not initialise"
         title = f"{name} {what_failed} ({status})"
         if "call" in facts:
@@ -996,7 +1370,8 @@ _NVRM = re.compile(
 
 
 def _nvrm(ev: _Event, found: dict[tuple, _Acc]) -> None:
-    idx = [i for i, line in enumerate(ev.lines) if "NV_ERR_NO_MEMORY" in line and "NVRM" in line]
+    # The driver's own lines start "NVRM: " (after the kernel's stamp); notes naming "NVRM" do not.
+    idx = [i for i, line in enumerate(ev.lines) if "NV_ERR_NO_MEMORY" in line and "NVRM:" in line]
     if not idx:
         return
     facts: dict[str, FactValue] = {
@@ -1041,7 +1416,16 @@ class CudaOomClassifier:
         'of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED',
         'xhausted', 'Tried to allocate', 'by PyTorch', 'BufferAssignment', 'BFCAllocator', 'memory_limit_',
         'in-use chunks', '_STATUS_NOT_INITIALIZED', 'requested buffer', 'BFCArena',
+        # MLX's allocator; nvidia-drm's GEM allocation; RELION's requested-space field (a line of its
+        # own in a paste).
+        '] Unable to allocate', 'allocate NVKMS', 'requestedSpace:',
+        # TensorFlow's pinned host allocator; CUDA.jl's OutOfGPUMemoryError; cuRAND.
+        'pinned host memory of size', 'of GPU memory trying', 'ALLOCATION_FAILED',
+        "memory isn't enough",  # MindSpore
     )
+    # A word with a number inside, entered at its rare capitals: PyTorch's "GPU 0 has a total capacity
+    # of ..." sentence on a line of its own.
+    gate_patterns = (("U ", r"\d+ has a total capacit"),)  # "GPU 0", "NPU 0", "XPU 0"
     kind = KIND_CUDA_OOM
 
     def classify(self, text: str) -> list[Finding]:
@@ -1050,11 +1434,11 @@ class CudaOomClassifier:
         ev = _Event.of(text)
         found: dict[tuple, _Acc] = {}
         used: set[int] = set()
-        if "out of memory" in text or "Tried to allocate" in text or "by PyTorch" in text:
+        if "out of memory" in text or "Tried to allocate" in text or "by PyTorch" in text or "has a total capac" in text:
             _pytorch(ev, found, used)
         if (
             "OOM when allocating" in text
-            or "ran out of memory trying" in text
+            or "an out of memory trying" in text
             or "CUDA_ERROR_OUT_OF_MEMORY" in text
             or "BFCAllocator" in text
             or "memory_limit_" in text
@@ -1062,19 +1446,34 @@ class CudaOomClassifier:
             or "allocation summary follows" in text
         ):
             _tensorflow(ev, found, used, text)
-        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: Failed" in text or "BufferAssignment" in text:
+        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: " in text or "BufferAssignment" in text:
             _jax(ev, found, used)
+            _xla_listing(ev, found, used)
         if (
             "out of memory" in text
             or "cudaErrorMemoryAllocation" in text
             or "CUDA_ERROR_OUT_OF_MEMORY" in text
+            or "hipErrorOutOfMemory" in text
+            or "rror: Out of memory" in text
         ):
             _raw_cuda(ev, found, used)
-        if "BFCArena" in text or "error on GPU" in text or "bytes" in text or "failed to allocate memory" in text:
+        if (
+            "BFCArena" in text
+            or "error on " in text
+            or "bytes" in text
+            or "failed to allocate memory" in text
+            or "EigenAllocator" in text
+            or "NVKMS" in text
+            or "pinned" in text
+            or "GPU memory" in text
+            or "isn't enough" in text
+        ):
             _others(ev, found, used)
+        if "CudaCustomAllocator" in text or "requestedSpace" in text or "FreeSpace:" in text:
+            _relion(ev, found, used)
         if "NV_ERR_NO_MEMORY" in text:
             _nvrm(ev, found)
-        if "_STATUS_" in text:
+        if "_STATUS_" in text or "CUFFT_ALLOC" in text:
             _libraries(ev, found, text)
         if not found:
             return []

@@ -58,6 +58,12 @@ def _maybe_oom(text: str) -> bool:
         or "vmap allocation" in text
         or "badness" in text
         or "killed as a result of limit" in text
+        or "OfMemoryError: Container" in text
+        or "Out Of Memory" in text
+        or "*ERROR* Failed to allocate from CMA" in text
+        or "oom killer: done" in text
+        or "out_of_memory" in text
+        or "kB min:" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
     )
 
@@ -70,15 +76,20 @@ TASK_ROWS = re.compile(r"\]" + _TASK_ROW_TAIL)
 
 # -------------------------------------------------------------------------- kernel log prefixes
 
+# A relay's own stamp before the kernel's "<6>[uptime]" (VMware's vmware.log: "2023-12-04T10:49:30.127Z In(05)
+# vcpu-5 - Guest: <6>[...]"); tried only on a line holding ">[".
+_RELAY = re.compile(r"^[^<\n]{1,80}?(?=<\d>\[\s*\d+\.\d+\])")
 _PREFIX = re.compile(
-    r"^(?:<\d+>)?"
+    r"^(?:[ \t]+(?=\[\s*\d+\.\d+\]))?"  # the spaces of an indented paste before "[uptime]"
+    r"(?:<\d+>)?"
     r"(?:[a-z]+ *:[a-z]+ *: )?"  # dmesg --decode: "kern  :warn  : "
     r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) )?"
     # syslog's "Jan  5 15:19:27", also with a localised month ("maj 06", "Mär 06", "janv. 06").
-    r"(?:(?P<sys>[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d) )?"
+    # journalctl -o short-precise adds microseconds ("Nov 03 08:06:47.252691").
+    r"(?:(?P<sys>[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) )?"
     # OpenWrt's logread: "Sat Jan 25 09:40:15 2020 kern.warn kernel:" (a year, a facility.level).
     r"(?:(?P<logread>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}) (?:[a-z]+\.[a-z]+ )?(?=kernel))?"
-    r"(?:(?P<host>[\w.-]+) (?=kernel))?"
+    r"(?:(?P<host>[\w.*-]+) (?=kernel))?"  # a host name partly masked ("n4.c1.***") is still one
     r"(?:kernel(?:\[\d+\])?: )?"
     r"(?:\[(?P<br>[^\]]*)\] ?)?"
     # journalctl -o short-monotonic: "[638074.104526] host kernel: ..." (the time before the tag).
@@ -139,6 +150,10 @@ def iso_ns(text: str) -> int | None:
 
 def split_kernel_prefix(line: str) -> KernelLine:
     """Strip syslog / journal / dmesg (-T, --time-format iso) prefixes from one kernel line."""
+    if ">[" in line and line[:1] != "<":
+        relay = _RELAY.match(line)
+        if relay:
+            line = line[relay.end() :]
     m = _PREFIX.match(line)
     if not m or m.end() == 0:
         return KernelLine(line)
@@ -188,8 +203,32 @@ _INVOKED = re.compile(
 _CONTEXT = re.compile(
     r"(?:CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?)"
     r"|Pid: (?P<oldpid>\d+), comm: (?P<oldcomm>.+?)) "
-    r"(?:Not tainted|Tainted: [A-Z ]*?) ?(?P<rel>\S+) #\d"
+    # RHEL prints its own taint columns as dashes ("Tainted: G    B   ------------ T 3.10.0-327.el7.x86_64 #1").
+    r"(?:Not tainted|Tainted: [A-Z -]*?) ?(?P<rel>\d\S*) #\d"
 )
+# The same line wrapped by a paste before its release ("... Tainted: G    C O" then "   4.14.79-v7+ #1159").
+_CONTEXT_CUT = re.compile(
+    r"CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?) (?:Not tainted|Tainted:[A-Z -]*?)\s*$"
+)
+_RELEASE_LINE = re.compile(r"^\s*(?P<rel>\d+\.\d+\S*) #\d")
+# The header when its fields after the colon are cut, wrapped or mangled (a quoted-printable mail's "=3D"):
+# the invoking task is still named.
+_INVOKED_CUT = re.compile(r"^(?P<comm>.+?) invoked oom-killer:(?:\s*gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)\b)?")
+_TASK_COMM_LEN = 15  # the kernel's comm is at most 15 characters
+
+
+def _comm(printed: str) -> str | None:
+    """The task name a kernel line starts with, without what a paste put before it.
+
+    A prefix left on (an unusual host name before "kernel: ", a quote's sentence) is cut at the last
+    "kernel: " or, for a name longer than the kernel's 15 characters, at the last space or quote.
+    """
+    c = printed.strip()
+    if "kernel: " in c:
+        c = c.rsplit("kernel: ", 1)[1].strip()
+    if len(c) > _TASK_COMM_LEN:
+        c = re.split(r"[\s\"'`\]]", c)[-1]
+    return c or None
 _CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<mems>\S+)\s*$")
 _TASK_IN = re.compile(r"(?:Task in )?(?P<task>/\S*) killed as a result of limit of (?P<limit>\S+)")
 _MEMCG_USAGE = re.compile(r"^memory: usage (?P<u>\d+)kB, limit (?P<l>\d+)kB, failcnt (?P<f>\d+)")
@@ -227,7 +266,7 @@ _MEMINFO_PAIR = re.compile(r"\b(?P<k>[a-z_]+):(?P<v>\d+)\b(?!kB)")
 _WARN_ALLOC = re.compile(
     r"^(?P<comm>.+?): page allocation (?P<what>stalls for (?P<ms>\d+)ms|failure)"
     # A line wrapped after "order:0," (a pasted report) keeps its order; the mode is on the next line.
-    r"(?:: order:(?P<order>\d+)|, order:(?P<order2>\d+))(?:, mode:(?P<mode>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?|,?\s*$)"
+    r"(?:[:.] order:(?P<order>\d+)|, order:(?P<order2>\d+))(?:, mode:(?P<mode>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?|,?\s*$)"
 )
 _HARDWARE = re.compile(r"^Hardware name: (?P<hw>.+?)\s*$")
 _SUMMARY_FIELD = re.compile(r"(?P<k>constraint|nodemask|cpuset|mems_allowed|oom_memcg|task_memcg|task|pid|uid)=(?P<v>[^,]*)")
@@ -245,10 +284,23 @@ _SELECTED = re.compile(
 )
 _KILLED = re.compile(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
-    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*)\),? "
+    # RHEL 7 and vendor kernels put the UID after the name: "Killed process 42452 (x), UID 0, total-vm:...".
+    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*)\)(?:, UID (?P<uid1>\d+))?,? "
     r"(?:total-vm|vsz):(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB"
     r"(?:, shmem-rss:(?P<shmem>\d+)kB)?(?:,? UID:(?P<uid>\d+)(?= pgtables|,? oom_score_adj))?(?: pgtables:(?P<pgt>\d+)kB)?"
     r"(?: oom_score_adj:(?P<adj>-?\d+))?"
+)
+# The kill line with its verb reworded (a machine-translated paste: "Out of memory: Process stopped 2953
+# (python) total-vm:...kB, anon-rss:...kB"): its figures, in the kernel's order, still say what it is.
+_KILLED_REWORDED = re.compile(
+    r"(?P<scope>Memory cgroup out of memory|Out of memory): [^\d(]{1,40}? (?P<pid>\d+) \((?P<name>[^()]*)\),? "
+    r"(?:total-vm|vsz):(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB"
+)
+# Kernels before 2.6.32 name the victim only: "Killed process 1235 (httpd)", RHEL 5/6 "Out of memory: Killed process
+# 2592, UID 27, (mysqld).".
+_KILLED_BARE = re.compile(
+    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory): )?Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)?"
+    r" \((?P<name>[^()]*)\)[.,]?\s*$"
 )
 _REAPER = re.compile(
     r"oom_reaper: reaped process (?P<pid>\d+) \((?P<name>.*)\), now anon-rss:(?P<anon>\d+)kB, "
@@ -256,8 +308,10 @@ _REAPER = re.compile(
 )
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _CONTAINER_ID = re.compile(r"(?:^|/)(?:cri-containerd-|docker-|crio-)?([0-9a-f]{64})(?:\.scope)?$")
-_K8S_EVENT = re.compile(r"\b(?P<type>Warning|Normal)\s+(?P<reason>OOMKilling|SystemOOM)\b")
-_SYSTEM_OOM = re.compile(r"System OOM encountered(?:, victim process: (?P<name>.+?), pid: (?P<pid>\d+))?")
+# The kubelet's OOM watcher: "SystemOOM" (a node-level kill) and, from Kubernetes 1.21's build of it, "CgroupOOM"
+# ("Cgroup OOM encountered, victim process: stress, pid: 470521"); node-problem-detector's "OOMKilling".
+_K8S_EVENT = re.compile(r"\b(?P<type>Warning|Normal)\s+(?P<reason>OOMKilling|SystemOOM|CgroupOOM)\b")
+_SYSTEM_OOM = re.compile(r"(?:System|Cgroup) OOM encountered(?:, victim process: (?P<name>.+?), pid: (?P<pid>\d+))?")
 
 _SCOPES = {
     "CONSTRAINT_MEMCG": "memcg",
@@ -304,6 +358,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
     episodes: list[_Episode] = []
     by_pid: dict[int, _Episode] = {}
     pending: _Episode | None = None  # context (invoker, memcg usage, task table) awaiting a victim
+    selected: _Episode | None = None  # a "Kill process ... or sacrifice child" awaiting its "Killed process"
 
     def victim(pid: int, i: int, kl: KernelLine) -> _Episode:
         nonlocal pending
@@ -321,9 +376,11 @@ def _kernel(lines: list[str]) -> list[_Episode]:
         _stamp(ep, kl)
         return ep
 
-    def context(i: int, kl: KernelLine, start: bool = False) -> _Episode | None:
+    def context(i: int, kl: KernelLine, start: bool = False, header: bool = False) -> _Episode | None:
+        # ``header``: the line a report starts with ("invoked oom-killer", warn_alloc's), so lines
+        # already pending belong to an earlier report (the tail of its Mem-Info, its call trace).
         nonlocal pending
-        if start and (pending is None or "invoker_process" in pending.facts):
+        if start and (pending is None or "invoker_process" in pending.facts or header):
             if pending is not None and pending.facts:
                 episodes.append(pending)  # an invoked burst that never named its victim
             pending = _Episode()
@@ -342,28 +399,32 @@ def _kernel(lines: list[str]) -> list[_Episode]:
         if "invoked oom-killer" in line:
             kl = split_kernel_prefix(line)
             m = _INVOKED.search(kl.body)
-            if m:
-                ep = context(i, kl, start=True)
+            cut = None if m else _INVOKED_CUT.search(kl.body)
+            if m or cut:
+                ep = context(i, kl, start=True, header=True)
                 assert ep is not None
-                ep.facts.update(
-                    invoker_process=m["comm"],
-                    gfp_mask=m["gfp"],
-                    order=int(m["order"]),
-                    oom_killer_invoked=True,
-                )
-                _put(ep.facts, "invoker_oom_score_adj", int(m["adj"]) if m["adj"] else None)
-                _put(ep.facts, "gfp_flags", m["flags"])
+                selected = None
+                ep.facts["oom_killer_invoked"] = True
+                if m:
+                    ep.facts.update(gfp_mask=m["gfp"], order=int(m["order"]))
+                    _put(ep.facts, "invoker_oom_score_adj", int(m["adj"]) if m["adj"] else None)
+                    _put(ep.facts, "gfp_flags", m["flags"])
+                else:
+                    assert cut is not None
+                    _put(ep.facts, "gfp_mask", cut["gfp"])
+                    ep.facts["header_cut"] = True
+                _put(ep.facts, "invoker_process", _comm((m or cut)["comm"]))  # type: ignore[index]
             continue
         if "page allocation" in line:
             kl = split_kernel_prefix(line)
             w = _WARN_ALLOC.search(kl.body)
             if w:
-                ep = context(i, kl, start=True)
+                ep = context(i, kl, start=True, header=True)
                 assert ep is not None
                 ep.alloc_warning = True
                 f = ep.facts
                 f["event"] = "page_allocation_stall" if w["ms"] else "page_allocation_failure"
-                f["invoker_process"] = w["comm"].strip()
+                _put(f, "invoker_process", _comm(w["comm"]))
                 _put(f, "stall_ms", int(w["ms"]) if w["ms"] else None)
                 f["order"] = int(w["order"] or w["order2"])
                 _put(f, "gfp_mask", w["mode"])
@@ -400,26 +461,44 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                 if redacted:
                     ep.facts.pop("victim_pid", None)
                 ep.killed = True
+                selected = ep
                 ep.facts.update(victim_process=m["name"], oom_score=int(m["score"]))
                 ep.facts.setdefault("oom_scope", _scope_of(m["scope"]) or "system")
                 _k8s_event(ep.facts, line)
             continue
-        if "illed process" in line:
+        if "illed process" in line or "anon-rss:" in line and "of memory: " in line:
             kl = split_kernel_prefix(line)
-            m = _KILLED.search(kl.body)
+            m = _KILLED.search(kl.body) or _KILLED_REWORDED.search(kl.body) or _KILLED_BARE.search(kl.body)
             if m:
-                ep = victim(int(m["pid"]), i, kl)
+                pid = int(m["pid"])
+                if pid not in by_pid and selected is not None:
+                    # Before 4.19 the selected task may hand the kill to a child or its thread group's
+                    # leader: "Kill process 302951 (AsyncLogger-1) ... or sacrifice child" then
+                    # "Killed process 300907 (java)" is one kill, of the latter.
+                    sel_pid = selected.facts.get("victim_pid")
+                    if isinstance(sel_pid, int) and by_pid.get(sel_pid) is selected:
+                        del by_pid[sel_pid]
+                        selected.facts["selected_pid"] = sel_pid
+                    _put(selected.facts, "selected_process", selected.facts.get("victim_process"))
+                    selected.facts["victim_pid"] = pid
+                    by_pid[pid] = selected
+                selected = None
+                ep = victim(pid, i, kl)
                 ep.killed = True
                 f = ep.facts
                 f["victim_process"] = m["name"]
-                f["total_vm_bytes"] = int(m["vm"]) * 1024
-                f["anon_rss_bytes"] = int(m["anon"]) * 1024
-                f["file_rss_bytes"] = int(m["file"]) * 1024
-                _put(f, "shmem_rss_bytes", _kib(m["shmem"]))
-                _put(f, "pgtables_bytes", _kib(m["pgt"]))
-                uid = m["uid"] or m["uid0"]
-                _put(f, "uid", int(uid) if uid else None)
-                _put(f, "oom_score_adj", int(m["adj"]) if m["adj"] else None)
+                if m.re is not _KILLED_BARE:
+                    f["total_vm_bytes"] = int(m["vm"]) * 1024
+                    f["anon_rss_bytes"] = int(m["anon"]) * 1024
+                    f["file_rss_bytes"] = int(m["file"]) * 1024
+                elif m["uid0"]:
+                    f["uid"] = int(m["uid0"])
+                if m.re is _KILLED:
+                    _put(f, "shmem_rss_bytes", _kib(m["shmem"]))
+                    _put(f, "pgtables_bytes", _kib(m["pgt"]))
+                    uid = m["uid"] or m["uid0"] or m["uid1"]
+                    _put(f, "uid", int(uid) if uid else None)
+                    _put(f, "oom_score_adj", int(m["adj"]) if m["adj"] else None)
                 scope = _scope_of(m["scope"])
                 if scope:
                     f.setdefault("oom_scope", scope)
@@ -456,20 +535,39 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             context(i, split_kernel_prefix(line), start=True)
             assert pending is not None
             pending.facts["oom_report"] = "partial"
+            if "+0x" in line:
+                pending.facts["oom_call_trace"] = True  # the killer's own frames: the report's stack
         if _meminfo(pending, line):
             pending.lines.append(i)
+            continue
+        if ("no killable" in line or "panic_on_oom" in line or "deadlocked on memory" in line) and _OOM_FRAMES.search(line):
+            # The report's end when there was nothing to kill, or vm.panic_on_oom: no victim, the host is at stake.
+            if "no killable" in line:
+                pending.facts["no_killable_processes"] = True
+            else:
+                pending.facts["oom_panic"] = True
+                pending.facts["oom_scope"] = "system"
+            context(i, split_kernel_prefix(line))
             continue
         if "Tasks state" in line:
             context(i, split_kernel_prefix(line))
         elif ("CPU: " in line and "PID: " in line or "Pid: " in line and "comm: " in line) and "invoker_pid" not in pending.facts:
             kl = split_kernel_prefix(line)
             m = _CONTEXT.search(kl.body)
+            rel = m["rel"] if m else None
+            if m is None:
+                m = _CONTEXT_CUT.search(kl.body)
+                nxt = _RELEASE_LINE.match(split_kernel_prefix(lines[i + 1]).body) if m and i + 1 < len(lines) else None
+                rel = nxt["rel"] if nxt else None
             if m:
                 f = pending.facts
-                f.update(invoker_pid=int(m["pid"] or m["oldpid"]), kernel_release=m["rel"])
+                g = m.groupdict()
+                f["invoker_pid"] = int(g["pid"] or g.get("oldpid"))
+                _put(f, "kernel_release", rel)
                 _put(f, "invoker_cpu", int(m["cpu"]) if m["cpu"] else None)
                 _put(f, "invoker_uid", int(m["uid"]) if m["uid"] else None)
-                f.setdefault("invoker_process", m["comm"] or m["oldcomm"])
+                if "invoker_process" not in f:
+                    _put(f, "invoker_process", _comm(g["comm"] or g.get("oldcomm") or ""))
                 context(i, kl)
         elif "cpuset=" in line:
             kl = split_kernel_prefix(line)
@@ -519,7 +617,8 @@ def _kernel(lines: list[str]) -> list[_Episode]:
 
 
 def _has_figures(f: dict[str, FactValue]) -> bool:
-    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or any(
+    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or "oom_call_trace" in f or "no_killable_processes" in f \
+        or "oom_panic" in f or any(
         k.startswith(("meminfo_", "pages_", "zone_", "free_swap", "total_swap", "total_pagecache", "swap_cache"))
         for k in f
     )
@@ -536,11 +635,14 @@ def _headerless_row(row: re.Match[str]) -> bool:
 # The OOM killer's own frames in a call trace, and its last word when nothing could be killed: a
 # report pasted from its stack trace onwards.
 _OOM_FRAMES = re.compile(r"\b(?:mem_cgroup_)?out_of_memory(?:\.cold)?\+0x|\boom_kill_process(?:\.cold)?\+0x"
-                         r"|Out of memory and no killable processes")
+                         r"|Out of memory and no killable processes"
+                         # vm.panic_on_oom, or nothing left to kill at the system level: the kernel panics instead.
+                         r"|Out of memory: (?:system-wide|compulsory) panic_on_oom is enabled|System is deadlocked on memory")
 
 
 def _opens_partial(line: str) -> bool:
-    if ("_memory+0x" in line or "oom_kill_process" in line or "no killable" in line) and _OOM_FRAMES.search(line):
+    if ("+0x" in line and ("_memory" in line or "oom_kill_process" in line) or "no killable" in line
+            or "panic_on_oom" in line or "deadlocked on memory" in line) and _OOM_FRAMES.search(line):
         return True
     if "Mem-Info" in line or "Tasks state" in line or "pages RAM" in line or "pages reserved" in line:
         return True
@@ -620,8 +722,9 @@ def _partial_summary(kl: KernelLine, i: int, ep: _Episode | None) -> None:
         if k == "constraint":
             f["constraint"] = v
             _put(f, "oom_scope", _SCOPES.get(v)) if "oom_scope" not in f else None
-        elif k in ("pid", "uid") and v.isdigit():
-            f["victim_pid" if k == "pid" else "uid"] = int(v)
+        elif k in ("pid", "uid"):
+            if v.strip().isdigit():  # a paste may pad it ("pid= 2953 "); anything else is no number
+                f["victim_pid" if k == "pid" else "uid"] = int(v)
         elif k == "task":
             f["victim_process"] = v
         else:
@@ -632,7 +735,10 @@ def _partial_summary(kl: KernelLine, i: int, ep: _Episode | None) -> None:
 
 
 def _stamp(ep: _Episode, kl: KernelLine) -> None:
-    f = ep.facts
+    _stamp_facts(ep.facts, kl)
+
+
+def _stamp_facts(f: dict[str, FactValue], kl: KernelLine) -> None:
     if kl.uptime_s is not None:
         f.setdefault("kernel_uptime_s", kl.uptime_s)
     if kl.log_time is not None:
@@ -671,6 +777,10 @@ def _kernel_title(f: dict[str, FactValue]) -> str:
         )
     if "invoker_process" in f:
         return f"Kernel OOM killer invoked by {f['invoker_process']} (order {f.get('order', '?')}, gfp_mask {f.get('gfp_mask', '?')})"
+    if f.get("oom_panic"):
+        return "Kernel panic on out of memory (panic_on_oom, or nothing left to kill)"
+    if f.get("no_killable_processes"):
+        return "Kernel OOM killer found no killable process"
     if f.get("oom_report") == "partial":
         parts = [p for p in ("Mem-Info" if any(k.startswith(("meminfo_", "pages_", "zone_", "free_swap")) for k in f) else "",
                              f"task table of {f['dump_tasks_rows']} rows" if f.get("dump_tasks_rows") else "") if p]
@@ -687,16 +797,20 @@ def _kernel_severity(ep: _Episode) -> str:
 
 # --------------------------------------------------------------------- Kubernetes and Docker
 
-_DESCRIBE_REASON = re.compile(r"^\s*Reason:\s+(?P<r>OOMKilled|OOM Killed)\s*$")
+# Also as a page shows it under the command that printed it, commented out ("#       Reason:       OOMKilled").
+_DESCRIBE_REASON = re.compile(r"^\s*(?:#\s*)?Reason:\s+(?P<r>OOMKilled|OOM Killed)\s*$")
 _STRUCT_REASON = re.compile(r'^\s*(?:- )?"?reason"?\s*:\s*"?(?P<r>OOMKilled|OOM Killed)"?,?\s*$')
 _DOCKER_OOM = re.compile(r'^\s*"OOMKilled"\s*:\s*true,?\s*$')
-_DOCKER_INLINE = re.compile(r'"OOMKilled"\s*:\s*true')
+# docker inspect's State object on one line: the key inside an object, not a sentence quoting it.
+_DOCKER_INLINE = re.compile(r'\{[^{}]*"OOMKilled"\s*:\s*true')
+_LEADING_INT = re.compile(r"^\s*(-?\d+)(?![\d.])")
 _DOCKER_EXIT = re.compile(r'"ExitCode"\s*:\s*(-?\d+)')
 _DOCKER_FINISHED = re.compile(r'"FinishedAt"\s*:\s*"([^"]+)"')
 _GET_ROW = re.compile(
     # "kubectl get pods" rows: with -A a namespace first, with "get all" a "pod/" prefix, pasted inline in
     # a sentence after a backtick.
-    r"^(?:[^`\n]*`)?\s*(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?:pod/)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>OOMKilled)\s+"
+    # A page's text flattened puts the header on the row's line ("NAME READY STATUS RESTARTS AGE test 0/1 ...").
+    r"^(?:[^`\n]*`)?\s*(?:NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\s+)?(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?:pod/)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>OOMKilled)\s+"
     r"(?P<restarts>\d+)(?:\s+\((?P<ago>[^)]*)\))?\s+(?P<age>\S+)"
 )
 _KV = re.compile(r'^\s*(?:- )?"?(?P<k>[A-Za-z][\w .-]*?)"?\s*:(?:\s+|$)(?P<v>.*?),?\s*$')
@@ -779,9 +893,9 @@ def _structured(lines: list[str], i: int, docker: bool) -> Finding:
     else:
         r = _DESCRIBE_REASON.match(lines[i]) or _STRUCT_REASON.match(lines[i])
         f["k8s_reason"] = r["r"] if r else "OOMKilled"
-    code = sib.get("exitcode")
-    if code is not None and code.lstrip("-").isdigit():
-        f["exit_code"] = int(code)
+    code = _LEADING_INT.match(sib.get("exitcode") or "")
+    if code:
+        f["exit_code"] = int(code.group(1))  # also "137Also check ...": a page's text run into the value
     for key, fact in (
         ("started", "started_at"),
         ("startedat", "started_at"),
@@ -902,7 +1016,7 @@ def _kubernetes(lines: list[str], taken: set[int]) -> list[Finding]:
             if row:
                 out.append(row)
                 continue
-        if "SystemOOM" in line or "OOMKilling" in line:
+        if "SystemOOM" in line or "OOMKilling" in line or "CgroupOOM" in line:
             ev = _K8S_EVENT.search(line)
             if not ev:
                 continue
@@ -937,6 +1051,8 @@ _OOMD_PATH = re.compile(r"^\s*(?:\S+\s+)*?Path: (?P<cg>/\S+)\s*$")
 # Meta's oomd: "Running Action=kill_by_memory_size_or_growth", "Killed 3 pids saving 1.2G from /user.slice/..."
 _FB_OOMD = re.compile(r"\boomd\[\d+\]:.*?(?:Running Action=(?P<action>kill_\w+)|Killed (?P<pids>\d+) pids?\b.*?from (?P<cg>/?\S+))")
 # earlyoom: 'sending SIGTERM to process 1234 uid 1000 "firefox": badness 900, VmRSS 1024 MiB'
+# earlyoom's old "-k" mode hands the kill to the kernel through sysrq: "Invoking oom killer: done".
+_EARLYOOM_SYSRQ = re.compile(r"^\s*Invoking oom killer: done\b")
 _EARLYOOM = re.compile(r'\bsending SIG(?:TERM|KILL) to process (?P<pid>\d+) (?:uid \d+ )?"?(?P<name>[^":]+)"?: badness')
 
 
@@ -953,9 +1069,26 @@ _RUNTIME_OOM = re.compile(
     r"|(?P<taskoom>TaskOOM event container_id:\\?\"?(?P<tcid>[0-9a-f]{12,64}))"
     r"|(?P<talos>Sending SIGKILL to cgroup .*runtime\.OOMController)"
 )
+# Wordings searched only on a line holding their word (_RUNTIME_MORE_WORDS): one alternation of all of them
+# would cost every line of an OOM report a slower search.
+_RUNTIME_MORE = re.compile(
+    # A pod's status printed by a go-template ("terminated:map[exitCode:137 reason:OOM Killed ...]") or as
+    # YAML flattened onto one line ("state: terminated: exitCode: 137 reason: OOMKilled phase: Failed").
+    r"(?P<flat>\bterminated:\s?(?:map\[)?(?:\w+:\s?\S+\s+){0,8}?reason:\s?(?:OOMKilled|OOM Killed)\b)"
+    # Nomad's Terminated task event for a driver that saw the OOM kill: "Exit Code: 137, Exit Message: \"OOM Killed\"".
+    # Slurm's step cgroup: slurmstepd "Detected 1 oom-kill event(s) in step 4321.0 cgroup." (before 20.11) or
+    # "Detected 1 oom_kill event in StepId=1234.batch." and srun's "srun: error: node3: task 0: Out Of Memory".
+    r"|(?P<slurm>\bDetected (?P<sn>\d+) oom[-_]kill event(?:s|\(s\))? in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?\.(?:\s|$))"
+    r"|(?P<srun>\bsrun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory\b)"
+    r"|(?P<nomad>Exit Code: (?P<ncode>-?\d+),(?: Signal: \d+,)? Exit Message: \\?\"OOM Killed\\?\")"
+)
+_RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Message")
 
 
-_JSON_EXIT = re.compile(r'"exitCode"\s*:\s*(-?\d+)')
+_JSON_EXIT = re.compile(r'"?exitCode"?\s*:\s*(-?\d+)')
+# An exit code printed after a runtime's OOM line (ECS's console: "... due to memory usage Exit Code<TAB>137").
+_EXIT_CODE = re.compile(r"\b(?:Exit ?Code|ExitCode|exit_code)\b[\"']?\s*[:=]?\s*(-?\d+)\b")
+_FLAT_NAME = re.compile(r"(?:^|\s)-\s+name:\s+([\w.-]+)\s")
 _ATTR_NAME = re.compile(r"[(,]\s*(?:io\.kubernetes\.container\.name|name)=([^,()\s]+)")
 
 
@@ -969,20 +1102,31 @@ def _attr_name(line: str) -> str | None:
 def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
     out: list[Finding] = []
     for i, line in enumerate(lines):
-        if i in taken or ("OOM" not in line and "oom" not in line):
+        if i in taken or ("OOM" not in line and "oom" not in line and "OfMemoryError: Container" not in line
+                          and "Out Of Memory" not in line):
             continue
         m = _RUNTIME_OOM.search(line)
+        if not m and any(w in line for w in _RUNTIME_MORE_WORDS):
+            m = _RUNTIME_MORE.search(line)
         if not m:
             continue
-        source = next(k for k in ("runc", "events", "api", "forwarded", "inline_json", "inspect", "ecs", "ecsagent",
-                                   "taskoom", "talos") if m[k])
+        g = m.groupdict()
+        source = next(k for k in ("runc", "events", "api", "forwarded", "inline_json", "flat", "inspect", "ecs",
+                                   "ecsagent", "taskoom", "talos", "nomad", "slurm", "srun") if g.get(k))
         f: dict[str, FactValue] = {"source": {
             "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
-            "forwarded": "containerd", "inline_json": "kubernetes"}.get(source, source)}
-        _put(f, "container", m["name"] or _attr_name(line))
-        _put(f, "container_id", m["cid"] or m["tcid"] or m["ecid"] or m["acid"])
-        if source == "inline_json":
-            code = _JSON_EXIT.search(line)
+            "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm"}.get(source, source)}
+        flat_name = _FLAT_NAME.search(line, 0, m.start()) if source == "flat" else None
+        _put(f, "container", g.get("name") or (flat_name.group(1) if flat_name else _attr_name(line)))
+        _put(f, "container_id", g.get("cid") or g.get("tcid") or g.get("ecid") or g.get("acid"))
+        if source in ("slurm", "srun"):
+            _put(f, "slurm_step", g["step"])
+            _put(f, "oom_kill_events", int(g["sn"]) if g["sn"] else None)
+            _put(f, "node", g["node"])
+        elif g.get("ncode"):
+            f["exit_code"] = int(g["ncode"])
+        else:
+            code = _JSON_EXIT.search(line) if source in ("inline_json", "flat") else _EXIT_CODE.search(line, m.start())
             _put(f, "exit_code", int(code.group(1)) if code else None)
         title = f"Container OOM-killed ({f['source']})" + (f": {f['container']}" if "container" in f else "")
         out.append(Finding(kind=KIND_HOST_OOM, severity="error", title=title, facts=f, excerpt=line.strip()[:_EXCERPT_MAX]))
@@ -996,22 +1140,34 @@ _OTHER_ALLOC = re.compile(
     r"__alloc_pages: (?P<order>\d+)-order allocation failed"
     r"|(?:^|\s)(?P<comm>[^\s:]+): vmalloc: allocation failure:? (?P<bytes>\d+) bytes"
     r"|vmap allocation for size (?P<vbytes>\d+) failed"
+    # A DRM driver's buffer from the CMA pool: vc4's "[drm:vc4_bo_create [vc4]] *ERROR* Failed to allocate from CMA:".
+    r"|\*ERROR\* Failed to allocate from CMA\b(?P<vc4>)"
 )
 
 
-def _alloc_failures(lines: list[str], taken: set[int]) -> list[Finding]:
+def _alloc_failures(lines: list[str], taken: set[int], text: str) -> list[Finding]:
     out: list[Finding] = []
+    # A DRM driver's CMA failure is the pool's: the kernel's own "cma_alloc: alloc failed" line, where the
+    # text has it, is that fault's report (the CMA reader's), and the driver's lines of one text are one fault.
+    drm_done = "cma_alloc" in text
     for i, line in enumerate(lines):
         if i in taken or "alloc" not in line:
             continue
         m = _OTHER_ALLOC.search(split_kernel_prefix(line).body)
         if not m:
             continue
-        f: dict[str, FactValue] = {"source": "kernel", "event": "vmalloc_failure" if m["bytes"] or m["vbytes"] else
-                                   "page_allocation_failure"}
+        cma = m["vc4"] is not None
+        if cma:
+            if drm_done:
+                continue
+            drm_done = True
+        f: dict[str, FactValue] = {"source": "cma" if cma else "kernel", "event": "cma_allocation_failure" if cma else
+                                   "vmalloc_failure" if m["bytes"] or m["vbytes"] else "page_allocation_failure"}
         _put(f, "order", int(m["order"]) if m["order"] else None)
         _put(f, "invoker_process", m["comm"])
-        _put(f, "requested_bytes", int(m["bytes"] or m["vbytes"]) if (m["bytes"] or m["vbytes"]) else None)
+        size = m["bytes"] or m["vbytes"]
+        _put(f, "requested_bytes", int(size) if size else None)
+        _stamp_facts(f, split_kernel_prefix(line))
         out.append(Finding(kind=KIND_MEMORY_ALLOC_FAILURE, severity="warning", title="Kernel memory allocation failed"
                            + (f" ({f['invoker_process']})" if "invoker_process" in f else ""), facts=f,
                            excerpt=line.strip()[:_EXCERPT_MAX]))
@@ -1044,6 +1200,9 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
                 f = {"source": "oomd"}
                 _put(f, "oomd_action", m["action"])
                 _put(f, "oom_memcg", m["cg"])
+        elif "oom killer: done" in line:
+            if _EARLYOOM_SYSRQ.match(line):
+                f = {"source": "earlyoom", "earlyoom_sysrq_oom": True}
         elif "badness" in line:
             m = _EARLYOOM.search(line)
             if m:
@@ -1077,6 +1236,14 @@ class HostOomClassifier:
         'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'Action=kill',
         'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /', 'order allocation failed',
         'vmalloc: allocation', 'vmap allocation', 'container oom', '/tasks/oom', '"oom"',
+        # ECS's "OutOfMemoryError: Container killed due to memory usage", earlyoom's sysrq mode, Slurm's "oom_kill
+        # event" and srun's "Out Of Memory", vc4's CMA failure; the OOM killer's stack frames (out_of_memory,
+        # oom_kill_process) and a zone's watermarks when a report is pasted without its other lines.
+        # (Spelt to hold a rarer character or another classifier's word: "OfMemory" is cuda_oom's, so the scan's gate
+        # adds nothing for it.)
+        'OfMemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
+        'out_of_memory',
+        'kB min:',
     )
     # A task-table row alone carries no word to look for: the registry gates on its shape too.
     gate_patterns = (("]", _TASK_ROW_TAIL),)
@@ -1106,11 +1273,13 @@ class HostOomClassifier:
             )
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
-        if "OOM" in text or "container oom" in text or "tasks/oom" in text or '"oom"' in text:
+        if "OOM" in text or "container oom" in text or "tasks/oom" in text or '"oom"' in text or "kill event" in text \
+                or "OfMemoryError: Container" in text or "Out Of Memory" in text:
             out.extend(_runtime_reports(lines, taken))
-        if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text:
-            out.extend(_alloc_failures(lines, taken))
+        if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text \
+                or "*ERROR* Failed to allocate from CMA" in text:
+            out.extend(_alloc_failures(lines, taken, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "badness" in text \
-                or "killed as a result of limit" in text:
+                or "killed as a result of limit" in text or "oom killer: done" in text:
             out.extend(_userspace(lines, taken))
         return out

@@ -28,6 +28,7 @@ from ._base import KIND_JETSON_MEMORY, FactValue, Finding
 from ._context import jetson_context
 from .cuda_oom import format_bytes
 from .host_oom import KernelLine, split_kernel_prefix
+from .xid import literal_line
 
 _EXCERPT_MAX = 2000
 _ENOMEM = errno.ENOMEM  # 12 on Linux, which is what Jetson runs
@@ -38,7 +39,17 @@ def _maybe_jetson(text: str) -> bool:
     # "cudaAllocMapped", "cma_alloc" / "dma_alloc_attrs", nvgpu's "DMA alloc FAILED" and its
     # "[ERR]" lines); a handful of `in` checks is the cheapest gate per log line.
     return ("Map" in text or "nvmap" in text or "NVMAP" in text or "ma_alloc" in text or "nvgpu" in text
-            or "NvRmMem" in text)
+            or "NvRmMem" in text or "alloc FAILED" in text or "cma: Failed" in text)
+
+
+# A line that names the message rather than prints it: a Markdown heading ("### `NvMapMemAlloc...:
+# error 12`"), a glossary term in bold ("- **`NvMap...: ... error 12`** — what it means").
+_TITLE_LINE = re.compile(r"^[ \t]{0,3}(?:#{1,6}[ \t]|[-*+][ \t]+\*\*`|\*\*`)")
+
+
+def _named_not_printed(line: str, start: int) -> bool:
+    """Whether the message at ``start`` of ``line`` is a title or a string literal, not output."""
+    return bool(_TITLE_LINE.match(line)) or literal_line(line, start)
 
 
 def _errno_name(n: int) -> str | None:
@@ -75,14 +86,18 @@ _NVMAP_TAGGED = re.compile(
     r"\b(?P<call>NvMap\w+)(?: failed)?: (?P<arg>\d+|0x[0-9a-fA-F]+|\.\.\.|…) error (?P<err>-?\d+)"
 )
 _NVMAP_ERR = re.compile(r"\b(?P<call>NvMap\w+)(?: failed)?: error (?P<err>-?\d+)")
+_ERRNO_AFTER = re.compile(r"\s*\((?P<name>E(?:NOMEM|INVAL|NOENT|ACCES|PERM|FAULT|BUSY|NODEV|NXIO|IO))\)")
 # The user-space memory manager failing to open /dev/nvmap: "NvRmMemInitNvmap failed with No such
 # file or directory", "NvRmMemInit failed" (a container without the device, or no permission).
 _NVRM_MEM_INIT = re.compile(
-    r"\b(?P<call>NvRmMemInit\w*) failed(?:(?: with|: error) (?P<why>[A-Z][\w ]+?))?(?=[\s`*\"'.,;:)]|$)"
+    r"\b(?P<call>NvRmMemInit\w*) failed(?:(?: with|: error) (?P<why>No such file or directory|Permission denied"
+    r"|Cannot allocate memory|Invalid argument|Operation not permitted|[A-Z][\w ]+?))?(?=[\s`*\"'.,;:)]|$)"
 )
 _STRERROR = {"No such file or directory": 2, "Permission denied": 13, "Cannot allocate memory": 12,
              "Invalid argument": 22, "Operation not permitted": 1}
-_NVMAP_OP = re.compile(r"\b(?P<call>NvMap\w+) (?P<arg>0x[0-9a-fA-F]+|\d+) failed \[(?P<err>-?\d+)\]")
+# "NvMapReserveOp 0x80000000 failed [22]", "NvMapMemCacheMaint:1075334668 failed [14]" (the call and its
+# argument joined by a space or a colon, as libnvrm_mem prints each).
+_NVMAP_OP = re.compile(r"\b(?P<call>NvMap\w+)(?: |: ?)(?P<arg>0x[0-9a-fA-F]+|\d+) failed \[(?P<err>-?\d+)\]")
 _NVMAP_KERNEL = re.compile(r"\b(?P<call>nvmap_\w+|NVMAP_IOC_\w+)\b.*?\b(?:fail(?:ed|ure)?|error)\b", re.I)
 _PID = re.compile(r"\bPID:? (\d+)")
 _SIZE_BYTES = re.compile(r"(\d+) bytes|\bsize[=: ]+(0x[0-9a-fA-F]+|\d+)")
@@ -90,6 +105,19 @@ _HEAP = re.compile(r"\bheap[=: ]+(\w+)|\b(iovmm|carveout|vpr|generic)\b", re.I)
 _CUDA_AFTER = re.compile(
     r"(cuda\w*(?:Malloc|Alloc)\w* failed: [^\n]*|CUDA error: out of memory|cudaErrorMemoryAllocation)"
 )
+
+
+_ALLOC_FAILURE_NEAR = re.compile(
+    r"\b[Aa]lloc\w* (?:FAILED|[Ff]ailed)|[Ff]ailed to allocate|CUDA error: out of memory|CUDA out of memory\."
+    r"|cudaErrorMemoryAllocation|OutOfMemoryError|InsufficientMemory|\bENOMEM\b|Cannot allocate memory"
+)
+_NEAR_LINES = 5
+
+
+def _failure_near(lines: list[str], i: int) -> bool:
+    """Whether a line within ``_NEAR_LINES`` of line ``i`` reports an allocation failing."""
+    lo, hi = max(0, i - _NEAR_LINES), min(len(lines), i + _NEAR_LINES + 1)
+    return any(_ALLOC_FAILURE_NEAR.search(lines[j]) for j in range(lo, hi) if j != i)
 
 
 def _nvmap(lines: list[str], out: list[_Acc]) -> None:
@@ -107,6 +135,8 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
         arg = m["arg"] if m else None
         if not m:
             m = _NVMAP_ERR.search(line)
+        if m and _named_not_printed(line, m.start()):
+            continue
         if m:
             err = abs(int(m["err"]))
             if err == 0:
@@ -115,18 +145,32 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
                 if last is not None:
                     last.facts.setdefault("followed_by", f"{m['call']}: error 0")
                     last.lines.append(i)
-                continue
+                    continue
+                # Alone (the allocation's own line not shown, or not printed by this release):
+                # the handle allocation failed with no errno reported. "error 0" says nothing by
+                # itself, so it counts only with a failure beside it: a symbolic name after it
+                # ("error 0 (ENOMEM)", the one printed), or an allocation failing within a few lines
+                # (a CUDA OOM, "Buffer allocation failed", "InsufficientMemory").
+                named = _ERRNO_AFTER.match(line, m.end())
+                if not named and not _failure_near(lines, i):
+                    continue
+                err = getattr(errno, named["name"]) if named else 0
             key = (m["call"], err)
             acc = groups.get(key)
             if acc is None:
                 oom = err == _ENOMEM
-                f: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": m["call"], "errno": err}
-                _put(f, "errno_name", _errno_name(err))
+                f: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": m["call"]}
+                if err:
+                    f["errno"] = err
+                    _put(f, "errno_name", _errno_name(err))
                 f["out_of_memory"] = oom
                 name = f" ({f['errno_name']})" if "errno_name" in f else ""
-                what = "allocation failed" if oom else "failed"
-                title = f"NvMap {m['call']} {what}: error {err}{name}"
-                acc = _Acc(f, title, "error" if oom else "warning")
+                if err:
+                    what = "allocation failed" if oom else "failed"
+                    title = f"NvMap {m['call']} {what}: error {err}{name}"
+                else:
+                    title = f"NvMap {m['call']} failed (error 0: no errno reported)"
+                acc = _Acc(f, title, "error" if oom or not err else "warning")
                 groups[key] = acc
                 out.append(acc)
             acc.lines.append(i)
@@ -136,7 +180,7 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
             last = acc
             continue
         r = _NVRM_MEM_INIT.search(line) if "NvRmMemInit" in line else None
-        if r:
+        if r and not _named_not_printed(line, r.start()):
             if last is not None and str(last.facts.get("nvmap_call", "")).startswith("NvRmMemInit"):
                 last.lines.append(i)
                 last.count += 1
@@ -213,13 +257,33 @@ def _alloc_mapped(lines: list[str], out: list[_Acc]) -> None:
 # ---------------------------------------------------------------------------------- nvgpu, CMA
 
 _NVGPU = re.compile(r"nvgpu: (?P<dev>\S+)\s+(?P<fn>\w+):(?P<ln>\d+)\s+\[(?P<lvl>\w+)\]\s+(?P<msg>.*?)\s*$")
+# nvgpu's nvgpu_dma_print_err(): "DMA alloc FAILED: [sysmem] size=64225280 aligned=64225280 flags:0x..."
+# (a cut or elided line may stop after the size).
 _DMA_FAIL = re.compile(
-    r"DMA alloc FAILED: \[(?P<heap>\w+)\] size=(?P<size>\d+) aligned=(?P<al>\d+)(?: flags:(?P<flags>\S+))?"
+    r"DMA alloc FAILED: \[(?P<heap>\w+)\] size=(?P<size>\d+)(?: aligned=(?P<al>\d+)(?: flags:(?P<flags>\S+))?)?"
 )
+# mm/cma.c at boot, the pool not placed ("cma: Failed to reserve 2048 MiB", newer kernels "... MiB on
+# node 0"): the board runs with no (or a smaller) contiguous pool, so later CMA/DMA allocations fail.
+_CMA_RESERVE = re.compile(r"\bcma: Failed to reserve (?P<mib>\d+) MiB(?: on node (?P<node>\d+))?")
 _DMA_ATTRS = re.compile(r"dma_alloc_attrs\b.*?\b(?:fail(?:ed)?|error)\b", re.I)
 _CMA = re.compile(
     r"cma_alloc: (?:(?P<area>[^:]+): )?alloc failed, req-size: (?P<pages>\d+) pages, ret: (?P<ret>-?\d+)"
 )
+
+
+def _dma_failed(d: re.Match[str], dev: str | None, kl: KernelLine, i: int) -> _Acc:
+    """nvgpu's "DMA alloc FAILED: [sysmem] size=64225280 aligned=64225280 flags:..." as a finding."""
+    f: dict[str, FactValue] = {"source": "nvgpu"}
+    _put(f, "nvgpu_device", dev)
+    f["heap"] = d["heap"]
+    f["requested_bytes"] = int(d["size"])
+    _put(f, "aligned_bytes", int(d["al"]) if d["al"] else None)
+    _put(f, "dma_flags", d["flags"])
+    f["out_of_memory"] = True
+    _stamp(f, kl)
+    where = f"nvgpu {dev}" if dev else "nvgpu"
+    title = f"{where}: DMA alloc of {format_bytes(int(d['size']))} from {d['heap']} failed"
+    return _Acc(f, title, "error", [i], kl.ts_ns)
 
 
 def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
@@ -227,23 +291,39 @@ def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
     errors: list[tuple[int, str]] = []
     cma: dict[tuple, _Acc] = {}
     for i, line in enumerate(lines):
-        if "nvgpu" in line:
-            m = _NVGPU.search(line)
+        if "cma: Failed" in line:
+            r = _CMA_RESERVE.search(line)
+            if r and not _named_not_printed(line, r.start()):
+                kl = split_kernel_prefix(line)
+                key = ("reserve", r["mib"], r["node"])
+                if key in cma:
+                    cma[key].lines.append(i)
+                    cma[key].count += 1
+                else:
+                    f = {"source": "cma", "cma_reserve_failed": True, "requested_bytes": int(r["mib"]) << 20}
+                    _put(f, "numa_node", int(r["node"]) if r["node"] else None)
+                    f["out_of_memory"] = False
+                    _stamp(f, kl)
+                    title = f"CMA pool of {r['mib']} MiB could not be reserved at boot"
+                    cma[key] = _Acc(f, title, "error", [i], kl.ts_ns, count=1, generic=True)
+                    out.append(cma[key])
+            # a prose note may quote nvgpu's failure on the same line: read on
+        if "nvgpu" in line or "DMA alloc FAILED" in line:
+            m = _NVGPU.search(line) if "nvgpu" in line else None
             if not m:
+                # nvgpu's message with its "nvgpu: <dev> <fn>:<line> [ERR]" prefix cut off (quoted
+                # in a note or wrapped): the wording alone is nvgpu's.
+                d = _DMA_FAIL.search(line)
+                if d and not _named_not_printed(line, d.start()):
+                    kl = split_kernel_prefix(line)
+                    acc = _dma_failed(d, None, kl, i)
+                    dma.append(acc)
+                    out.append(acc)
                 continue
             kl = split_kernel_prefix(line)
             d = _DMA_FAIL.search(m["msg"])
             if d:
-                f: dict[str, FactValue] = {"source": "nvgpu", "nvgpu_device": m["dev"], "heap": d["heap"]}
-                f["requested_bytes"] = int(d["size"])
-                f["aligned_bytes"] = int(d["al"])
-                _put(f, "dma_flags", d["flags"])
-                f["out_of_memory"] = True
-                _stamp(f, kl)
-                title = (
-                    f"nvgpu {m['dev']}: DMA alloc of {format_bytes(int(d['size']))} from {d['heap']} failed"
-                )
-                acc = _Acc(f, title, "error", [i], kl.ts_ns)
+                acc = _dma_failed(d, m["dev"], kl, i)
                 dma.append(acc)
                 out.append(acc)
             elif m["lvl"] == "ERR":
@@ -320,7 +400,8 @@ class JetsonMemoryClassifier:
     name = "jetson_memory"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu', 'NvRmMemInit')
+    triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu', 'NvRmMemInit', 'DMA alloc FAILED',
+                'Failed to reserve')  # "cma: Failed to reserve": the gate anchors a word at its rare "F" on
     kind = KIND_JETSON_MEMORY
 
     def __init__(self, *, device_is_jetson: bool = False) -> None:
@@ -335,7 +416,7 @@ class JetsonMemoryClassifier:
             _nvmap(lines, accs)
         if "cudaAllocMapped" in text:
             _alloc_mapped(lines, accs)
-        if "nvgpu" in text or "ma_alloc" in text:
+        if "nvgpu" in text or "ma_alloc" in text or "alloc FAILED" in text or "cma: Failed" in text:
             _nvgpu_cma(lines, accs)
         context = jetson_context(text) if any(a.generic for a in accs) else {}
         out: list[Finding] = []
@@ -344,6 +425,12 @@ class JetsonMemoryClassifier:
             if a.generic:
                 if context or self.device_is_jetson:
                     facts = {**facts, **(context or {"jetson": True, "jetson_evidence": "device"})}
+                elif a.facts.get("cma_reserve_failed") and not any(
+                    k in a.facts for k in ("kernel_uptime_s", "log_time", "host")
+                ):
+                    # A pool reservation quoted with neither a kernel prefix nor a Jetson in view
+                    # (a note about a kernel command line): no board to tell and no log line to date.
+                    continue
                 else:
                     # Not a Jetson as far as anything shows: the kernel allocator's failure, at its
                     # true severity (the kernel prints it as a warning and the caller falls back).

@@ -3,20 +3,29 @@
 Errors (``KIND_TENSORRT_ERROR``), one finding per recognised line, in every logger format seen
 in the field: TensorRT 7's ``[TensorRT] ERROR: ...``, the 8.x/10.x Python logger's
 ``[MM/DD/YYYY-HH:MM:SS] [TRT] [E] ...``, DeepStream's ``ERROR: [TRT]: ...``, trtexec's
-``[E] [TRT] ...`` and untagged lines from applications with their own logger. The ``category``
-fact says what went wrong:
+``[E] [TRT] ...``, trtexec's error recorder ``[E] Error[N]: ...``, ONNX Runtime's relay
+``[2024-02-08 11:00:22 WARNING] ...``, TensorRT-LLM's ``[TensorRT-LLM][ERROR] ...`` and untagged lines
+from applications with their own logger. The ``category`` fact says what went wrong:
 
-* ``out_of_memory``: ``Error Code 2: OutOfMemory`` (and any coded error whose detail says so)
-* ``gpu_memory_allocation_failed``: "Requested amount of GPU memory (N bytes) could not be allocated"
-* ``tactic_skipped_insufficient_memory`` / ``tactic_skipped``: "Skipping tactic ..."
+* ``out_of_memory``: ``Error Code 2: OutOfMemory`` (and any coded error whose detail says so; TensorRT
+  10's "(Requested size was N bytes.)" gives ``requested_bytes``)
+* ``gpu_memory_allocation_failed``: "Requested amount of GPU memory (N bytes) could not be allocated", and
+  the allocator's own "Error Code 1: Cuda Runtime (In allocate at .../defaultAllocator.cpp:57)"
+* ``tactic_skipped_insufficient_memory`` / ``tactic_skipped``: "Skipping tactic ..." (8.0-8.4 spell it
+  "insuficient")
 * ``tactic_device_memory_insufficient``: "Tactic Device request: 2304MB Available: 1536MB"
 * ``workspace_too_small``: too little workspace for some tactics / "try increasing the workspace size"
 * ``fp16_unsupported`` / ``int8_unsupported``: "Half2 support requested on hardware without native
   FP16", "Platform doesn't support fast native fp16", "platform does not have FP16 support"
+* ``fp16_weights_out_of_range`` (subnormal or overflowing weights, 8.4's per-weight and 8.6+'s counted
+  wordings), ``fp16_layernorm_overflow``, ``int8_missing_scale`` ("Missing scale and zero-point for
+  tensor X, expect fall back to non-int8 ..."), ``int8_calibration_failed``: precision warnings/errors
 * ``unsupported_sm``: "Assertion failed: Unsupported SM", "Target GPU SM 70 is not supported"
 * ``unsupported_state``: an ``UNSUPPORTED_STATE`` error not about a tactic
 * ``engine_version_mismatch`` / ``engine_device_mismatch`` / ``engine_invalid``: a serialized
-  engine built by another TensorRT version or for another GPU, or not an engine at all
+  engine built by another TensorRT version or for another GPU, or not an engine at all;
+  ``engine_other_device_model``: the warning for an engine built on another GPU model
+* ``caffe_weights_missing``: the Caffe parser's "<layer>: ERROR - 32-bit weights not found for 32-bit model"
 * ``cuda_runtime_error``: ``Error Code 1: Cuda Runtime (...)``; ``cuda_error``: "Cuda Error in
   <call>: N (name)"; ``cuda_init_failure``: "CUDA initialization failure with error: N"
 * ``error_code``: any other coded TensorRT error; ``error``: any other line tagged as an error
@@ -34,7 +43,8 @@ with or without the ``=== Performance summary ===`` header) becomes one finding 
 event prints them. A device block without a summary is reported on its own
 (``record: device_info``). The summary should reach the classifier as one event (the log source
 groups lines); fed line by line, each stat line gives a partial finding
-(``summary_complete: False``).
+(``summary_complete: False``). A run quoted by its throughput alone (``[I] Throughput: 96.2 qps``) is
+such a partial finding only with trtexec's ``[I]`` tag: other tools print qps too.
 
 TensorRT <= 7's vertical layout (a heading such as "Host Latency" or "GPU Compute", then one
 "min: x ms (end to end y ms)" line per statistic and "percentile: x ms at 99%") is read into the
@@ -61,6 +71,10 @@ _SEV_TAG = re.compile(
     r"|(?P<c>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE):\s*\[TRT\]"
     r"|\[(?P<d>[EWF])\]\s*(?:\[TRT\])?"
     r"|\[(?P<e>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\]\s*\[(?:TRT|TensorRT)\]"  # "[ERROR] [TensorRT] ..."
+    # ONNX Runtime's TensorRT logger (and loggers written after it): "[2024-02-08 11:00:22 WARNING] msg",
+    # "[2024-02-08 11:00:22   ERROR] msg" (the level right-aligned).
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+(?P<f>INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\]"
+    r"|\[TensorRT-LLM\]\s*\[(?P<g>ERROR|WARNING|WARN|INFO|DEBUG|TRACE)\]"  # "[TensorRT-LLM][ERROR] ..."
 )
 _SEV_NORMAL = {
     "E": "error",
@@ -73,14 +87,19 @@ _SEV_NORMAL = {
     "INFO": "info",
     "V": "info",
     "VERBOSE": "info",
+    "WARN": "warning",
+    "DEBUG": "info",
+    "TRACE": "info",
 }
 # What comes before the message: bracketed tags, "ERROR:" words, a trailing ":" after [TRT].
 _LEAD = re.compile(r"^\s*(?:\[[^\]]{0,40}\]:?\s*|(?:INTERNAL_ERROR|ERROR|WARNING|INFO|VERBOSE)\s*:\s*)")
 
 _SKIP_TACTIC = re.compile(
     r"(?P<status>UNSUPPORTED_STATE)?:?\s*Skipping tactic (?P<idx>\d+|0x[0-9A-Fa-f]+) due to (?P<why>.*?)"
-    r"(?: on requested size of (?P<size>\d+) detected for tactic (?P<tactic>0x[0-9A-Fa-f]+))?\.?\s*$"
+    # TensorRT 8.6 runs the hint on after the period: "...for tactic 0x0000000000000000.Try decreasing ...".
+    r"(?: on requested size of (?P<size>\d+) detected for tactic (?P<tactic>0x[0-9A-Fa-f]+))?(?:\.|\s*$)"
 )
+_INSUFFICIENT_MEMORY = re.compile(r"insuff?icient memory")
 _TACTIC_DEVICE = re.compile(
     r"Tactic Device request: (?P<req>\d+(?:\.\d+)?)\s*(?P<ru>[KMG]i?B) Available: (?P<avail>\d+(?:\.\d+)?)\s*(?P<au>[KMG]i?B)"
 )
@@ -109,13 +128,45 @@ _NO_PROFILE = re.compile(r"Network has dynamic or shape inputs, but no optimizat
 _SUBNORMAL = re.compile(
     r"Subnormal FP16 values detected|smallest positive FP16 Subnormal value|had the following issues when converted to FP16"
     r"|(?:exceed|Values? (?:larger|greater) than) (?:the )?(?:largest|max(?:imum)?) FP16"
+    # TensorRT 8.6+ counts the weights per issue under one heading (each wording whole: a
+    # manual's elided or wrapped quote of it is not the builder's line).
+    r"|TensorRT encountered issues when converting weights between types and that could affect accuracy"
+    r"|weights are affected by this issue: Detected (?:subnormal FP16 values|values less than smallest positive FP16 "
+    r"subnormal value|(?:finite )?FP32 values which would overflow in FP16)"
 )
+_AFFECTED = re.compile(r"(?P<n>\d+) weights are affected by this issue")
+# INT8 without a scale for a tensor: TensorRT 8.2+ "Missing scale and zero-point for tensor X, expect fall
+# back to non-int8 implementation for any layer consuming or producing given tensor", TensorRT 7/8.0
+# "Missing dynamic range for tensor X, expect fall back ...".
+_MISSING_SCALE = re.compile(
+    r"Missing (?:scale and zero-point|dynamic range) for tensor (?P<tensor>.+?), expect fall back to non-int8"
+)
+# The Caffe parser (TensorRT <= 8): "<layer>: ERROR - 32-bit weights not found for 32-bit model".
+_CAFFE_WEIGHTS = re.compile(r"(?:^|\s)(?P<layer>[^\s:]+): ERROR - (?P<bits>\d+)-bit weights not found for \d+-bit model")
+# trtexec's error recorder: "[E] Error[10]: <description>" (the number is the ErrorCode).
+_RECORDER = re.compile(r"(?:^|[\]\s])Error\[(?P<code>\d+)\]: ")
+# TensorRT 10's OutOfMemory detail: "Error Code 2: OutOfMemory (Requested size was 20132809216 bytes.)".
+_REQUESTED_SIZE = re.compile(r"Requested size was (?P<bytes>\d+) bytes")
+# The builder's "no implementation" error names a node that may hold spaces, brackets and dots
+# ("{ForeignNode[177...Reshape_81 + (Unnamed Layer* 146) [Shuffle]]}"): it runs to the message's end.
+# TensorRT 8.6 adds why: "... for node X due to insufficient workspace. See verbose log for requested sizes."
+_IMPL_NODE = re.compile(
+    r"(?i)could not find any implementation for node (?P<layer>.+?)(?: due to .*|, try increasing.*|\.?\s*)$"
+)
+_WORKSPACE_TACTICS = re.compile(r"Some tactics do not have sufficient workspace memory to run")
 _DESERIALIZE = re.compile(r"(?i)deserializ\w* (?:the )?(?:cuda )?engine failed|deserializeCudaEngine failed"
                           r"|failed to deserialize (?:the )?(?:cuda )?engine")
 _TRTEXEC_FAILED = re.compile(r"&&&& FAILED TensorRT\.trtexec(?: \[TensorRT v(?P<v>\d{4,6})\])?")
-_CUDA_ERROR_IN = re.compile(r"Cuda Error in (?P<call>\S+?): (?P<code>\d+) \((?P<name>[^)]*)\)")
+_CUDA_ERROR_IN = re.compile(r"Cuda Error in (?P<call>\S+?): (?P<code>\d+)(?: \((?P<name>[^)]*)\))?")
 _CUDA_INIT = re.compile(r"CUDA initialization failure with error:? (?P<code>\d+)")
-_HALF2 = re.compile(r"Half2 support requested on hardware without native FP16 support")
+# "Half2 support requested on hardware without native FP16 support" and the same for Int8 (TensorRT <= 8).
+_HALF2 = re.compile(r"(?P<prec>Half2|FP16|Int8|INT8) support requested on hardware without native (?:FP16|Int8|INT8) support")
+# TensorRT 8.6+: "Detected layernorm nodes in FP16: ... Running layernorm after self-attention in FP16 may
+# cause overflow."
+_LAYERNORM_FP16 = re.compile(r"Detected layernorm nodes in FP16|Running layernorm after self-attention in FP16 may cause overflow")
+_CALIBRATION_FAILED = re.compile(r"Calibration failure occurred with no scaling factors detected")
+# trtexec's own failure lines after a failed build or load.
+_TRTEXEC_SETUP = re.compile(r"Engine set up failed|Failed to create engine from model(?: or file)?")
 _PLATFORM_PREC = re.compile(
     r"(?i)platform (?:does not|doesn't|does n't) (?:have|support) (?:fast )?(?:native )?(?P<prec>fp16|int8|bf16|fp8)"
 )
@@ -127,19 +178,32 @@ _SM_VALUE = re.compile(r"\b(?:SM|sm_?|compute capability)\s*(?P<sm>\d+(?:\.\d+)?
 _ASSERTION_FAILED = re.compile(r"Assertion failed: (?P<what>.+?)\.?\s*$")
 _C_ASSERT = re.compile(r"Assertion [`'](?P<what>.+?)' failed")
 _ENGINE_VERSION = re.compile(
-    r"engine plan file is not compatible with this version of TensorRT, expecting library version "
-    r"(?P<lib>[\d.]+) got (?P<plan>[\d.]+)"
+    r"engine plan file is not compatible with this version of TensorRT[,.] expecting library version "
+    r"(?P<lib>\d+(?:\.\d+)*) got (?P<plan>\d+(?:\.\d+)*)"
 )
 _SERIAL_VERSION = re.compile(r"Current Version: (?P<cur>\d+), Serialized Engine Version: (?P<eng>\d+)")
 _ENGINE_DEVICE = re.compile(
-    r"engine plan file is generated on an incompatible device, expecting compute (?P<want>[\d.]+) got compute (?P<got>[\d.]+)"
+    r"engine plan file is generated on an incompatible device[,.] expecting compute (?P<want>\d+(?:\.\d+)?) got compute "
+    r"(?P<got>\d+(?:\.\d+)?)"
 )
-_MAGIC = re.compile(r"Magic tag does not match|not a valid TensorRT engine|Version tag does not match")
+_MAGIC = re.compile(r"(?i)Magic tag does not match|not a valid TensorRT engine")
+# An engine serialized by another TensorRT release, where no version number is printed: TensorRT 7's
+# "Version tag does not match", TensorRT 10's "...incompatible serialization version".
+_VERSION_TAG = re.compile(r"(?i)Version tag does not match|engine created with incompatible serialization version")
+# TensorRT 8.x's warning when an engine built on one GPU model is loaded on another.
+_OTHER_DEVICE_MODEL = re.compile(
+    r"^-?\s*Using an engine plan file across different models of devices is not recommended"
+)
 _WORKSPACE = re.compile(
     r"(?i)(?:insufficient|not have sufficient|too small|increas\w* the workspace|workspace size .*? too small)"
 )
 _WORKSPACE_BYTES = re.compile(r"workspace size (?:to )?(?P<bytes>\d+)(?: bytes)?")
-_NODE = re.compile(r"(?:for node|node|layer) (?P<layer>[^\s,:()]+[^\s,:().])")
+# A name after "node"/"layer" looks like one (a digit, a path, an underscore, a capital): not "node number
+# 146" or "any layer consuming ...".
+_NODE = re.compile(r"(?:for node|node|layer) (?=[^\s,:()]*[\d/_.\[\]{}A-Z])(?P<layer>[^\s,:()]+[^\s,:().])")
+# A layer's own error puts its name first: "Error Code 4: Internal Error (/model.11/Reshape: IShuffleLayer
+# applied to shape tensor ...)", "((Unnamed Layer* 7) [Shuffle]: at most one dimension may be inferred)".
+_LAYER_FIRST = re.compile(r"^(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]]+\]|[^\s:()][^:()]*?): (?:an? )?I[A-Z]\w*Layer\b")
 _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
 
 # Context lines, read once per event and attached to what the event yields.
@@ -223,6 +287,12 @@ class TensorRtClassifier:
         'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
         'Enqueue Time', 'GPU Compute', 'Cuda Error in', 'Serialization Error', 'ngine failed', 'ngine file failed',
         'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o', 'NvDsInferContext',
+        # Lines that name no logger: relayed by another logger, retyped, or cut from their tags. Each word is
+        # searched from its rarest character (agent/classify/_gate.py): none may start at a common one.
+        'Skipping tactic', 'equested amount of GPU memory', 'engine plan file', 'xpect fall back to non-int8',
+        'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
+        'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
+        'Failed to create engine from',
     )
 
     def classify(self, text: str) -> list[Finding]:
@@ -251,6 +321,18 @@ class TensorRtClassifier:
             or "nvinfer1::" in text
             or "Average o" in text
             or "NvDsInferContext" in text
+            or "Skipping tactic" in text
+            or "equested amount of GPU memory" in text
+            or "engine plan file" in text
+            or "xpect fall back to non-int8" in text
+            or "sufficient workspace memory" in text
+            or "ould not find any implementation" in text
+            or "qps" in text
+            or "-bit weights not found" in text
+            or "tensorrt_execution_provider" in text
+            or "Calibration failure occurred" in text
+            or "ngine set up failed" in text
+            or "Failed to create engine from" in text
         ):
             return []
         return _classify(text)
@@ -361,16 +443,22 @@ def _error_line(line: str) -> Finding | None:
         or "ngine" in line
         or "ubnormal" in line
         or "optimization profile" in line
+        or "non-int8" in line
+        or "equested amount" in line
+        or "Error[" in line
+        or "weights not found" in line
+        or "tensorrt_execution_provider" in line
+        or "Calibration failure" in line
     ):
         return None
     sev = _SEV_TAG.search(line)
     tag = None
     if sev:
-        tag = sev.group("a") or sev.group("b") or sev.group("c") or sev.group("d") or sev.group("e")
+        tag = next((g for g in sev.groups() if g), None)
     printed = _SEV_NORMAL.get(tag or "", None)
     if printed == "info":
         return None  # INFO/VERBOSE lines are progress, never incidents
-    tagged_trt = "[TRT]" in line or "[TensorRT]" in line
+    tagged_trt = "[TRT]" in line or "[TensorRT]" in line or "tensorrt_execution_provider" in line
     message = _message_of(line)
     facts: dict[str, FactValue] = {}
     if tag:
@@ -381,8 +469,14 @@ def _error_line(line: str) -> Finding | None:
         return None
     facts["category"] = category
     facts["message"] = message
-    if "layer" not in facts:
-        node = _NODE.search(message) if ("node" in message or "layer" in message) else None
+    if "layer" not in facts and ("node" in message or "layer" in message or "Layer" in message):
+        # The node a "no implementation" error names runs to the end of its detail (or message).
+        detail = facts.get("error_detail")
+        impl = None
+        if not facts.get("cut"):
+            impl = _IMPL_NODE.search(detail if isinstance(detail, str) else message)
+        first = _LAYER_FIRST.search(detail) if isinstance(detail, str) and "Layer" in detail else None
+        node = impl or first or _NODE.search(message)
         if node:
             facts["layer"] = node.group("layer")
     return Finding(
@@ -407,7 +501,7 @@ def _categorise(
             facts["tactic"] = m.group("tactic")
         if m.group("size"):
             facts["requested_bytes"] = int(m.group("size"))
-        memory = "insufficient memory" in (m.group("why") or "")
+        memory = bool(_INSUFFICIENT_MEMORY.search(m.group("why") or ""))
         facts["out_of_memory"] = memory
         cat = "tactic_skipped_insufficient_memory" if memory else "tactic_skipped"
         what = f"needs {facts['requested_bytes']} bytes" if "requested_bytes" in facts else m.group("why")
@@ -446,7 +540,20 @@ def _categorise(
             facts["error_detail"] = detail
             facts["cut"] = True
         oom = "outofmemory" in cat_printed.replace(" ", "").lower() or "out of memory" in detail.lower()
-        facts["out_of_memory"] = oom
+        size = _REQUESTED_SIZE.search(detail) if "Requested size" in detail else None
+        if size:
+            facts["requested_bytes"] = int(size.group("bytes"))
+        # TensorRT's allocator failing its cudaMalloc: TensorRT 10 names only where ("Cuda Runtime (In
+        # allocate at common/dispatch/defaultAllocator.cpp:57)"), 8.x the CUDA error ("(out of memory)").
+        allocation = (
+            not oom
+            and cat_printed.lower().startswith("cuda")
+            and ("::allocate::" in (m.group("origin") or "") or detail.startswith("In allocate at"))
+            and (not detail or detail.startswith("In allocate at") or detail == "no further information")
+        )
+        if allocation:
+            facts["allocation_failed"] = True
+        facts["out_of_memory"] = oom or allocation
         device = _ENGINE_DEVICE.search(message)
         if _version_facts(message, facts):
             cat = "engine_version_mismatch"
@@ -458,6 +565,8 @@ def _categorise(
             cat = "engine_invalid"
         elif oom:
             cat = "out_of_memory"
+        elif allocation:
+            cat = "gpu_memory_allocation_failed"
         elif cat_printed.lower().startswith("cuda"):
             cat = "cuda_runtime_error"
         elif "UNSUPPORTED_STATE" in message:
@@ -468,6 +577,13 @@ def _categorise(
             cat = "workspace_too_small"
         title = f"TensorRT error code {code}: {cat_printed}" + (f" ({detail})" if detail else "")
         return cat, _sev(printed, "error"), title
+    m = _RECORDER.search(line) if "Error[" in line else None
+    if m:
+        facts["error_code"] = int(m.group("code"))
+        detail = line[m.end() :].strip()
+        if detail:
+            facts["error_detail"] = detail
+        return "error_code", _sev(printed, "error"), f"TensorRT error {m.group('code')}: {detail[:100]}"
     m = _NVDSINFER.search(line) if "NvDsInferContext" in line else None
     if m:
         facts["error_origin"] = m.group("origin")
@@ -485,17 +601,26 @@ def _categorise(
         facts["error_detail"] = m.group("detail")
         if _MAGIC.search(m.group("detail")):
             return "engine_invalid", _sev(printed, "error"), f"TensorRT could not deserialize the engine ({m.group('detail')})"
+        if _VERSION_TAG.search(m.group("detail")):
+            return (
+                "engine_version_mismatch",
+                _sev(printed, "error"),
+                f"TensorRT engine was serialized by another TensorRT version ({m.group('detail')})",
+            )
         return "error_code", _sev(printed, "error"), f"TensorRT {m.group('what')} error in {m.group('func')}: {m.group('detail')}"
     m = _CUDA_ERROR_IN.search(line)
     if m:
+        name = m.group("name")
         facts["cuda_call"] = m.group("call")
         facts["cuda_error_code"] = int(m.group("code"))
-        facts["cuda_error_name"] = m.group("name")
-        facts["out_of_memory"] = "out of memory" in m.group("name").lower() or m.group("code") == "2"
+        if name is not None:
+            facts["cuda_error_name"] = name
+        # 2 is cudaErrorMemoryAllocation, whether or not its name is printed.
+        facts["out_of_memory"] = "out of memory" in (name or "").lower() or m.group("code") == "2"
         return (
             "cuda_error",
             _sev(printed, "error"),
-            f"CUDA error {m.group('code')} ({m.group('name')}) in {m.group('call')}",
+            f"CUDA error {m.group('code')}" + (f" ({name})" if name else "") + f" in {m.group('call')}",
         )
     m = _CUDA_INIT.search(line)
     if m:
@@ -505,15 +630,44 @@ def _categorise(
             _sev(printed, "error"),
             f"TensorRT: CUDA initialization failed with error {m.group('code')}",
         )
-    if "16" in line or "INT8" in line or "int8" in line:
-        if _HALF2.search(line):
-            facts["precision"] = "fp16"
-            facts["precision_issue"] = "half2_without_native_fp16"
+    if "Calibration failure" in line and _CALIBRATION_FAILED.search(line):
+        facts["precision"] = "int8"
+        return "int8_calibration_failed", _sev(printed, "error"), "TensorRT INT8 calibration found no scaling factors"
+    if "ngine" in line and _TRTEXEC_SETUP.search(line):
+        return "build_failed", _sev(printed, "error"), f"trtexec: {message[:100]}"
+    m = _MISSING_SCALE.search(line) if "non-int8" in line else None
+    if m:
+        facts["precision"] = "int8"
+        facts["precision_issue"] = "missing_scale"
+        facts["tensor"] = m.group("tensor")
+        return (
+            "int8_missing_scale",
+            _sev(printed, "warning"),
+            f"TensorRT INT8: no scale for tensor {m.group('tensor')}, its layers fall back from INT8",
+        )
+    m = _CAFFE_WEIGHTS.search(line) if "weights not found" in line else None
+    if m:
+        facts["layer"] = m.group("layer")
+        return (
+            "caffe_weights_missing",
+            _sev(printed, "error"),
+            f"TensorRT Caffe parser: {m.group('bits')}-bit weights not found for layer {m.group('layer')}",
+        )
+    if "16" in line or "INT8" in line or "int8" in line or "Int8" in line:
+        m = _HALF2.search(line)
+        if m:
+            int8 = m.group("prec").lower() == "int8"
+            facts["precision"] = "int8" if int8 else "fp16"
+            facts["precision_issue"] = "int8_without_native_int8" if int8 else "half2_without_native_fp16"
             return (
-                "fp16_unsupported",
+                "int8_unsupported" if int8 else "fp16_unsupported",
                 _sev(printed, "warning"),
-                "TensorRT: Half2/FP16 requested on hardware without native FP16",
+                "TensorRT: " + ("INT8" if int8 else "Half2/FP16") + " requested on hardware without native support",
             )
+        if _LAYERNORM_FP16.search(line):
+            facts["precision"] = "fp16"
+            facts["precision_issue"] = "layernorm_overflow"
+            return "fp16_layernorm_overflow", _sev(printed, "warning"), "TensorRT: layernorm in FP16 may overflow"
         m = _PLATFORM_PREC.search(line) or _PREC_NOT_SUPPORTED.search(line)
         if m:
             prec = m.group("prec").lower()
@@ -561,7 +715,14 @@ def _categorise(
             )
         if _MAGIC.search(line):
             return "engine_invalid", _sev(printed, "error"), "TensorRT could not deserialize the engine file"
-    if "workspace" in line and _WORKSPACE.search(line) and (tagged or printed):
+        # Only as the message itself (after the logger's tags), not quoted inside a sentence.
+        if "plan file across" in line and _OTHER_DEVICE_MODEL.search(message):
+            return (
+                "engine_other_device_model",
+                _sev(printed, "warning"),
+                "TensorRT engine was built on another GPU model than this one",
+            )
+    if "workspace" in line and _WORKSPACE.search(line) and (tagged or printed or _WORKSPACE_TACTICS.search(line)):
         wb = _WORKSPACE_BYTES.search(line)
         if wb:
             facts["requested_bytes"] = int(wb.group("bytes"))
@@ -572,10 +733,13 @@ def _categorise(
         )
     if "optimization profile" in line and _NO_PROFILE.search(line):
         return "missing_optimization_profile", _sev(printed, "error"), "TensorRT: dynamic inputs without an optimization profile"
-    if "ubnormal" in line or "FP16" in line:
+    if "ubnormal" in line or "FP16" in line or "converting weights" in line:
         if _SUBNORMAL.search(line):
             facts["precision"] = "fp16"
             facts["precision_issue"] = "weights_out_of_fp16_range"
+            n = _AFFECTED.search(line)
+            if n:
+                facts["affected_weights"] = int(n.group("n"))
             return "fp16_weights_out_of_range", _sev(printed, "warning"), "TensorRT: weights lose precision in FP16"
     if "ngine" in line:
         if _DESERIALIZE.search(line) and "open error" not in line and "file path" not in line:
@@ -606,7 +770,7 @@ def _version_facts(message: str, facts: dict[str, FactValue]) -> bool:
         facts["serialization_version"] = int(m.group("cur"))
         facts["engine_serialization_version"] = int(m.group("eng"))
         return True
-    return False
+    return bool(_VERSION_TAG.search(message))
 
 
 # ---------------------------------------------------------------------------------- benchmark
@@ -763,6 +927,11 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
         else:
             continue
         excerpt.append(line.rstrip())
+    if throughput and not (stats_seen or header or "total_host_walltime_s" in facts or "total_gpu_compute_time_s" in facts):
+        # A lone "Throughput: N qps" is trtexec's only with its "[I]" level tag (other tools print qps too).
+        if "[I]" not in (prefix or ""):
+            throughput = False
+            facts.pop("throughput_qps", None)
     device = _device_block(lines, text) if (stats_seen or throughput or "===" in text) else {}
     if not (stats_seen or throughput):
         if "device_name" not in device:

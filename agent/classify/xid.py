@@ -6,6 +6,11 @@ process is to blame). NVSwitch faults arrive as ``nvidia-nvswitchN: SXid (PCI:..
 A GPU that vanishes during probe prints a three-line "has fallen off the bus" notice with no Xid
 at all; it is reported like Xid 79 (NVIDIA/NVSentinel#155 treats it the same way).
 
+Also read: an Xid as gpud words it ("XID 79(GPU has fallen off the bus) detected on PCI:..."), GSP
+failures printed with no Xid line in view (RPC history dumps, a falcon core dump, an RPC timeout), and
+RM calls failing on a lost GPU ("GPU lost from the bus [NV_ERR_GPU_IS_LOST]", reported like Xid 79).
+A line that is a template (``pid=XXXXX``) or a string literal in code is not the driver's output.
+
 One finding per Xid/SXid line: an event that carries a burst of Xids (dmesg block, journal
 excerpt) yields one finding each, in order. Every finding gets the meaning of its code from
 ``XID_CATALOG`` (``fleetscope.proto.vocabulary``, shared with the NVML event thread), and its
@@ -58,14 +63,39 @@ _BUS_COMPANION = re.compile(r"NVRM: GPU (?P<pci>" + _PCI_FULL + r"): GPU has fal
 # A GPU the driver could not bring up: "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
 # then "rm_init_adapter failed, device minor number 5" (older: "rm_init_adapter(0) failed").
 _RM_INIT = re.compile(
-    r"NVRM: (?:GPU (?P<pci>" + _PCI_FULL + r"): )?(?:RmInitAdapter failed!(?: \((?P<code>[0-9A-Fa-fx:]+)\))?"
+    r"NVRM: (?:GPU (?P<pci>" + _PCI_FULL + r")(?P<more>(?: ?/ ?" + _PCI_FULL + r")*): )?(?:RmInitAdapter failed!(?: \((?P<code>[0-9A-Fa-fx:]+)\))?"
     r"|rm_init_adapter(?:\((?P<minor0>\d+)\))? failed(?:, device minor number (?P<minor>\d+))?)"
 )
 # An Xid relayed by another tool: DCGM's metric, the Kubernetes device plugin's health check.
+# DCGM's health and diag failure text (DCGM_FR_XID_ERROR_MSG): "Detected XID 79 for GPU 0".
 _RELAYED = re.compile(
     r"DCGM_FI_DEV_XID_ERRORS\{[^}\n]*?err_code=\"(?P<dcgm>\d+)\"|XidCriticalError: Xid=(?P<plugin>\d+)"
-    r"(?: on +Device=(?P<uuid>GPU-[\w-]+))?"
+    r"(?: on +Device=(?P<uuid>GPU-[\w-]+))?|Detected XID (?P<dcgm_fr>\d+) for GPU (?P<gpu_index>\d+)"
 )
+# gpud's own wording of an Xid it read (its "reason"): "XID 79(GPU has fallen off the bus) detected on
+# PCI:0000:ae:00" (older), "XID 13 (Graphics Engine Exception) detected on GPU 0000:cb:00 UUID:GPU-...",
+# "XID 13 detected on GPU ...", "XID 145/3 <mnemonic> detected on ...", "XID 145.3 (err status 0x...) ...".
+_GPUD = re.compile(
+    r"(?<![\w-])XID (?P<xid>\d{1,3})(?:[./]\d+)?(?=[ (])(?P<what>[^\n]{0,160}?) detected on (?:GPU )?"
+    r"(?P<pci>(?:PCI:)?(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\b"
+    r"(?: UUID:(?P<uuid>GPU-[0-9A-Fa-f-]+))?"
+)
+# The GSP firmware failing without an Xid line in view: its RPC history dumps ("NVRM: GPU6 RPC history
+# (CPU -> GSP):", "NVRM: GPU6 RPC event history (CPU <- GSP):", printed with Xid 119/120), a falcon
+# core dump ("NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 08 = 0x..."), an RPC timeout printed on
+# its own ("Timeout waiting for RPC from GSP0! Expected function 76 (GSP_RM_CONTROL)"), and RM calls
+# failing because the GPU is gone ("Assertion failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST]").
+_GSP_NOTICE = re.compile(
+    r"NVRM: (?:(?P<hgpu>GPU\d+) RPC (?:event )?history \((?:CPU -> GSP|CPU <- GSP)\):"
+    r"|(?P<dump>kflcnCoreDump\w*)\b"
+    r"|[^\n]{0,300}?\bTimeout (?:after (?P<secs>\d+(?:\.\d+)?)s of )?waiting for RPC (?:response )?from (?P<tgpu>(?:GPU)?\d*) ?GSP(?P<gspn>\d*)!"
+    r"(?: Expected function (?:(?P<fn>\d+) \()?(?P<fname>[A-Z][A-Z0-9_]*)\)?)?"
+    r"|[^\n]{0,300}?GPU lost from the bus \[NV_ERR_GPU_IS_LOST\])"
+)
+# A value a real driver never prints in the pid field: a template's placeholder ("pid=XXXXX", "pid=<pid>",
+# "pid=$PID"), as docs and guides write the line they ask the reader to look for. An ellipsis ("pid=…")
+# is not one: people cut real lines that way too.
+_PLACEHOLDER_PID = re.compile(r"^pid=(?:X{2,}|x{2,}|<pid>|<PID>|\$\w+|\{\w*\})(?:,|$)")
 _PCI_ID = re.compile(r"\(PCI ID: (?P<devid>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)")
 _ANY_PCI = re.compile(_PCI_FULL)
 
@@ -117,15 +147,56 @@ class XidClassifier:
     name = "gpu_xid"
     # Every text this classifier reads contains one of these; the registry gates all classifiers
     # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('Xid', 'fallen off', 'XID_ERRORS', 'RmInitAdapter', 'rm_init_adapter')
+    triggers = ('Xid', 'fallen off', 'XID', 'RmInitAdapter', 'rm_init_adapter', 'RPC history', 'RPC event history',
+                'kflcnCoreDump', 'RPC from GSP', 'RPC response from GPU', 'NV_ERR_GPU_IS_LOST')
 
     def classify(self, text: str) -> list[Finding]:
-        # Prefilter: every Xid/SXid line carries "Xid"; the no-Xid notices say "fallen off", a GPU
-        # that failed to initialise "init_adapter"/"InitAdapter".
+        # Prefilter: every Xid/SXid line carries "Xid" (gpud and DCGM "XID"); the no-Xid notices say
+        # "fallen off", a GPU that failed to initialise "init_adapter"/"InitAdapter", a GSP failure "GSP".
         if "Xid" not in text and "fallen off" not in text and "nitAdapter" not in text and "init_adapter" not in text \
-                and "XID_ERRORS" not in text:
+                and "XID" not in text and "GSP" not in text and "NV_ERR_GPU_IS_LOST" not in text \
+                and "kflcnCoreDump" not in text:
             return []
         return _classify(text)
+
+
+_CLOSERS = " \t\r,;)]}"
+
+
+def in_code_literal(text: str, pos: int) -> bool:
+    """Whether the line at ``pos`` is a string literal of source code holding the message, not output.
+
+    The message is one quoted string on its line (a test fixture's ``'gpu-xid': 'Sep 17 ... NVRM:
+    Xid ...',``, a doctest's ``>>> line = "[...] NVRM: Xid ..."``): the line ends with a quote
+    (then at most ``,;)]}``) and an odd count of that quote before the message opens it. A log line
+    itself never closes a quote it did not open before the message.
+    """
+    line_start = text.rfind("\n", 0, pos) + 1
+    line_end = text.find("\n", pos)
+    return literal_line(text[line_start : len(text) if line_end < 0 else line_end], pos - line_start)
+
+
+def literal_line(line: str, start: int) -> bool:
+    """:func:`in_code_literal` for one ``line`` whose message begins at ``start``.
+
+    What precedes the opening quote says it is code (``_CODE_BEFORE``). A message only set in
+    quotes on a line of its own (``    "NvRmMemInitNvmap failed: error Permission denied"``) is a quotation of
+    output, not a literal.
+    """
+    stripped = line.rstrip(_CLOSERS)
+    if not stripped or stripped[-1] not in "\"'":
+        return False
+    q = stripped[-1]
+    if stripped.count(q, 0, start) % 2 == 0:
+        return False
+    before = line[: line.rfind(q, 0, start)].rstrip()
+    return bool(_CODE_BEFORE.search(before))
+
+
+# What ends the code before a string literal: an assignment, a quoted key, a call's parenthesis, a
+# list or dict opening, the item before it, a doctest prompt. Prose ("fails to reserve (\"cma: ...\")",
+# "the error: \"...\"") ends otherwise.
+_CODE_BEFORE = re.compile(r"""(?:=|["']\s*:|[\w\]]\(|[\[{]|["'],|>>>)$""")
 
 
 def _classify(text: str) -> list[Finding]:
@@ -134,8 +205,10 @@ def _classify(text: str) -> list[Finding]:
     xid79_pcis: list[str] = []
     if "Xid" in text:
         for m in _XID.finditer(text):
-            found.append((m.start(), _xid_finding(text, m)))
             covered.append((m.start(), m.end()))
+            if _PLACEHOLDER_PID.match(m.group("rest") or ""):
+                continue  # a template of the line (a guide's "pid=XXXXX"), not the driver's output
+            found.append((m.start(), _xid_finding(text, m)))
             if m.group("xid") == "79":
                 xid79_pcis.append(m.group("pci").lower())
         for m in _SXID.finditer(text):
@@ -146,10 +219,22 @@ def _classify(text: str) -> list[Finding]:
             found.append((start, finding))
     if "nitAdapter" in text or "init_adapter" in text:
         for m in _RM_INIT.finditer(text):
-            found.append((m.start(), _init_failure(text, m)))
-    if "XID_ERRORS" in text or "XidCriticalError" in text:
+            found.append((m.start(), _init_failure(text, m, m["pci"])))
+            # A note joining the GPUs one line failed for ("GPU 0000:00:07.0 / 0000:00:0b.0: ..."): each is a fault.
+            for extra in _ANY_PCI.findall(m["more"] or ""):
+                found.append((m.start(), _init_failure(text, m, extra)))
+    if "XID_ERRORS" in text or "XidCriticalError" in text or "Detected XID" in text:
         for m in _RELAYED.finditer(text):
             found.append((m.start(), _relayed_xid(text, m)))
+    if "XID " in text:
+        for m in _GPUD.finditer(text):
+            if not _inside(m.start(), covered):
+                found.append((m.start(), _gpud_xid(text, m)))
+    if "GSP" in text or "NV_ERR_GPU_IS_LOST" in text or "kflcnCoreDump" in text:
+        found.extend(_gsp_notices(text, covered))
+    if not found:
+        return []
+    found = [(pos, f) for pos, f in found if not in_code_literal(text, pos)]
     found.sort(key=lambda pair: pair[0])
     return [f for _, f in found]
 
@@ -427,13 +512,13 @@ def _bus_notices(
     return out
 
 
-def _init_failure(text: str, m: re.Match[str]) -> Finding:
+def _init_failure(text: str, m: re.Match[str], pci: str | None) -> Finding:
     """A GPU the driver failed to initialise (no Xid number: RmInitAdapter's status instead)."""
     prefix, line = _line_at(text, m.start(), m.end())
     facts, ts_ns = _timestamp_facts(prefix)
     facts["init_failed"] = True
-    if m["pci"]:
-        facts["pci_address"] = m["pci"]
+    if pci:
+        facts["pci_address"] = pci
     if m["code"]:
         facts["rm_init_status"] = m["code"]
     minor = m["minor"] or m["minor0"]
@@ -441,16 +526,18 @@ def _init_failure(text: str, m: re.Match[str]) -> Finding:
         facts["device_minor"] = int(minor)
     facts["needs_gpu_reset"] = True
     facts["needs_reboot"] = False
-    title = f"GPU {m['pci'] or '(unknown PCI address)'} failed to initialise (RmInitAdapter failed"
+    title = f"GPU {pci or '(unknown PCI address)'} failed to initialise (RmInitAdapter failed"
     title += f", {m['code']})" if m["code"] else ")"
     return Finding(kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
 
 
 def _relayed_xid(text: str, m: re.Match[str]) -> Finding:
     """An Xid as another tool reports it: its number, the GPU's UUID when given, the catalogue's meaning."""
-    xid = int(m["dcgm"] or m["plugin"])
+    xid = int(m["dcgm"] or m["plugin"] or m["dcgm_fr"])
     _, line = _line_at(text, m.start(), m.end())
-    facts: dict[str, FactValue] = {"xid": xid, "relayed_by": "dcgm" if m["dcgm"] else "k8s-device-plugin"}
+    facts: dict[str, FactValue] = {"xid": xid, "relayed_by": "k8s-device-plugin" if m["plugin"] else "dcgm"}
+    if m["gpu_index"]:
+        facts["gpu_index"] = int(m["gpu_index"])
     if m["uuid"] and "XXXX" not in m["uuid"]:
         facts["gpu_uuid"] = m["uuid"]
     catalogued = xid_facts(xid)
@@ -458,6 +545,76 @@ def _relayed_xid(text: str, m: re.Match[str]) -> Finding:
     info = XID_CATALOG.get(xid)
     title = f"Xid {xid} reported by {facts['relayed_by']}: {info.meaning if info else 'undocumented Xid'}"
     return Finding(kind=KIND_GPU_XID, severity=xid_severity(xid), title=title, facts=facts, excerpt=line)
+
+
+def _gpud_xid(text: str, m: re.Match[str]) -> Finding:
+    """An Xid in gpud's wording: its number, the GPU as gpud names it, the catalogue's meaning."""
+    xid = int(m["xid"])
+    prefix, line = _line_at(text, m.start(), m.end())
+    facts, ts_ns = _timestamp_facts(prefix)
+    facts.update({"xid": xid, "pci_address": m["pci"], "relayed_by": "gpud"})
+    if m["uuid"]:
+        facts["gpu_uuid"] = m["uuid"]
+    what = m["what"].strip()
+    if what.startswith("(") and what.endswith(")"):
+        what = what[1:-1].strip()
+    if what:
+        facts["message"] = what
+    facts.update(xid_facts(xid))
+    info = XID_CATALOG.get(xid)
+    title = f"Xid {xid} on {m['pci']} reported by gpud: {info.meaning if info else what or 'undocumented Xid'}"
+    return Finding(kind=KIND_GPU_XID, severity=xid_severity(xid), title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
+def _gsp_notices(text: str, covered: list[tuple[int, int]]) -> list[tuple[int, Finding]]:
+    """GSP failures and a lost GPU the driver reports with no Xid line in view: one finding per GPU
+    and kind of notice (a dump's many lines, a repeated assertion are one report)."""
+    out: list[tuple[int, Finding]] = []
+    seen: set[tuple[str, str]] = set()
+    for m in _GSP_NOTICE.finditer(text):
+        prefix, line = _line_at(text, m.start(), m.end())
+        if "Xid (" in line or _inside(m.end() - 1, covered):
+            continue  # the Xid line itself says it (Xid 119 "Timeout after 6s of waiting for RPC ...")
+        if m["hgpu"]:
+            what, gpu = "rpc_history", m["hgpu"]
+        elif m["dump"]:
+            what, gpu = "core_dump", ""
+        elif m["fname"] is not None or "waiting for RPC" in m.group(0):
+            what, gpu = "rpc_timeout", m["tgpu"] or (f"GSP{m['gspn']}" if m["gspn"] else "")
+        else:
+            what, gpu = "bus_lost", ""
+        pci_m = _ANY_PCI.search(line)
+        key = (what, gpu or (pci_m.group(0) if pci_m else ""))
+        if key in seen:
+            continue
+        seen.add(key)
+        facts, ts_ns = _timestamp_facts(prefix)
+        if pci_m:
+            facts["pci_address"] = pci_m.group(0)
+        if gpu:
+            facts["gpu"] = gpu
+        if what == "bus_lost":
+            info = XID_CATALOG[79]  # the status of an RM call on a GPU that fell off the bus
+            facts.update({"fallen_off_bus": True, "implied_xid": 79, "error_status": "NV_ERR_GPU_IS_LOST",
+                          "meaning": info.meaning, "action": info.action, "needs_gpu_reset": info.needs_gpu_reset,
+                          "needs_reboot": info.needs_reboot})
+            title, severity = f"GPU {facts.get('pci_address', '(unknown PCI address)')} lost from the bus (NV_ERR_GPU_IS_LOST)", info.severity
+        else:
+            facts["gsp_failure"] = what
+            if what == "rpc_timeout":
+                facts["implied_xid"] = 119  # what newer drivers print this timeout as (GSP RPC timeout)
+            if m["secs"]:
+                facts["gsp_timeout_s"] = float(m["secs"])
+            if m["fname"]:
+                facts["gsp_function"] = m["fname"]
+            facts["needs_gpu_reset"] = True
+            facts["needs_reboot"] = False
+            label = {"rpc_history": "RPC history dumped", "core_dump": "falcon core dump",
+                     "rpc_timeout": "RPC timeout"}[what]
+            title, severity = f"GSP firmware failure on {gpu or 'a GPU'}: {label}", "critical"
+        out.append((m.start(), Finding(kind=KIND_GPU_XID, severity=severity, title=title, facts=facts,
+                                       excerpt=line, ts_ns=ts_ns)))
+    return out
 
 
 def _bus_finding(text: str, start: int, end: int, pci: str | None, devid: str | None) -> Finding:

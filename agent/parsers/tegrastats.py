@@ -106,7 +106,15 @@ _CORE = r"off|\d+%(?:@\d+)?"
 # Rails need no such guard: AGX Xavier has real rails named GPU and CPU.
 _RESERVED = r"(?!(?:RAM|SWAP|IRAM|CPU|cpu|EMC|emc|EMC_FREQ|GR3D|GR3D_FREQ|APE|MTS|EDP)(?= ))"
 
-_GLUED_MARKS = re.compile(r"[`\"'*]+(?=RAM \d|\d\d-\d\d-\d{4} )|(?<=MB)\*+")
+# Marks a quote or a page glues to a line's fields: the opening quote of a string literal or an emphasis
+# before "RAM"/the timestamp, bold after "MB", the closing quote after the last field (with the
+# literal's "\n" escape and what closes the statement: '...GR3D_FREQ 0%\n",', '...VDD_SOC 650mW/711mW"'),
+# and the HTML tags a web page wraps output lines in ("...CPU<br>").
+_GLUED_MARKS = re.compile(
+    r"[`\"'*]+(?=RAM \d|\d\d-\d\d-\d{4} )|(?<=MB)\*+"
+    r"|(?<=[\w%\]])(?:\\[nr])*[`\"'*]+(?=[\s,;)\]]*$|\s*\+)"
+    r"|</?(?:br|code|pre|span|p|div|tt|kbd|samp)\b[^>]*>"
+)
 _TIMESTAMP = re.compile(r"(\d{2})-(\d{2})-(\d{4}) (\d{2}):(\d{2}):(\d{2})" + _END)
 _RAM = re.compile(r"RAM (\d+)/(\d+)MB(?: ?\(lfb (\d+)x(\d+)(kB|MB)\))?" + _END)
 _SWAP = re.compile(r"SWAP (\d+)/(\d+)MB(?: ?\(cached (\d+)MB\))?" + _END)

@@ -1,0 +1,440 @@
+"""cuda_oom: message formats read from their producers' format strings (synthetic lines only).
+
+Each test writes lines the way the producing software prints them (PyTorch's caching allocator,
+TensorFlow's BFC allocator and stream_executor, XLA's statuses, the CUDA/HIP runtimes through glog
+CHECKs, MLX, nvidia-drm, RELION, Paddle, CuPy) with made-up figures, and a negative or two: the same
+words in prose, or an allocation of host memory, stay silent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetscope.agent.classify import classify_text
+from fleetscope.agent.classify._base import KIND_CUDA_OOM, Finding
+from fleetscope.agent.classify._units import parse_size
+from fleetscope.agent.classify.cuda_oom import CudaOomClassifier
+
+CUDA = CudaOomClassifier()
+
+
+def _one(text: str) -> Finding:
+    found = CUDA.classify(text)
+    assert len(found) == 1, [f.title for f in found]
+    assert found[0].kind == KIND_CUDA_OOM
+    return found[0]
+
+
+def _none(text: str) -> None:
+    assert CUDA.classify(text) == [], [f.title for f in CUDA.classify(text)]
+
+
+# ------------------------------------------------------------------------------------- PyTorch
+
+
+def test_npu_parenthesised_device_index() -> None:
+    f = _one(
+        "RuntimeError: NPU out of memory. Tried to allocate 2.50 GiB (NPU 3; 31.00 GiB total capacity; "
+        "20.10 GiB already allocated; 20.10 GiB current active; 9.00 GiB free; 21.00 GiB reserved in total by PyTorch)"
+    )
+    assert f.facts["device_index"] == 3
+    assert f.facts["total_capacity_bytes"] == parse_size("31.00 GiB")
+    assert f.facts["free_bytes"] == parse_size("9.00 GiB")
+
+
+def test_capacity_sentence_on_a_line_of_its_own() -> None:
+    # A message split by its author after "Tried to allocate ...": the next sentence alone.
+    f = _one("GPU 2 has a total capacity of 23.64 GiB of which 310.25 MiB is free.")
+    assert f.facts["framework"] == "pytorch"
+    assert f.facts["device_index"] == 2
+    assert f.facts["total_capacity_bytes"] == parse_size("23.64 GiB")
+    assert f.facts["free_bytes"] == parse_size("310.25 MiB")
+    # The registry's gate lets such a line through.
+    assert [x.kind for x in classify_text("GPU 2 has a total capacity of 23.64 GiB of which 310.25 MiB is free.")] == [
+        KIND_CUDA_OOM
+    ]
+
+
+def test_fragment_keeps_the_figure_before_its_clause() -> None:
+    # A terminal hard wrap cut "this process has" mid-word; the next piece starts mid-sentence.
+    f = _one(
+        "s 11.20 GiB memory in use. Of the allocated memory 10.75 GiB is allocated by PyTorch, and "
+        "128.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try s"
+    )
+    assert f.facts["allocated_bytes"] == parse_size("10.75 GiB")
+    assert f.facts["reserved_unallocated_bytes"] == parse_size("128.00 MiB")
+
+
+def test_capacity_words_in_prose_are_not_a_fragment() -> None:
+    _none("The card has a total capacity of 24 GB, which is plenty for this model.")
+
+
+# ------------------------------------------------------------------------------------ TensorFlow
+
+
+def test_pre_1_2_bfc_wording_without_allocator_name() -> None:
+    line = (
+        "W tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.cc:217] Ran out of memory trying to allocate "
+        "96.00MiB.  See logs for memory state"
+    )
+    f = _one(line)
+    assert f.facts["framework"] == "tensorflow"
+    assert f.facts["requested_bytes"] == parse_size("96.00MiB")
+    assert "allocator" not in f.facts
+
+
+def test_ran_out_of_memory_elsewhere_is_not_tensorflow() -> None:
+    _none("Ran out of memory trying to allocate 4096 bytes for the packet ring; dropping frame")
+    _none("ERROR: Ran out of memory trying to allocate an image buffer structure.")
+
+
+def _bfc_soft(ts: str, size: str) -> str:
+    return (
+        f"2021-03-04 05:06:{ts}: W tensorflow/core/common_runtime/bfc_allocator.cc:248] Allocator (GPU_1_bfc) ran "
+        f"out of memory trying to allocate {size} with freed_by_count=0. The caller indicates that this is not a "
+        "failure, but may mean that there could be performance gains if more memory were available."
+    )
+
+
+def test_soft_warnings_of_different_sizes_are_one_finding_each() -> None:
+    cut = _bfc_soft("07.300000", "75.00MiB")
+    cut = cut[: cut.index("with freed_") + len("with freed_")]  # the paste ends mid-word
+    text = "\n".join([_bfc_soft("07.100000", "1.25GiB"), _bfc_soft("07.200000", "600.00MiB"), cut])
+    found = CUDA.classify(text)
+    assert sorted(f.facts["requested_bytes"] for f in found) == sorted(
+        parse_size(s) for s in ("1.25GiB", "600.00MiB", "75.00MiB")
+    )
+    assert all(f.severity == "warning" and f.facts["allocation_failed"] is False for f in found)
+    assert all(f.facts["device_index"] == 1 for f in found)
+
+
+def test_soft_warnings_of_one_size_are_one_finding() -> None:
+    found = CUDA.classify("\n".join([_bfc_soft("07.100000", "1.25GiB"), _bfc_soft("07.200000", "1.25GiB")]))
+    assert len(found) == 1 and found[0].facts["occurrences"] == 2
+
+
+def test_cpu_allocator_tensor_oom_is_host_memory() -> None:
+    _none(
+        "2022-01-02 03:04:05.000001: W tensorflow/core/framework/op_kernel.cc:1745] OP_REQUIRES failed at "
+        "conv_ops.cc:88 : Resource exhausted: OOM when allocating tensor with shape[8,256,256,64] and type float "
+        "on /job:localhost/replica:0/task:0/device:CPU:0 by allocator mklcpu"
+    )
+    _none(
+        "2022-01-02 03:04:05.000002: W tensorflow/core/common_runtime/bfc_allocator.cc:456] Allocator (mklcpu) ran "
+        "out of memory trying to allocate 1.00GiB (rounded to 1073741824)requested by op Conv2D"
+    )
+    gpu = _one(
+        "Resource exhausted: OOM when allocating tensor with shape[8,256,256,64] and type float on "
+        "/job:localhost/replica:0/task:0/device:GPU:1 by allocator GPU_1_bfc"
+    )
+    assert gpu.facts["device_index"] == 1
+
+
+def test_local_xla_path_is_tensorflow_and_a_cut_stamp_keeps_its_level() -> None:
+    f = _one(
+        "3:21:09.123456: W external/local_xla/xla/tsl/framework/bfc_allocator.cc:482] Allocator (GPU_0_bfc) ran "
+        "out of memory trying to allocate 12.00MiB (rounded to 12582912)requested by op model/dense/MatMul"
+    )
+    assert f.facts["framework"] == "tensorflow"
+    assert f.facts["log_severity"] == "W" and f.severity == "warning"
+
+
+def test_eigen_allocator_fatal() -> None:
+    f = _one(
+        ": F tensorflow/core/common_runtime/gpu/gpu_device.cc:104] EigenAllocator for GPU ran out of memory when "
+        "allocating 4096. See error logs for more detailed info."
+    )
+    assert f.facts["framework"] == "tensorflow"
+    assert f.facts["requested_bytes"] == 4096
+    assert f.severity == "critical"
+
+
+def test_stream_executor_unified_memory() -> None:
+    f = _one(
+        "2022-05-06 07:08:09.101112: E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:770] "
+        "failed to alloc 987654144 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
+    )
+    assert f.facts["requested_bytes"] == 987654144
+    assert f.facts["unified_memory"] is True
+    assert f.facts["framework"] == "jax"  # jaxlib's build of stream_executor
+    g = _one(
+        "2019-01-02 03:04:05.060708: E tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate "
+        "3.00G (3221225472 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
+    )
+    assert g.facts["framework"] == "tensorflow" and g.facts["requested_bytes"] == 3221225472
+
+
+# ------------------------------------------------------------------------------------- XLA / JAX
+
+
+def test_xla_status_in_tensorflow_wording() -> None:
+    text = "\n".join([
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.",
+        "  (0) Resource exhausted: Out of memory while trying to allocate 123456789 bytes.",
+    ])
+    f = _one(text)
+    assert f.facts["framework"] == "tensorflow"
+    assert f.facts["requested_bytes"] == 123456789
+
+
+def test_xla_status_cut_after_its_first_word() -> None:
+    f = _one(
+        "2020-01-01 00:00:00.000001: E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:600] "
+        "Execution of replica 0 failed: Resource exhausted: Out"
+    )
+    assert f.facts["framework"] == "jax"
+    assert "requested_bytes" not in f.facts
+    _none("RESOURCE_EXHAUSTED: Quota exceeded for quota metric 'Requests' of service compute.googleapis.com")
+
+
+def test_tpu_reservation_failure() -> None:
+    f = _one(
+        "E torch_xla/csrc/runtime/xla_util.cc:90] RESOURCE_EXHAUSTED: Attempting to reserve 3.25G at the bottom of "
+        "memory. That was not possible. There are 2.50G free, 0B reserved, and 1.75G reservable."
+    )
+    assert f.facts["requested_bytes"] == parse_size("3.25G")
+    assert f.facts["free_bytes"] == parse_size("2.50G")
+    assert f.facts["framework"] == "pytorch"
+
+
+def test_compile_time_memory_space() -> None:
+    f = _one(
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of "
+        "memory in memory space hbm. Used 40.10G of 31.25G hbm. Exceeded hbm capacity by 8.85G."
+    )
+    assert f.facts["framework"] == "jax"
+    assert f.facts["total_capacity_bytes"] == parse_size("31.25G")
+    assert f.facts["memory_space"] == "hbm" and f.facts["compile_time"] is True
+    assert "requested_bytes" not in f.facts
+
+
+# ------------------------------------------------------------------------------ runtimes, CHECKs
+
+
+def test_hip_error_names() -> None:
+    f = _one("ERROR: HIPError(code hipErrorOutOfMemory, out of memory)")
+    assert f.facts["cuda_error"] == "hipErrorOutOfMemory"
+    assert f.facts["framework"] == "hip"
+    g = _one("\n".join([
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1, in _call_impl',
+        "RuntimeError: HIP error: out of memory",
+    ]))
+    assert g.facts["framework"] == "pytorch"
+
+
+def test_glog_check_on_a_cuda_call() -> None:
+    caffe = _one("F0102 03:04:05.678901 12345 syncedmem.cpp:71] Check failed: error == cudaSuccess (2 vs. 0)  out of memory")
+    assert caffe.facts["glog_check"] is True and caffe.facts["cuda_error"] == "cudaErrorMemoryAllocation"
+    _one("[10:11:12] src/storage/./pooled_storage_manager.h:157: Check failed: e == cudaSuccess || "
+         "e == cudaErrorCudartUnloading CUDA: out of memory")
+    _one("[10:11:12] src/storage/./pooled_storage_manager.h:108: cudaMalloc retry failed: out of memory")
+    # Another CUDA error through the same CHECK is not an OOM.
+    _none("F0102 03:04:05.678901 12345 math_functions.cu:79] Check failed: error == cudaSuccess (9 vs. 0)  "
+          "invalid configuration argument")
+
+
+def test_tensorview_check() -> None:
+    _one("RuntimeError: /io/include/tensorview/tensor.h(120) cuda failed with error 2 out of memory. "
+         "use CUDA_LAUNCH_BLOCKING=1 to get correct traceback.")
+
+
+def test_status_names_in_prose_are_silent() -> None:
+    _none("CUDA_ERROR_OUT_OF_MEMORY in JAX usually means preallocation took the whole card")
+    _none("This patch retries the call when it returns a CUBLAS_STATUS_ALLOC_FAILED.")
+    _none("The handler maps a cudaErrorMemoryAllocation to a retry")
+    # ... while the log forms of the same names are read.
+    _one("numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY")
+    _one("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+
+
+def test_nvrm_needs_the_driver_prefix() -> None:
+    _none("- notes: dmesg showed NVRM `NV_ERR_NO_MEMORY` errors with the old driver, fixed by the upgrade")
+    f = _one("[ 812.345678] NVRM: nvAssertOkFailedNoLog: Assertion failed: Out of memory [NV_ERR_NO_MEMORY] "
+             "(0x00000051) returned from pRmApi->Alloc(pRmApi, hClient, hParent) @ mem_mgr.c:1234")
+    assert f.facts["nv_status"] == "NV_ERR_NO_MEMORY"
+
+
+# -------------------------------------------------------------------------------- other software
+
+
+def test_mlx_allocator() -> None:
+    f = _one("libc++abi: terminating due to uncaught exception of type std::runtime_error: "
+             "[malloc_or_wait] Unable to allocate 4194304 bytes.")
+    assert f.facts["requested_bytes"] == 4194304
+    g = _one("[metal::malloc] Attempting to allocate 40000000000 bytes which is greater than the maximum allowed "
+             "buffer size of 17179869184 bytes.")
+    assert g.facts["requested_bytes"] == 40000000000 and g.facts["max_buffer_bytes"] == 17179869184
+    _none("[malloc] allocated 4194304 bytes for the staging area")
+
+
+def test_nvidia_drm_gem_allocation() -> None:
+    f = _one("[ 101.000001] [drm:nv_drm_gem_alloc_nvkms_memory_ioctl [nvidia_drm]] *ERROR* [nvidia-drm] "
+             "[GPU ID 0x00000200] Failed to allocate NVKMS memory for GEM object")
+    assert f.severity == "error" and f.facts["drm_gpu_id"] == "0x00000200"
+    g = _one("[ 102.000002] [drm] [nvidia-drm] [GPU ID 0x00000200] Failed to allocate NVKMS video memory for GEM "
+             "object, trying to fall back to sysmem")
+    assert g.severity == "warning" and g.facts["fallback_to_sysmem"] is True
+
+
+def test_relion_custom_allocator_fields() -> None:
+    f = _one("\n".join([
+        "ERROR: CudaCustomAllocator out of memory",
+        " [requestedSpace:             20971520 B]",
+        " [largestContinuousFreeSpace: 10485760 B]",
+        " [totalFreeSpace:             15728640 B]",
+    ]))
+    assert f.facts["requested_bytes"] == 20971520
+    assert f.facts["free_bytes"] == 15728640
+    assert f.facts["largest_free_block_bytes"] == 10485760
+    # A field line split from its head by a paste is still RELION's message.
+    assert _one(" [requestedSpace:             20971520 B]").facts["requested_bytes"] == 20971520
+
+
+@pytest.mark.parametrize(
+    ("line", "free"),
+    [
+        ("Out of memory error on GPU 1. Cannot allocate 512.000000MB memory on GPU 1, available memory is only "
+         "100.500000MB.", "100.500000MB"),
+        ("Out of memory error on GPU 1. Cannot allocate 512.000000MB memory on GPU 1, available memory is only ", None),
+    ],
+)
+def test_paddle_1_8_wording(line: str, free: str | None) -> None:
+    f = _one(line)
+    assert f.facts["device_index"] == 1
+    assert f.facts["requested_bytes"] == parse_size("512.000000MB")
+    assert f.facts.get("free_bytes") == (parse_size(free) if free else None)
+
+
+def test_cupy_thousands_separators() -> None:
+    f = _one("cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes "
+             "(allocated so far: 2,147,483,648 bytes).")
+    assert f.facts["requested_bytes"] == 1073741824
+    assert f.facts["allocated_bytes"] == 2147483648
+
+
+def test_xla_cuda_graph_instantiation() -> None:
+    f = _one(
+        "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: CUDA driver ran out of memory trying to instantiate CUDA "
+        "graph with 42 nodes and 0 conditionals (total of 3 alive CUDA graphs in the process)."
+    )
+    assert f.facts["framework"] == "jax" and f.facts["graph_nodes"] == 42
+
+
+def test_stream_executor_size_in_iec_units() -> None:
+    # tsl's HumanReadableNumBytes prints "GiB" where TensorFlow 1.x printed "G".
+    f = _one(
+        "2024-02-03 04:05:06.070809: W external/xla/xla/stream_executor/cuda/cuda_driver.cc:1540] failed to allocate "
+        "10.50GiB (11274289152 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory"
+    )
+    assert f.facts["requested_bytes"] == 11274289152
+    assert f.facts["component"] == "stream_executor"
+
+
+def test_mps_allocator_figures() -> None:
+    f = _one(
+        "RuntimeError: MPS backend out of memory (MPS allocated: 9.50 GB, other allocations: 1.25 MB, max allowed: "
+        "9.07 GB). Tried to allocate 512.00 MB on private pool."
+    )
+    assert f.facts["requested_bytes"] == parse_size("512.00 MB")
+    assert f.facts["allocated_bytes"] == parse_size("9.50 GB")
+    assert f.facts["max_allowed_bytes"] == parse_size("9.07 GB")
+    assert "total_capacity_bytes" not in f.facts
+
+
+# ---------------------------------------------------------------- more runtimes and libraries
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "CUDA Error: out of memory",  # Darknet's check_error
+        "CUDA error: Out of memory in cuMemAlloc_v2(&device_pointer, size), line 512",  # Blender's cuew check
+        "GPUassert: out of memory solver.cu 88",  # the common gpuErrchk macro
+        "node7:1234:1290 [3] misc/utils.cc:120 NCCL WARN Cuda failure 'out of memory'",
+    ],
+)
+def test_cuda_error_string_after_a_callers_prefix(line: str) -> None:
+    assert _one(line).facts["cuda_error"] == "cudaErrorMemoryAllocation"
+
+
+def test_context_creation_reports_the_total() -> None:
+    f = _one(
+        "2018-07-08 09:10:11.121314: E tensorflow/core/common_runtime/direct_session.cc:158] Internal: failed "
+        "initializing StreamExecutor for CUDA device ordinal 2: Internal: failed call to cuDevicePrimaryCtxRetain: "
+        "CUDA_ERROR_OUT_OF_MEMORY: out of memory; total memory reported: 8513978368"
+    )
+    assert f.facts["total_capacity_bytes"] == 8513978368
+    assert f.facts["device_index"] == 2
+    assert f.facts["framework"] == "tensorflow"
+
+
+def test_pinned_host_allocations() -> None:
+    tf = _one("2019-03-04 05:06:07.080910: E tensorflow/core/common_runtime/gpu/gpu_host_allocator.h:44] could not "
+              "allocate pinned host memory of size: 4294967296")
+    assert tf.facts["requested_bytes"] == 4294967296 and tf.facts["host_pinned_memory"] is True
+    gg = _one("ggml_cuda_host_malloc: failed to allocate 1024.00 MiB of pinned memory: out of memory")
+    assert gg.facts["requested_bytes"] == parse_size("1024.00 MiB")
+
+
+def test_ggml_buffer_line_echoes_the_cuda_failure() -> None:
+    # The CUDA backend's buffer line echoes its "cudaMalloc failed" line: only that one is the fault.
+    found = CUDA.classify("\n".join([
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: cudaMalloc failed: out of memory",
+        "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 2147483648",
+    ]))
+    assert len(found) == 1 and found[0].facts["call"] == "cudaMalloc"
+
+
+def test_cuda_jl_out_of_gpu_memory() -> None:
+    f = _one("\n".join([
+        "ERROR: Out of GPU memory trying to allocate 2.500 GiB",
+        "Effective GPU memory usage: 98.10% (11.620 GiB/11.845 GiB)",
+        "Memory pool usage: 9.000 GiB (9.500 GiB reserved)",
+    ]))
+    assert f.facts["requested_bytes"] == parse_size("2.500 GiB")
+    assert f.facts["total_capacity_bytes"] == parse_size("11.845 GiB")
+
+
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        ("RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED", "CUFFT_ALLOC_FAILED"),
+        ("RuntimeError: cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`",
+         "CUSOLVER_STATUS_ALLOC_FAILED"),
+        ("curandCreateGenerator failed: CURAND_STATUS_ALLOCATION_FAILED", "CURAND_STATUS_ALLOCATION_FAILED"),
+    ],
+)
+def test_math_library_allocation_statuses(line: str, status: str) -> None:
+    f = _one(line)
+    assert f.facts["status"] == status and f.severity == "error"
+
+
+def test_capacity_sentence_about_hardware_is_not_pytorch() -> None:
+    _none("On this cluster GPU 0 has a total capacity of 80 GB and GPU 1 has a total capacity of 40 GB.")
+
+
+def test_mindspore_device_memory() -> None:
+    f = _one("[ERROR] RUNTIME_FRAMEWORK(12345,7f0000000000,python):2024-01-02-03:04:05.678.901 [mindspore/ccsrc/runtime/"
+             "graph_scheduler/actor/kernel_actor.cc:300] Device(id:1) memory isn't enough and alloc failed, kernel "
+             "name: Default/network/Conv2D-op12, alloc size: 268435456B.")
+    assert f.facts["device_index"] == 1 and f.facts["requested_bytes"] == 268435456
+    _none("Memory isn't enough and alloc failed, kernel name: Default/Add-op3, alloc size: 1024B.")  # the CPU's
+
+
+def test_opencv_cuda_module() -> None:
+    _one("cv2.error: OpenCV(4.8.0) /io/opencv/modules/core/src/cuda/gpu_mat.cu:116: error: (-217:Gpu API call) "
+         "out of memory in function 'allocate'")
+
+
+def test_pytorch_fraction_limit_is_kept() -> None:
+    f = _one("RuntimeError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 15.90 GiB total capacity; "
+             "3.10 GiB already allocated; 11.50 GiB free; 4.00 GiB allowed; 3.20 GiB reserved in total by PyTorch)")
+    assert f.facts["max_allowed_bytes"] == parse_size("4.00 GiB")
+    assert f.facts["free_bytes"] == parse_size("11.50 GiB")
+
+
+def test_tpu_program_load_failure() -> None:
+    f = _one("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Error loading program: Attempting to "
+             "allocate 2.10G. That was not possible. There are 1.45G free.; (0x0x0_HBM0)")
+    assert f.facts["requested_bytes"] == parse_size("2.10G") and f.facts["free_bytes"] == parse_size("1.45G")
+    _none("Attempting to allocate 2.10G. That was not possible.")  # no status: not read alone

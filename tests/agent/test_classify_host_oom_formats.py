@@ -1,0 +1,289 @@
+"""host_oom / memory_alloc_failure: message formats and the wrappers pastes put around them.
+
+Every line here is written from the producing software's format (the kernel's oom_kill.c, page_alloc.c
+warn_alloc and show_mem, RHEL's kill line, kubelet's OOM watcher, Go's map printing, ECS, Nomad,
+earlyoom, the DRM CMA helper); none is copied from the corpus.
+"""
+
+from __future__ import annotations
+
+from fleetscope.agent.classify import classify_text
+from fleetscope.agent.classify._base import KIND_HOST_OOM, Finding
+from fleetscope.agent.classify.host_oom import HostOomClassifier, split_kernel_prefix
+from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
+
+HOST = HostOomClassifier()
+
+
+def _one(text: str, kind: str = KIND_HOST_OOM) -> Finding:
+    found = [f for f in HOST.classify(text) if f.kind == kind]
+    assert len(found) == 1, [f.title for f in found]
+    return found[0]
+
+
+# ------------------------------------------------------------------------------------ prefixes
+
+
+def test_prefix_journal_short_precise_microseconds() -> None:
+    kl = split_kernel_prefix("Feb 11 21:30:05.123456 box kernel: bash invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0")
+    assert kl.body.startswith("bash invoked")
+    assert kl.log_time == "Feb 11 21:30:05.123456"
+
+
+def test_prefix_masked_host_name() -> None:
+    f = _one("Oct  2 01:02:03 web-1.xx.*** kernel: nginx invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), "
+             "order=0, oom_score_adj=0")
+    assert f.facts["invoker_process"] == "nginx"
+
+
+def test_prefix_relay_stamp_before_printk_level() -> None:
+    line = "2025-01-05T03:04:05.678Z In(05) vcpu-1 - Guest: <6>[ 812.000100] Tasks state (memory values in pages):"
+    kl = split_kernel_prefix(line)
+    assert kl.body == "Tasks state (memory values in pages):"
+    assert kl.uptime_s == 812.0001
+
+
+def test_prefix_indented_uptime() -> None:
+    kl = split_kernel_prefix("   [  42.500000] worker: page allocation failure: order:2, mode:0xcc0(GFP_KERNEL)")
+    assert kl.body.startswith("worker: page allocation failure")
+    assert kl.uptime_s == 42.5
+
+
+# --------------------------------------------------------------------------------- kernel records
+
+
+def test_rhel_taint_dashes_give_release() -> None:
+    text = "\n".join([
+        "[Mon Mar  3 10:00:00 2019] tomcat invoked oom-killer: gfp_mask=0xd0, order=0, oom_score_adj=0",
+        "[Mon Mar  3 10:00:00 2019] CPU: 1 PID: 4242 Comm: tomcat Tainted: G    W   ----------- T "
+        "3.10.0-1062.el7.x86_64 #1",
+    ])
+    f = _one(text)
+    assert f.facts["kernel_release"] == "3.10.0-1062.el7.x86_64"
+    assert f.facts["invoker_pid"] == 4242
+
+
+def test_context_line_wrapped_before_release() -> None:
+    text = "\n".join([
+        "[  10.000000] mysqld invoked oom-killer: gfp_mask=0x14200ca(GFP_HIGHUSER_MOVABLE), nodemask=(null), order=0, "
+        "oom_score_adj=0",
+        "[  10.000010] CPU: 2 PID: 900 Comm: mysqld Tainted: G         C",
+        "   5.10.11-v8+ #1399",
+    ])
+    f = _one(text)
+    assert f.facts["kernel_release"] == "5.10.11-v8+"
+    assert f.facts["invoker_process"] == "mysqld"
+
+
+def test_header_fields_cut_still_names_invoker() -> None:
+    # The flag list wrapped onto the next line: the order is then not on the header's line.
+    f = _one("[ 300.100000] rsync invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGH\nUSER_MOVABLE), order=0, oom_score_adj=0")
+    assert f.facts["invoker_process"] == "rsync"
+    assert f.facts["gfp_mask"] == "0x6200ca"
+    assert "order" not in f.facts  # not printed on the header's line: absent, not guessed
+
+
+def test_new_header_after_previous_report_tail_is_a_second_fault() -> None:
+    text = "\n".join([
+        "[ 500.000001] 1000 pages RAM",
+        "[ 500.000002] 20 pages reserved",
+        "[ 501.000000] php invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=1, oom_score_adj=0",
+    ])
+    found = HOST.classify(text)
+    assert len(found) == 2
+    assert found[1].facts["invoker_process"] == "php"
+
+
+def test_rhel7_kill_line_uid_after_name() -> None:
+    f = _one("Jan  1 00:00:01 node kernel: Killed process 5151 (worker), UID 48, total-vm:20480kB, anon-rss:1024kB, "
+             "file-rss:12kB, shmem-rss:0kB")
+    assert f.facts["victim_pid"] == 5151
+    assert f.facts["victim_process"] == "worker"
+    assert f.facts["anon_rss_bytes"] == 1024 * 1024
+    assert f.facts["uid"] == 48
+
+
+def test_sacrifice_child_then_killed_other_pid_is_one_kill() -> None:
+    text = "\n".join([
+        "Memory cgroup out of memory: Kill process 2002 (GC Thread#0) score 1500 or sacrifice child",
+        "Killed process 2000 (java) total-vm:4000000kB, anon-rss:300000kB, file-rss:1000kB, shmem-rss:0kB",
+    ])
+    f = _one(text)
+    assert f.facts["victim_pid"] == 2000
+    assert f.facts["victim_process"] == "java"
+    assert f.facts["selected_pid"] == 2002
+    assert f.facts["total_vm_bytes"] == 4000000 * 1024
+
+
+def test_each_selected_and_killed_pair_is_its_own_kill() -> None:
+    lines = []
+    for pid in (301, 302, 303):
+        lines.append(f"Memory cgroup out of memory: Kill process {pid} (stress) score 0 or sacrifice child")
+        lines.append(f"Killed process {pid} (stress), UID 0, total-vm:7000kB, anon-rss:90kB, file-rss:0kB, shmem-rss:0kB")
+    found = HOST.classify("\n".join(lines))
+    assert [f.facts["victim_pid"] for f in found] == [301, 302, 303]
+
+
+def test_kill_line_with_reworded_verb_keeps_figures() -> None:
+    f = _one("[  77.000000] Out of memory: Prozess beendet 4321 (ruby) total-vm:500000kB, anon-rss:400000kB, "
+             "file-rss:8kB, shmem-rss:0kB")
+    assert f.facts["victim_pid"] == 4321
+    assert f.facts["anon_rss_bytes"] == 400000 * 1024
+
+
+def test_headless_call_trace_frames() -> None:
+    text = "\n".join([
+        "[ 99.000001]  dump_header+0x4a/0x1f0",
+        "[ 99.000002]  oom_kill_process.cold+0xb/0x10",
+        "[ 99.000003]  out_of_memory+0x1ed/0x4e0",
+    ])
+    f = _one(text)
+    assert f.facts["oom_call_trace"] is True
+
+
+def test_zone_watermark_line_alone_is_a_report() -> None:
+    f = _one("[ 12.000000] Node 0 Normal free:40000kB boost:0kB min:45000kB low:56000kB high:67000kB "
+             "reserved_highatomic:0KB active_anon:100kB")
+    assert f.facts["zone_normal_min_bytes"] == 45000 * 1024
+
+
+# ------------------------------------------------------------------------- allocation failures
+
+
+def test_old_warn_alloc_period_wording() -> None:
+    f = _one("Apr  1 12:00:00 kernel: ksoftirqd/0: page allocation failure. order:2, mode:0x20", KIND_MEMORY_ALLOC_FAILURE)
+    assert f.facts["order"] == 2
+    assert f.facts["invoker_process"] == "ksoftirqd/0"
+
+
+def test_warn_alloc_quoted_inside_a_sentence() -> None:
+    f = _one('We keep seeing "kswapd0: page allocation failure: order:3, mode:0x4020" on the box', KIND_MEMORY_ALLOC_FAILURE)
+    assert f.facts["invoker_process"] == "kswapd0"
+    assert f.facts["order"] == 3
+
+
+def test_vc4_cma_failure() -> None:
+    f = _one("[ 1.500000] [drm:vc4_bo_create [vc4]] *ERROR* Failed to allocate from CMA:", KIND_MEMORY_ALLOC_FAILURE)
+    assert f.facts["source"] == "cma"
+    assert f.facts["kernel_uptime_s"] == 1.5
+
+
+def test_cma_wording_in_prose_is_silent() -> None:
+    assert HOST.classify("The driver failed to allocate from CMA because the pool was too small") == []
+
+
+# ------------------------------------------------------------------------ orchestrators, runtimes
+
+
+def test_kubelet_cgroup_oom_event() -> None:
+    f = _one("  Warning  CgroupOOM  12s  kubelet  Cgroup OOM encountered, victim process: python, pid: 8080")
+    assert f.facts["victim_pid"] == 8080
+    assert f.facts["victim_process"] == "python"
+    assert f.facts["oom_scope"] == "memcg"
+
+
+def test_go_template_map_status() -> None:
+    f = _one("Last: map[terminated:map[containerID:docker://ab12 exitCode:137 finishedAt:2020-01-01T00:00:00Z "
+             "reason:OOMKilled]]")
+    assert f.facts["exit_code"] == 137
+
+
+def test_flattened_yaml_status_names_container() -> None:
+    f = _one("status: containerStatuses: - name: api ready: false restartCount: 2 state: terminated: exitCode: 137 "
+             "reason: OOMKilled")
+    assert f.facts["container"] == "api"
+    assert f.facts["exit_code"] == 137
+
+
+def test_flattened_get_row_after_header() -> None:
+    f = _one("NAME READY STATUS RESTARTS AGE batch-7 0/1 OOMKilled 4 9m")
+    assert f.facts["pod"] == "batch-7"
+
+
+def test_commented_describe_reason_and_run_on_exit_code() -> None:
+    assert _one("#       Reason:       OOMKilled").facts["k8s_reason"] == "OOMKilled"
+    f = _one("Last State: Terminated\nReason: OOMKilled\nExit Code: 137Then run kubectl top")
+    assert f.facts["exit_code"] == 137
+
+
+def test_docker_inline_needs_the_state_object() -> None:
+    assert HOST.classify('After it exits, inspect shows `"OOMKilled": true,` as expected.') == []
+    f = _one('{"Status":"exited","Running":false,"OOMKilled":true,"Pid":0,"ExitCode":137}')
+    assert f.facts["exit_code"] == 137
+
+
+def test_ecs_stopped_reason_with_exit_code() -> None:
+    f = _one("Stopped reason\tOutOfMemoryError: Container killed due to memory usage\tExit Code\t137")
+    assert f.facts["source"] == "ecs"
+    assert f.facts["exit_code"] == 137
+
+
+def test_nomad_terminated_event() -> None:
+    f = _one('2024-02-02T10:00:00Z  Terminated  Exit Code: 137, Exit Message: "OOM Killed"')
+    assert f.facts["source"] == "nomad"
+    assert f.facts["exit_code"] == 137
+
+
+def test_nomad_other_exit_message_is_silent() -> None:
+    assert HOST.classify('2024-02-02T10:00:00Z  Terminated  Exit Code: 1, Exit Message: "Docker container exited"') == []
+
+
+def test_earlyoom_sysrq_mode() -> None:
+    f = _one("mem avail: 200 of 4000 MiB (5 %), swap free: 0 of 0 MiB (0 %)\nInvoking oom killer: done")
+    assert f.facts["source"] == "earlyoom"
+    assert HOST.classify("Invoking oom killer: failed") == []
+
+
+def test_registry_gate_lets_new_wordings_through() -> None:
+    # The shared gate is built from the triggers: a line without "OOM" must still reach the classifier.
+    kinds = [f.kind for f in classify_text("Stopped reason: OutOfMemoryError: Container killed due to memory usage")]
+    assert kinds == [KIND_HOST_OOM]
+    kinds = [f.kind for f in classify_text("[ 5.000000]  out_of_memory+0x1ed/0x4e0")]
+    assert kinds == [KIND_HOST_OOM]
+
+
+def test_prose_about_the_killer_is_silent() -> None:
+    text = ("The OOM killer calls out_of_memory() and then oom_kill_process(); the kubelet reports CgroupOOM events "
+            "and the reason is OOMKilled when the limit is hit.")
+    assert HOST.classify(text) == []
+
+
+def test_drm_cma_lines_of_one_text_are_one_fault_and_defer_to_cma_alloc() -> None:
+    drm = "[ 2.000000] [drm:vc4_bo_create] *ERROR* Failed to allocate from CMA:"
+    assert len(HOST.classify("\n".join([drm, drm.replace("2.0", "2.1")]))) == 1
+    text = "\n".join(["[ 2.000000] cma: cma_alloc: alloc failed, req-size: 760 pages, ret: -12", drm])
+    assert HOST.classify(text) == []
+
+
+def test_old_kill_line_without_figures_pairs_with_selection() -> None:
+    f = _one("Out of memory: kill process 700 (httpd) score 812 or a child\nKilled process 701 (httpd)")
+    assert f.facts["victim_pid"] == 701
+    assert f.facts["selected_pid"] == 700
+    g = _one("Out of memory: Killed process 3030, UID 27, (mysqld).")
+    assert g.facts["victim_process"] == "mysqld"
+    assert g.facts["uid"] == 27
+
+
+def test_panic_on_oom_and_deadlock() -> None:
+    f = _one("[  90.000000] Kernel panic - not syncing: Out of memory: compulsory panic_on_oom is enabled")
+    assert f.facts["oom_panic"] is True
+    assert f.severity == "critical"
+    text = "[  90.000000] Out of memory and no killable processes...\n[  90.000001] Kernel panic - not syncing: System is deadlocked on memory"
+    assert _one(text).facts["oom_panic"] is True
+    assert HOST.classify("Set vm.panic_on_oom=1 so that the kernel panics when it runs out of memory.") == []
+
+
+def test_slurm_step_oom_kill() -> None:
+    f = _one("slurmstepd: error: Detected 3 oom-kill event(s) in step 88.0 cgroup. Some of your processes may have "
+             "been killed by the cgroup out-of-memory handler.")
+    assert f.facts["source"] == "slurm"
+    assert f.facts["oom_kill_events"] == 3
+    assert f.facts["slurm_step"] == "88.0"
+    g = _one("[2024-05-05T05:05:05.005] error: Detected 1 oom_kill event in StepId=77.batch. Some of the step tasks "
+             "have been OOM Killed.")
+    assert g.facts["slurm_step"] == "77.batch"
+    assert _one("srun: error: dgx-07: task 3: Out Of Memory").facts["node"] == "dgx-07"
+
+
+def test_slurm_wording_in_prose_is_silent() -> None:
+    assert HOST.classify("If you see Detected 1 oom-kill event(s) your job needs more --mem") == []

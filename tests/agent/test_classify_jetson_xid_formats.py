@@ -1,0 +1,256 @@
+"""Jetson memory and Xid wordings read from their producers' formats: synthetic lines only.
+
+NvMap's lone ``NvMapMemHandleAlloc: error 0``, nvgpu's DMA failure with its prefix cut, the kernel's
+CMA reservation failure, gpud's own Xid wording, GSP failures printed with no Xid line, an RM call
+failing on a lost GPU, an RmInitAdapter note naming two GPUs; and the same words as a title, a
+template or a string literal in code, which are not output.
+"""
+
+from __future__ import annotations
+
+from fleetscope.agent.classify import classify_text
+from fleetscope.agent.classify.jetson_memory import JetsonMemoryClassifier
+from fleetscope.agent.classify.xid import XidClassifier, in_code_literal, literal_line
+from fleetscope.proto.vocabulary import KIND_GPU_XID, KIND_JETSON_MEMORY, KIND_MEMORY_ALLOC_FAILURE
+
+JETSON = JetsonMemoryClassifier()
+XID = XidClassifier()
+
+
+# ------------------------------------------------------------------------------ NvMap
+
+
+def test_a_lone_handle_alloc_error_0_beside_a_failure_is_an_nvmap_failure_with_no_errno() -> None:
+    (f,) = JETSON.classify("loading weights\nNvMapMemHandleAlloc: error 0\nNvRmStream: Buffer allocation failed (err=6)")
+    assert f.kind == KIND_JETSON_MEMORY
+    assert f.facts["source"] == "nvmap"
+    assert f.facts["nvmap_call"] == "NvMapMemHandleAlloc"
+    assert "errno" not in f.facts  # "error 0" reports none
+    assert f.severity == "error"
+
+
+def test_error_0_with_nothing_failing_beside_it_says_nothing() -> None:
+    assert JETSON.classify("NvMapMemHandleAlloc: error 0") == []
+    assert JETSON.classify("model loaded\nNvMapMemHandleAlloc: error 0\nserving on :8080") == []
+
+
+def test_error_0_after_a_cuda_oom_is_that_nvmap_failure() -> None:
+    (f,) = JETSON.classify("RuntimeError: CUDA error: out of memory\nNvMapMemHandleAlloc: error 0")
+    assert f.facts["source"] == "nvmap"
+
+
+def test_a_symbolic_errno_after_error_0_is_the_one_printed() -> None:
+    (f,) = JETSON.classify("NvMapMemHandleAlloc: error 0 (ENOMEM)")
+    assert f.facts["errno"] == 12
+    assert f.facts["out_of_memory"] is True
+
+
+def test_error_0_after_the_tagged_failure_stays_its_follow_up() -> None:
+    text = "NvMapMemAllocInternalTagged: 1075772419 error 12\nNvMapMemHandleAlloc: error 0"
+    (f,) = JETSON.classify(text)
+    assert f.facts["errno"] == 12
+    assert f.facts["followed_by"] == "NvMapMemHandleAlloc: error 0"
+
+
+def test_the_message_as_a_heading_or_a_glossary_term_is_not_a_failure() -> None:
+    assert JETSON.classify("### `NvMapMemAllocInternalTagged: error 12`") == []
+    assert JETSON.classify("- **`NvMapMemAllocInternalTagged: ... error 12`** - the allocator ran dry") == []
+    assert JETSON.classify("**`NvMapMemHandleAlloc failed: error 12`**: see below") == []
+
+
+def test_the_message_as_a_string_literal_in_code_is_not_a_failure() -> None:
+    assert JETSON.classify('NVMAP_OOM = "NvMapMemAllocInternalTagged: 1075772419 error 12"') == []
+    assert JETSON.classify("    patterns = ['x', 'NvMapMemHandleAlloc failed: error 12']") == []
+
+
+def test_a_message_quoted_on_a_line_of_its_own_is_still_output() -> None:
+    (f,) = JETSON.classify('probe said:\n        "NvRmMemInitNvmap failed: error Permission denied"')
+    assert f.facts["nvmap_call"] == "NvRmMemInitNvmap"
+    assert f.facts["errno"] == 13
+
+
+# ------------------------------------------------------------------------------ nvgpu, CMA
+
+
+def test_nvgpu_dma_failure_with_its_prefix_cut_is_still_nvgpu() -> None:
+    text = 'at power-on the comptag buffer fails ("DMA alloc FAILED: [sysmem] size=33554432 ... PHYS")'
+    (f,) = JETSON.classify(text)
+    assert f.kind == KIND_JETSON_MEMORY
+    assert f.facts["source"] == "nvgpu"
+    assert f.facts["requested_bytes"] == 33554432
+    assert "nvgpu_device" not in f.facts and "aligned_bytes" not in f.facts
+
+
+def test_nvgpu_dma_failure_with_its_prefix_keeps_device_and_alignment() -> None:
+    line = "[   12.500000] nvgpu: 17000000.gpu  nvgpu_dma_alloc_flags_sys:250 [ERR]  DMA alloc FAILED: [sysmem] size=4096 aligned=8192 flags:0x0"
+    (f,) = JETSON.classify(line)
+    assert f.facts["nvgpu_device"] == "17000000.gpu"
+    assert f.facts["aligned_bytes"] == 8192
+
+
+def test_a_cma_reservation_failure_on_a_tegra_boot_is_jetson_memory() -> None:
+    text = (
+        "[    0.000000] Machine model: NVIDIA Jetson AGX Orin\n"
+        "[    0.000000] cma: Failed to reserve 1024 MiB"
+    )
+    (f,) = JETSON.classify(text)
+    assert f.kind == KIND_JETSON_MEMORY
+    assert f.facts["source"] == "cma"
+    assert f.facts["requested_bytes"] == 1 << 30
+    assert f.facts["kernel_uptime_s"] == 0.0
+
+
+def test_a_cma_reservation_failure_elsewhere_is_a_generic_kernel_failure() -> None:
+    (f,) = JETSON.classify("[    0.000000] cma: Failed to reserve 512 MiB on node 1")
+    assert f.kind == KIND_MEMORY_ALLOC_FAILURE
+    assert f.facts["numa_node"] == 1
+    assert f.facts["jetson"] is False
+
+
+def test_a_cma_reservation_quoted_in_prose_with_no_board_is_silent() -> None:
+    assert JETSON.classify('passing cma=4G made it fail ("cma: Failed to reserve 4096 MiB") on my PC') == []
+
+
+def test_the_gate_lets_the_new_jetson_wordings_through() -> None:
+    kinds = [f.kind for f in classify_text("NvMapMemHandleAlloc: error 0 (ENOMEM)")]
+    assert kinds == [KIND_JETSON_MEMORY]
+    kinds = [f.kind for f in classify_text("tegra boot: DMA alloc FAILED: [sysmem] size=1048576 aligned=1048576")]
+    assert kinds == [KIND_JETSON_MEMORY]
+
+
+# ------------------------------------------------------------------------------ gpud's wording
+
+
+def test_gpud_older_reason_with_the_name_in_parentheses() -> None:
+    (f,) = XID.classify("XID 48(Double Bit ECC Error) detected on PCI:0000:17:00")
+    assert f.kind == KIND_GPU_XID
+    assert f.facts["xid"] == 48
+    assert f.facts["pci_address"] == "PCI:0000:17:00"
+    assert f.facts["relayed_by"] == "gpud"
+
+
+def test_gpud_newer_reason_with_gpu_and_uuid() -> None:
+    (f,) = XID.classify(
+        "reason: XID 13 (Graphics Engine Exception) detected on GPU 0000:cb:00.0 UUID:GPU-0a1b2c3d-0000-1111-2222-333344445555"
+    )
+    assert f.facts["xid"] == 13
+    assert f.facts["pci_address"] == "0000:cb:00.0"
+    assert f.facts["gpu_uuid"] == "GPU-0a1b2c3d-0000-1111-2222-333344445555"
+
+
+def test_gpud_reason_without_a_name_and_with_a_sub_code() -> None:
+    (a,) = XID.classify("XID 94 detected on GPU 0000:3b:00")
+    assert a.facts["xid"] == 94
+    (b,) = XID.classify("XID 145.3 (err status 0x00000010) detected on GPU 0000:3b:00")
+    assert b.facts["xid"] == 145
+
+
+def test_the_word_xid_without_a_gpu_named_is_not_a_relay() -> None:
+    assert XID.classify("the XID 79 handler is detected on startup by the plugin") == []
+    assert classify_text("XID errors are documented at docs.nvidia.com") == []
+
+
+# ------------------------------------------------------------------------------ GSP, lost GPU
+
+
+def test_an_rpc_history_dump_is_one_gsp_failure_per_gpu() -> None:
+    text = (
+        "[  90.1] NVRM: GPU2 RPC history (CPU -> GSP):\n"
+        "[  90.1] NVRM:     entry function                   sequence data0\n"
+        "[  90.1] NVRM:      0    76   GSP_RM_CONTROL           0 0x0000000000000000\n"
+        "[  90.2] NVRM: GPU2 RPC event history (CPU <- GSP):\n"
+        "[  90.2] NVRM:      0    4108 UCODE_LIBOS_PRINT        0 0x0000000000000000\n"
+    )
+    (f,) = XID.classify(text)
+    assert f.facts["gsp_failure"] == "rpc_history"
+    assert f.facts["gpu"] == "GPU2"
+    assert f.severity == "critical"
+
+
+def test_a_falcon_core_dump_is_one_finding() -> None:
+    text = "\n".join(f"[ 55.{i}] NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: {i:02d} = 0x00000000012345{i:02d}" for i in range(5))
+    (f,) = XID.classify(text)
+    assert f.facts["gsp_failure"] == "core_dump"
+
+
+def test_an_rpc_timeout_printed_on_its_own() -> None:
+    (f,) = XID.classify(
+        "[ 301.5] NVRM: _kgspRpcRecvPoll: Timeout waiting for RPC from GSP1! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x8)."
+    )
+    assert f.facts["gsp_failure"] == "rpc_timeout"
+    assert f.facts["implied_xid"] == 119
+    assert f.facts["gsp_function"] == "GSP_RM_CONTROL"
+    assert f.facts["gpu"] == "GSP1"
+
+
+def test_an_rpc_timeout_inside_an_xid_119_line_is_that_xid_only() -> None:
+    (f,) = XID.classify(
+        "NVRM: Xid (PCI:0000:41:00): 119, pid=812, name=python, Timeout after 6s of waiting for RPC response "
+        "from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x2080 0x4)."
+    )
+    assert f.facts["xid"] == 119
+    assert f.facts["gsp_timeout_s"] == 6.0
+
+
+def test_rm_calls_failing_on_a_lost_gpu_are_one_fallen_off_the_bus_finding() -> None:
+    line = "Mar 02 10:00:00 node kernel: NVRM: nvAssertOkFailedNoLog: Assertion failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F) returned from x @ y.c:10"
+    (f,) = XID.classify("\n".join([line] * 3))
+    assert f.facts["implied_xid"] == 79
+    assert f.facts["fallen_off_bus"] is True
+    assert f.facts["timestamp_style"] == "syslog"
+
+
+def test_an_rm_init_note_naming_two_gpus_is_two_faults() -> None:
+    found = XID.classify("NVRM: GPU 0000:00:05.0 / 0000:00:0a.0: RmInitAdapter failed! (0x62:0x40:2028)")
+    assert [f.facts["pci_address"] for f in found] == ["0000:00:05.0", "0000:00:0a.0"]
+    assert all(f.facts["rm_init_status"] == "0x62:0x40:2028" for f in found)
+
+
+# ------------------------------------------------------------------------------ templates, code
+
+
+def test_a_template_pid_is_not_the_drivers_output() -> None:
+    assert XID.classify("NVRM: Xid (PCI:0000:65:00): 109, pid=XXXXX, name=game, channel 0x0000000a") == []
+    assert XID.classify("NVRM: Xid (PCI:0000:65:00): 43, pid=<pid>, name=<name>, Ch 00000010") == []
+
+
+def test_an_elided_pid_in_a_real_paste_is_still_read() -> None:
+    (f,) = XID.classify("NVRM: Xid (PCI:0000:02:00): 31, pid=…, name=probe, channel 0x00000004")
+    assert f.facts["xid"] == 31
+    assert f.facts["process_name"] == "probe"
+
+
+def test_xid_lines_in_string_literals_are_code_not_output() -> None:
+    assert XID.classify("  'gpu-xid': 'Jan  1 00:00:00 n1 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.',") == []
+    assert XID.classify('    >>> line = "[12.5] NVRM: Xid (PCI:0000:0a:00): 94, pid=77, name=x, Ch 00000001"') == []
+
+
+def test_an_xid_line_quoted_in_prose_is_still_output() -> None:
+    (f,) = XID.classify('dmesg printed ("NVRM: Xid (PCI:0000:0a:00): 94, pid=77, name=x, Ch 00000001") twice')
+    assert f.facts["xid"] == 94
+
+
+def test_literal_line_reads_what_precedes_the_opening_quote() -> None:
+    assert literal_line('x = "NVRM: Xid (PCI:0000:01:00): 13"', 5)
+    assert literal_line("call(\"NvMapMemHandleAlloc: error 0\")", 6)
+    assert not literal_line('it failed ("NvMapMemHandleAlloc: error 0")', 11)
+    assert not literal_line('   "NvMapMemHandleAlloc: error 0"', 4)
+    text = "a\n>>> s = 'NVRM: Xid (PCI:0000:01:00): 13, pid=1'\nb"
+    assert in_code_literal(text, text.index("NVRM"))
+
+
+def test_an_nvmap_op_joined_to_its_argument_by_a_colon() -> None:
+    (f,) = JETSON.classify("[gstreamer] capture\nNvMapMemCacheMaint:1075334600 failed [14]")
+    assert f.facts["nvmap_call"] == "NvMapMemCacheMaint"
+    assert f.facts["errno"] == 14
+    assert f.facts["out_of_memory"] is False
+    assert f.severity == "warning"
+
+
+def test_dcgm_health_failure_text_names_the_xid_and_the_gpu() -> None:
+    (f,) = XID.classify("| Health Monitor | Error | Detected XID 63 for GPU 2 |")
+    assert f.facts["xid"] == 63
+    assert f.facts["gpu_index"] == 2
+    assert f.facts["relayed_by"] == "dcgm"
+    assert XID.classify("Detected XIDs are listed below") == []
+

@@ -1,0 +1,357 @@
+"""TensorRT, trtexec and tegrastats wordings read from their producers' formats: synthetic lines only.
+
+TensorRT's builder and runtime messages across 3..10 (the 8.0-8.4 "insuficient" spelling, TensorRT
+10's OutOfMemory detail and its allocator's location-only Cuda Runtime error, 8.6's per-issue FP16
+weight counts, the INT8 missing-scale warning, engines from another device model or release, the
+error recorder's "Error[N]:", the Caffe parser, a node name with spaces and brackets), relayed by
+ONNX Runtime's and TensorRT-LLM's loggers or with no logger at all; a lone trtexec throughput line;
+tegrastats lines quoted in code or a web page. And the same words quoted in prose, manuals or code,
+which are not output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetscope.agent.classify import classify_text
+from fleetscope.agent.classify.repeats import merge_repeats
+from fleetscope.agent.classify.tensorrt import TensorRtClassifier
+from fleetscope.agent.parsers.tegrastats import parse_tegrastats_line
+from fleetscope.agent.tools.scan import scan_file
+from fleetscope.proto.vocabulary import KIND_TENSORRT_ERROR, KIND_TRT_BENCHMARK
+
+TRT = TensorRtClassifier()
+STAMP = "[11/20/2025-08:15:42]"
+
+
+def _one(text: str) -> dict[str, object]:
+    (f,) = TRT.classify(text)
+    assert f.kind == KIND_TENSORRT_ERROR
+    return dict(f.facts)
+
+
+def _scan(tmp_path: Path, text: str) -> list:
+    p = tmp_path / "pasted.log"
+    p.write_text(text, encoding="utf-8")
+    return list(scan_file(p).findings)
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+def test_tactic_skipped_with_the_old_spelling_is_a_memory_shortage() -> None:
+    facts = _one(f"{STAMP} [TRT] [W] Skipping tactic 1 due to insuficient memory on requested size of 733 detected for tactic 6.")
+    assert facts["category"] == "tactic_skipped_insufficient_memory" and facts["out_of_memory"] is True
+    assert "requested_bytes" not in facts  # 8.0-8.4 print no unit for this size
+
+
+def test_unsupported_state_run_together_with_the_skip_keeps_its_size() -> None:
+    facts = _one(
+        "[W] UNSUPPORTED_STATESkipping tactic 0 due to insufficient memory on requested size of 3221225472 "
+        "detected for tactic 0x0000000000000000.Try decreasing the workspace size with IBuilderConfig::setMemoryPoolLimit()."
+    )
+    assert facts["out_of_memory"] is True and facts["requested_bytes"] == 3221225472
+
+
+def test_out_of_memory_detail_gives_the_requested_size() -> None:
+    facts = _one("[E] [executionContext.cpp::initializeExecutionContext::611] Error Code 2: OutOfMemory "
+                 "(Requested size was 8589934592 bytes.)")
+    assert facts["error_code"] == 2 and facts["requested_bytes"] == 8589934592 and facts["category"] == "out_of_memory"
+
+
+def test_allocator_location_only_error_is_a_failed_allocation() -> None:
+    facts = _one("[E] [defaultAllocator.cpp::allocate::61] Error Code 1: Cuda Runtime (In allocate at "
+                 "common/dispatch/defaultAllocator.cpp:61)")
+    assert facts["category"] == "gpu_memory_allocation_failed" and facts["out_of_memory"] is True
+
+
+def test_allocator_reporting_another_cuda_error_is_not_out_of_memory() -> None:
+    facts = _one("[E] [TRT] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime "
+                 "(an illegal memory access was encountered)")
+    assert facts["category"] == "cuda_runtime_error" and facts["out_of_memory"] is False
+
+
+def test_an_out_of_memory_cascade_is_one_fault_with_its_size(tmp_path: Path) -> None:
+    text = "\n".join([
+        "  [I] Loading bytes from engine/unet.plan",
+        "  [E] [defaultAllocator.cpp::allocate::61] Error Code 1: Cuda Runtime (In allocate at common/dispatch/defaultAllocator.cpp:61)",
+        "  [W] Requested amount of GPU memory (8589934592 bytes) could not be allocated. There may not be enough free "
+        "memory for allocation to succeed.",
+        "  [E] [executionContext.cpp::initializeExecutionContext::611] Error Code 2: OutOfMemory (Requested size was 8589934592 bytes.)",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["requested_bytes"] == 8589934592 and f.facts["out_of_memory"] is True
+
+
+def test_a_tactic_skip_and_an_unrelated_build_error_are_two_faults() -> None:
+    text = "\n".join([
+        f"{STAMP} [TRT] [W] Skipping tactic 0 due to insuficient memory on requested size of 1073741824 detected for tactic 0.",
+        f"{STAMP} [TRT] [E] 10: [optimizer.cpp::computeCosts::2011] Error Code 10: Internal Error (Could not find any "
+        "implementation for node {ForeignNode[12...Add_40]}.)",
+    ])
+    findings = merge_repeats([f for line in text.splitlines() for f in classify_text(line)])
+    assert len(findings) == 2
+
+
+# ------------------------------------------------------------------------------ precision
+
+
+def test_fp16_weight_issue_counts_relayed_by_onnx_runtime_are_one_warning() -> None:
+    prefix = "2025-03-01 10:20:30.123456789 [W:onnxruntime:sess, tensorrt_execution_provider.h:75 log] [2025-03-01 10:20:30 WARNING] "
+    lines = [
+        prefix + "- 12 weights are affected by this issue: Detected subnormal FP16 values.",
+        prefix + "- 4 weights are affected by this issue: Detected values less than smallest positive FP16 subnormal "
+        "value and converted them to the FP16 minimum subnormalized value.",
+        prefix + "- 1 weights are affected by this issue: Detected finite FP32 values which would overflow in FP16 and "
+        "converted them to the closest finite FP16 value.",
+    ]
+    findings = [f for line in lines for f in classify_text(line)]
+    assert [f.facts["category"] for f in findings] == ["fp16_weights_out_of_range"] * 3
+    assert findings[0].facts["severity_tag"] == "WARNING" and findings[0].facts["affected_weights"] == 12
+    assert len(merge_repeats(findings)) == 1
+
+
+def test_fp16_heading_of_tensorrt_8_6_is_a_precision_warning() -> None:
+    facts = _one(f"{STAMP} [TRT] [W] TensorRT encountered issues when converting weights between types and that could affect accuracy.")
+    assert facts["category"] == "fp16_weights_out_of_range"
+
+
+def test_layernorm_in_fp16_is_a_precision_warning() -> None:
+    facts = _one(f"{STAMP} [W] [TRT] Detected layernorm nodes in FP16: /blk.0/ln/ReduceMean_1. Running layernorm after "
+                 "self-attention in FP16 may cause overflow.")
+    assert facts["category"] == "fp16_layernorm_overflow" and facts["precision"] == "fp16"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2023-07-08 09:10:11 WARNING] Missing scale and zero-point for tensor 318, expect fall back to non-int8 "
+        "implementation for any layer consuming or producing given tensor",
+        f"{STAMP} [TRT] [W] Missing scale and zero-point for tensor (Unnamed Layer* 22) [Constant]_output, expect fall "
+        "back to non-int8 implementation for any layer consuming or producing given tensor",
+        "[TensorRT] WARNING: Missing dynamic range for tensor pool5, expect fall back to non-int8 implementation for "
+        "any layer consuming or producing given tensor",
+    ],
+)
+def test_missing_int8_scale_is_a_precision_warning_without_a_layer(line: str) -> None:
+    facts = _one(line)
+    assert facts["category"] == "int8_missing_scale" and facts["precision"] == "int8"
+    assert "layer" not in facts  # "for any layer consuming ..." names none
+
+
+def test_int8_requested_without_native_support() -> None:
+    facts = _one("[TensorRT] WARNING: Int8 support requested on hardware without native Int8 support, performance "
+                 "will be negatively affected.")
+    assert facts["category"] == "int8_unsupported"
+
+
+def test_calibration_failure_needs_no_logger_tag() -> None:
+    facts = _one("ERROR: Calibration failure occurred with no scaling factors detected. This could be due to no int8 "
+                 "calibrator or insufficient custom scales for network layers.")
+    assert facts["category"] == "int8_calibration_failed"
+
+
+# ------------------------------------------------------------------------------ engines
+
+
+def test_incompatible_device_with_sentences_split_by_periods() -> None:
+    facts = _one("```The engine plan file is generated on an incompatible device. expecting compute 8.9 got compute 8.6. please rebuild.```")
+    assert facts["category"] == "engine_device_mismatch"
+    assert facts["expected_compute_capability"] == "8.9" and facts["compute_capability"] == "8.6"
+
+
+def test_library_version_mismatch_of_tensorrt_10() -> None:
+    facts = _one("[TRT] [E] 6: The engine plan file is not compatible with this version of TensorRT, expecting library "
+                 "version 10.4.0.26 got 10.1.0.27, please rebuild.")
+    assert facts["category"] == "engine_version_mismatch"
+    assert facts["trt_version"] == "10.4.0.26" and facts["engine_trt_version"] == "10.1.0.27"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "../rtSafe/coreReadArchive.cpp (38) - Serialization Error in verifyHeader: 0 (Version tag does not match)",
+        "[E] [TRT] IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization assertion "
+        "plan->header.magicTag == rt::kPLAN_MAGIC_TAG failed.Trying to load an engine created with incompatible "
+        "serialization version. Check that the engine was not created using safety runtime.)",
+    ],
+)
+def test_engine_of_another_release_without_version_numbers(line: str) -> None:
+    assert _one(line)["category"] == "engine_version_mismatch"
+
+
+def test_magic_tag_in_either_case_is_not_an_engine() -> None:
+    facts = _one("[TRT] [E] 1: [stdArchiveReader.cpp::StdArchiveReader::32] Error Code 1: Serialization "
+                 "(Serialization assertion magicTagRead == kMAGIC_TAG failed.Magic Tag does not match)")
+    assert facts["category"] == "engine_invalid"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[`TRT] [W] Using an engine plan file across different models of devices is not recommended and is likely to "
+        "affect performance or even cause errors.`",
+        "WARNING: [Torch-TensorRT] - Using an engine plan file across different models of devices is not recommended "
+        "and is likely to affect performance or even cause errors",
+    ],
+)
+def test_engine_from_another_device_model_is_a_warning(line: str) -> None:
+    f = TRT.classify(line)[0]
+    assert f.facts["category"] == "engine_other_device_model" and f.severity == "warning"
+
+
+def test_tensorrt_llm_logger_tag_and_its_deserialize_failure() -> None:
+    facts = _one("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/runtime/tllmRuntime.cpp:80)")
+    assert facts["category"] == "engine_deserialize_failed" and facts["severity_tag"] == "ERROR"
+    assert TRT.classify("[TensorRT-LLM][INFO] Loaded engine size: 2048 MiB") == []
+
+
+# ------------------------------------------------------------------------------ coded errors and names
+
+
+def test_error_recorder_line_cut_mid_word_keeps_its_code() -> None:
+    facts = _one(f"{STAMP} [E] Error[10]: Could not find any implementation fo")
+    assert facts["error_code"] == 10 and facts["severity_tag"] == "E"
+
+
+def test_node_name_with_spaces_and_brackets_runs_to_the_end_of_the_detail() -> None:
+    facts = _one(f"{STAMP} [E] Error[10]: [optimizer.cpp::computeCosts::3728] Error Code 10: Internal Error (Could not "
+                 "find any implementation for node {ForeignNode[45...Reshape_9 + (Unnamed Layer* 71) [Shuffle]]}.)")
+    assert facts["layer"] == "{ForeignNode[45...Reshape_9 + (Unnamed Layer* 71) [Shuffle]]}"
+    facts = _one("[E] IBuilder::buildSerializedNetwork: Error Code 10: Internal Error (Could not find any implementation "
+                 "for node /neck/Conv + PWN(/neck/Sigmoid).)")
+    assert facts["layer"] == "/neck/Conv + PWN(/neck/Sigmoid)"
+
+
+def test_tensorrt_8_6_no_implementation_says_why_after_the_node() -> None:
+    facts = _one(f"{STAMP} [TRT] [E] 10: [optimizer.cpp::computeCosts::3869] Error Code 10: Internal Error (Could not find "
+                 "any implementation for node {ForeignNode[/enc/Add...Mul_7]} due to insufficient workspace. See verbose "
+                 "log for requested sizes.)")
+    assert facts["layer"] == "{ForeignNode[/enc/Add...Mul_7]}" and facts["category"] == "workspace_too_small"
+
+
+def test_a_word_after_node_is_not_a_layer() -> None:
+    facts = _one("[TRT] [E] 2: [myelinBuilderUtils.cpp::operator()::371] Error Code 2: Internal Error ([HostToDeviceCopy] "
+                 "requires bool I/O but node can not be handled by Myelin.)")
+    assert "layer" not in facts
+
+
+def test_tensorrt_7_no_implementation_names_its_node_before_the_hint() -> None:
+    facts = _one("[TensorRT] ERROR: Internal error: could not find any implementation for node (Unnamed Layer* 9) "
+                 "[Convolution], try increasing the workspace size with IBuilder::setMaxWorkspaceSize()")
+    assert facts["layer"] == "(Unnamed Layer* 9) [Convolution]" and facts["category"] == "workspace_too_small"
+
+
+def test_a_layer_error_names_the_layer_first() -> None:
+    facts = _one("[TRT] [E] 4: [graphShapeAnalyzer.cpp::analyzeShapes::1872] Error Code 4: Internal Error "
+                 "(/dec/Reshape_2: IShuffleLayer applied to shape tensor must have 0 or 1 reshape dimensions)")
+    assert facts["layer"] == "/dec/Reshape_2"
+
+
+def test_node_number_of_the_onnx_parser_is_not_a_layer() -> None:
+    facts = _one('[E] [TRT] ModelImporter.cpp:771: While parsing node number 12 [Tile -> "/Tile_output_0"]:')
+    assert "layer" not in facts
+
+
+def test_ort_right_aligned_error_level_is_a_tensorrt_error() -> None:
+    line = ("2025-03-01 10:20:30.1 [E:onnxruntime:Default, tensorrt_execution_provider.h:88 log] "
+            "[2025-03-01 10:20:30   ERROR] ModelImporter.cpp:190: Failed to open file: weights.bin")
+    facts = _one(line)
+    assert facts["severity_tag"] == "ERROR" and facts["category"] == "error"
+    info = line.replace("E:onnx", "I:onnx").replace("  ERROR]", "   INFO]")
+    assert TRT.classify(info) == []
+
+
+def test_caffe_parser_missing_weights_names_its_layer() -> None:
+    facts = _one("res2a_branch1: ERROR - 16-bit weights not found for 16-bit model")
+    assert facts["category"] == "caffe_weights_missing" and facts["layer"] == "res2a_branch1"
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("../rtSafe/cuda/cudaPoolingRunner.cpp (51) - Cuda Error in execute: 2", None),
+        ("../rtSafe/cuda/cudaConvolutionRunner.cpp (457) - Cuda Error in execute: 700 (an illegal memory access was "
+         "encountered)", "an illegal memory access was encountered"),
+    ],
+)
+def test_status_line_cuda_errors_with_or_without_a_name(line: str, name: str | None) -> None:
+    facts = _one(line)
+    assert facts["category"] == "cuda_error" and facts.get("cuda_error_name") == name
+    assert facts["out_of_memory"] is (facts["cuda_error_code"] == 2)
+
+
+def test_untagged_workspace_warning() -> None:
+    assert _one("`Some tactics do not have sufficient workspace memory to run. Increasing workspace size may increase "
+                "performance, please check verbose output.`")["category"] == "workspace_too_small"
+
+
+def test_trtexec_setup_failures() -> None:
+    assert _one(f"{STAMP} [E] Engine set up failed")["category"] == "build_failed"
+    assert _one(f"{STAMP} [E] Failed to create engine from model or file.")["category"] == "build_failed"
+
+
+def test_untagged_lines_reach_the_classifier_through_the_scan(tmp_path: Path) -> None:
+    text = "question about my build:\n\n`[W] Requested amount of GPU memory (4294967296 bytes) could not be allocated.`\n"
+    (f,) = _scan(tmp_path, text)
+    assert f.kind == KIND_TENSORRT_ERROR and f.facts["requested_bytes"] == 4294967296
+
+
+# ------------------------------------------------------------------------------ quoted, not printed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Each engine loaded fine with the warning `[TRT] [W] Using an engine plan file across different models of "
+        "devices is not recommended` which is harmless.",
+        "   - `TensorRT encountered issues when converting weights between types ...`",
+        "     - 52 weights are affected by this issue: Detected subnormal FP16",
+        'std::cout << "[Warning] Missing dynamic range for tensor: " << tName << std::endl;',
+        "If you see WARNING: Missing dynamic range for tensor, delete the calibration cache.",
+        "Throughput: 1200 qps",
+        "2024-01-01 12:00:00 INFO vector search Throughput: 1200 qps latency 3 ms",
+        "the builder logs Skipping tactic lines while it profiles kernels",
+    ],
+)
+def test_the_same_words_quoted_are_not_output(text: str) -> None:
+    assert classify_text(text) == []
+
+
+# ------------------------------------------------------------------------------ trtexec
+
+
+def test_a_lone_trtexec_throughput_line_is_a_partial_summary() -> None:
+    (b,) = TRT.classify("[I] Throughput: 96.25 qps")
+    assert b.kind == KIND_TRT_BENCHMARK and b.facts["throughput_qps"] == 96.25
+    assert b.facts["summary_complete"] is False
+
+
+def test_three_runs_of_one_throughput_line_each_are_three_benchmarks(tmp_path: Path) -> None:
+    text = "PTQ:\n```\n[I] Throughput: 96.25 qps\n```\nFP16:\n```\n[I] Throughput: 71.5 qps\n```\nQAT:\n```\n[I] Throughput: 88 qps\n```\n"
+    benches = [f for f in _scan(tmp_path, text) if f.kind == KIND_TRT_BENCHMARK]
+    assert sorted(f.facts["throughput_qps"] for f in benches) == [71.5, 88.0, 96.25]
+
+
+# ------------------------------------------------------------------------------ tegrastats
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '    sample = "RAM 1804/3964MB (lfb 12x4MB) SWAP 5/1982MB (cached 0MB) CPU [9%@921,4%@921] EMC_FREQ 6% GR3D_FREQ 17%\\n",',
+        "  fixture('RAM 1804/3964MB SWAP 5/1982MB CPU [9%@921,4%@921] EMC_FREQ 6%@1600 GR3D_FREQ 17%@921');",
+        "RAM 1804/3964MB (lfb 12x4MB) SWAP 5/1982MB (cached 0MB) CPU [9%@921,4%@921] EMC_FREQ 6% GR3D_FREQ 17%<br>",
+    ],
+)
+def test_tegrastats_line_quoted_in_code_or_a_page_keeps_its_last_field(line: str) -> None:
+    r = parse_tegrastats_line(line)
+    assert (r.ram_used_mb, r.ram_total_mb, r.swap_used_mb) == (1804, 3964, 5)
+    assert r.emc_load_pct == 6 and r.gr3d_load_pct == 17
+
+
+def test_tegrastats_rail_closing_a_string_literal_is_read() -> None:
+    r = parse_tegrastats_line('orinSample := "RAM 2210/7620MB SWAP 0/3810MB GR3D_FREQ 0% VDD_IN 4811mW/4811mW VDD_SOC 1402mW/1398mW"')
+    assert r.rails_mw["VDD_SOC"] == (1402, 1398) and r.gr3d_load_pct == 0

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corpus.scoring import (  # noqa: E402  (the repository root is put on the path first)
     FAMILIES,
-    NEGATIVE,
     HELD_OUT,
+    NEGATIVE,
     PARTS,
     ManifestError,
     Tally,

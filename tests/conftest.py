@@ -72,10 +72,34 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'fleetscope.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture
+def citus_url() -> Iterator[str]:
+    """A new, empty database on a real Citus cluster (a coordinator and two workers on loopback,
+    ``tests/citus_cluster.py``), dropped after the test."""
+    from tests.citus_cluster import citus_installed, ensure_cluster
+
+    missing = citus_installed()
+    if missing:
+        if os.environ.get("FLEETSCOPE_REQUIRE_CITUS"):  # .ci/run installed it: a missing cluster is a failure
+            pytest.fail(f"Citus must be tested for real here: {missing}")
+        pytest.skip(missing)
+    cluster = ensure_cluster()
+    url = cluster.create_database()
+    try:
+        yield url
+    finally:
+        cluster.drop_database(url)
+
+
+DB_KINDS = ["sqlite", "postgresql", *(["citus"] if os.environ.get("FLEETSCOPE_TEST_CITUS_ALL") else [])]
+
+
+@pytest.fixture(params=DB_KINDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'fleetscope.db'}"
+    if request.param == "citus":
+        return request.getfixturevalue("citus_url")
     return request.getfixturevalue("pg_url")
 
 
@@ -102,6 +126,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.server)
         if "pg_url" in fixtures or params.get("db_url") == "postgresql":
             item.add_marker(pytest.mark.postgresql)
+        if "citus_url" in fixtures or params.get("db_url") == "citus":  # the first one makes the cluster
+            item.add_marker(pytest.mark.postgresql)
+            item.add_marker(pytest.mark.processes)
         # Builds of this source tree share its build/ folder: one worker runs them all, one at a time.
         group = "project-build" if item.get_closest_marker("builds_project") else _shared_fixture_group(item)
         if group:

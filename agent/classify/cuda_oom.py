@@ -975,7 +975,7 @@ def _xla_listing(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     first = next(i for i, x in enumerate(ev.lines) if "BufferAssignment" in x)
     body = "\n".join(ev.lines)
     # JAX names its programs "jit(...)" and ships as jaxlib: then the listing is JAX's.
-    facts = {"framework": "jax" if "jax" in body.lower() or "jit(" in body else "xla"}
+    facts: dict[str, FactValue] = {"framework": "jax" if "jax" in body.lower() or "jit(" in body else "xla"}
     facts["message"] = "XLA BufferAssignment listing"
     facts.update(_buffer_assignment(ev, first, used))
     w = _RAY_WORKER.search(ev.lines[first])
@@ -1186,7 +1186,8 @@ def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             _put(facts, "allocated_bytes", _bytes(m["alloc"]))
             _put(facts, "free_bytes", _bytes(m["free"]))  # absent when the line ends before it
         elif "bytes" in line and (m := _CUPY.search(line)):
-            facts = {"framework": "cupy", "requested_bytes": _int(m["req"])}
+            facts = {"framework": "cupy"}
+            _put(facts, "requested_bytes", _int(m["req"]))
             _put(facts, "total_capacity_bytes", _int(m["tot"]))
             _put(facts, "allocated_bytes", _int(m["so_far"]))
         elif "failed to allocate memory" in line and (m := _TF_EAGER.search(line)):

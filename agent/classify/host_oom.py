@@ -562,7 +562,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             if m:
                 f = pending.facts
                 g = m.groupdict()
-                f["invoker_pid"] = int(g["pid"] or g.get("oldpid"))
+                f["invoker_pid"] = int(g["pid"] or g["oldpid"])
                 _put(f, "kernel_release", rel)
                 _put(f, "invoker_cpu", int(m["cpu"]) if m["cpu"] else None)
                 _put(f, "invoker_uid", int(m["uid"]) if m["uid"] else None)

@@ -159,7 +159,7 @@ def _nvmap(lines: list[str], out: list[_Acc]) -> None:
             acc = groups.get(key)
             if acc is None:
                 oom = err == _ENOMEM
-                f: dict[str, FactValue] = {"source": "nvmap", "nvmap_call": m["call"]}
+                f = {"source": "nvmap", "nvmap_call": m["call"]}
                 if err:
                     f["errno"] = err
                     _put(f, "errno_name", _errno_name(err))
@@ -241,7 +241,7 @@ def _alloc_mapped(lines: list[str], out: list[_Acc]) -> None:
         if msg in seen:
             seen[msg].lines.append(i)
             continue
-        f: dict[str, FactValue] = {"source": "jetson-utils", "call": m["call"], "message": msg}
+        f = {"source": "jetson-utils", "call": m["call"], "message": msg}
         _put(f, "library", m["lib"])
         _put(f, "exception", m["exc"])
         sz = _SIZE_BYTES.search(msg)
@@ -300,7 +300,7 @@ def _nvgpu_cma(lines: list[str], out: list[_Acc]) -> None:
                     cma[key].lines.append(i)
                     cma[key].count += 1
                 else:
-                    f = {"source": "cma", "cma_reserve_failed": True, "requested_bytes": int(r["mib"]) << 20}
+                    f: dict[str, FactValue] = {"source": "cma", "cma_reserve_failed": True, "requested_bytes": int(r["mib"]) << 20}
                     _put(f, "numa_node", int(r["node"]) if r["node"] else None)
                     f["out_of_memory"] = False
                     _stamp(f, kl)

@@ -118,7 +118,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
         return _fail(EXIT_UNAVAILABLE, str(exc))
     finally:
         engine.dispose()
-    if not report.steps:
+    if not report.steps and not report.distributed:
         print(f"{url}: already at {report.before.describe()}; nothing to do")
         return 0
     print(f"{url}: upgrading from {report.before.describe()}")

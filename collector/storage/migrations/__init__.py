@@ -29,6 +29,7 @@ An upgrade is one transaction, under a lock, with the state read again inside it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -190,6 +191,7 @@ class MigrationReport:
 
     before: SchemaState
     steps: tuple[Step, ...]
+    distributed: tuple[str, ...] = ()  # what Citus spread over its workers (``storage.citus``)
 
     @property
     def after(self) -> str | None:
@@ -204,6 +206,7 @@ class MigrationReport:
             else:
                 source = s.from_revision or "empty"
             out.append(f"{source} -> {s.to_revision or 'empty'}: {s.description}")
+        out.extend(f"citus: {line}" for line in self.distributed)
         return out
 
 
@@ -250,8 +253,18 @@ def upgrade(engine: Engine, target: str = "head") -> MigrationReport:
 
     Raises ``SchemaUnknown`` for a database at a revision this code does not know, and
     ``StoreUnavailable`` when the database cannot be reached or a step fails (then nothing
-    changed)."""
-    return _migrate(engine, target, upgrading=True)
+    changed). On a Citus coordinator the tables are then spread over its workers
+    (``storage.citus``), in a second locked transaction: Citus distributes a table only in a
+    transaction that has not changed it."""
+    report = _migrate(engine, target, upgrading=True)
+    if engine.dialect.name != "postgresql":
+        return report
+    from fleetscope.collector.storage.citus import distribute
+
+    with database_errors(engine, "distributing the tables over Citus failed, nothing was distributed in"), \
+            _migration_transaction(engine) as conn:
+        done = distribute(conn)
+    return dataclasses.replace(report, distributed=tuple(done)) if done else report
 
 
 def downgrade(engine: Engine, target: str) -> MigrationReport:

@@ -100,6 +100,7 @@ class JobShares:
             self._give_up(sorted(self.held))
             return self.held
         self._member.acquire(now_ns)  # the row's name is this owner's own: always ours
+        self._forget_departed(now_ns)
         members, rows = self._read(now_ns)
         part = fair_part(members, self.owner)
         rank = members.index(self.owner) if self.owner in members else 0
@@ -155,15 +156,19 @@ class JobShares:
         for k in shares:
             self._shares[k].release()
 
+    def _forget_departed(self, now_ns: int) -> None:
+        """Delete the member rows of collectors gone for ``_FORGET_MEMBERS_AFTER_TTLS`` TTLs."""
+        c = leases.c
+        with self.engine.begin() as conn:
+            conn.execute(delete(leases).where(and_(c.name.startswith(_member_prefix(self.job), autoescape=True),
+                                                   c.expires_ns < now_ns - _FORGET_MEMBERS_AFTER_TTLS * self.ttl_ns)))
+
     def _read(self, now_ns: int) -> tuple[list[str], dict[int, tuple[str, int]]]:
         """The live members (sorted) and each share row's (owner, expires_ns)."""
         c = leases.c
         share_prefix = f"{self.job}/share/"
         member_prefix = _member_prefix(self.job)
-        forget_before = now_ns - _FORGET_MEMBERS_AFTER_TTLS * self.ttl_ns
-        with self.engine.begin() as conn:
-            conn.execute(delete(leases).where(and_(c.name.startswith(member_prefix, autoescape=True),
-                                                   c.expires_ns < forget_before)))
+        with self.engine.connect() as conn:
             members = sorted(conn.execute(
                 select(c.owner).where(c.name.startswith(member_prefix, autoescape=True), c.expires_ns >= now_ns)
             ).scalars())

@@ -10,7 +10,8 @@ The peers are Debian's packages: ``apt-get install -y victoria-metrics prometheu
 
 **storage**: one fleet of the dashboard benchmark's shape (half Jetson drones with one GPU, half
 servers with 8 GPUs, 1 s samples, its generators for the values) for ``--hours`` of fleet time,
-built once, before any clock runs, into (1) agent batches of 125 s for fleetscope and (2) JSON
+built once, before any clock runs, into (1) agent batches of 125 s for fleetscope (compact-v1, as
+agents send them; ``--wire rows`` for the plain form of older agents) and (2) JSON
 lines (one per series and 125 s) for VictoriaMetrics, carrying exactly the same values. Then,
 each alone on the machine:
 
@@ -113,7 +114,7 @@ def find_peers() -> dict[str, str] | None:
 # ------------------------------------------------------------------------------ the fleet, built once
 
 
-def build_fleet(devices: int, hours: float, out: Path) -> dict[str, int]:
+def build_fleet(devices: int, hours: float, out: Path, wire: str = "compact") -> dict[str, int]:
     """Write the fleet's batches (fleetscope) and JSON lines (VictoriaMetrics) under ``out``;
     returns the counts: rows, values, series."""
     import numpy as np
@@ -122,6 +123,7 @@ def build_fleet(devices: int, hours: float, out: Path) -> dict[str, int]:
     from fleetscope.agent.daemon.batcher import fill_gpu, fill_host
     from fleetscope.agent.records import GpuSample, HostSample
     from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, HOST_VALUE_COLUMNS
+    from fleetscope.proto.compact import compact
     from fleetscope.proto.v1 import telemetry_pb2 as pb
 
     specs = device_specs(devices, 8)
@@ -167,7 +169,7 @@ def build_fleet(devices: int, hours: float, out: Path) -> dict[str, int]:
                                                                          if v is not None}) for r in gpu])
                 fill_host(b.host, [HostSample(ts_ns=r[1], **{k: v for k, v in zip(HOST_VALUE_COLUMNS, r[2:])
                                                               if v is not None}) for r in host])
-                payload = b.SerializeToString()
+                payload = (compact(b) if wire == "compact" else b).SerializeToString()
                 f.write(len(payload).to_bytes(4, "little") + payload)
                 counts["rows"] += len(gpu) + len(host)
                 counts["batches"] += 1
@@ -421,9 +423,9 @@ def run_storage(args: argparse.Namespace, peers: dict[str, str]) -> int:
     try:
         say(f"building the fleet: {args.devices} devices ({args.devices // 2} drones, {args.devices - args.devices // 2} "
             f"servers with 8 GPUs), {args.hours} h at 1 s")
-        counts = build_fleet(args.devices, args.hours, tmp / "fleet")
+        counts = build_fleet(args.devices, args.hours, tmp / "fleet", args.wire)
         say(f"  {counts['rows']:,} rows, {counts['values']:,} values, {counts['series']:,} series, "
-            f"{counts['batches']:,} batches")
+            f"{counts['batches']:,} batches ({args.wire} on the wire)")
         results = []
         say("VictoriaMetrics ...")
         results.append(run_victoria(peers["victoria-metrics"], tmp / "fleet", counts, tmp))
@@ -548,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", nargs="?", choices=("all", "storage", "agent"), default="all")
     parser.add_argument("--devices", type=int, default=20, help="fleet size, half drones (default %(default)s)")
+    parser.add_argument("--wire", choices=("compact", "rows"), default="compact",
+                        help="the batches' form: compact-v1 as agents send them, or a row per sample as agents "
+                             "before compact-v1 did (default %(default)s)")
     parser.add_argument("--hours", type=float, default=2.0, help="hours of fleet time at 1 s (default %(default)s)")
     parser.add_argument("--pg-admin", default=PG_ADMIN,
                         help="PostgreSQL URL allowed to create and drop a database of its own ('' skips PostgreSQL; "

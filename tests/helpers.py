@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, func, inspect, select, text
 
 from fleetscope.agent.daemon.runner import Agent, AgentSettings
 from fleetscope.agent.records import GpuSample, HostSample, IncidentRecord
@@ -94,18 +94,29 @@ def make_agent(tmp_path: Path, collectors: list[str], sampler, *, name: str = "d
 
 
 def gpu_sequence_numbers(db_url: str, device: str = "dev-1") -> list[int]:
-    """The `energy_j` sequence numbers stored for a device, in insertion order."""
+    """The `energy_j` sequence numbers stored for a device, in insertion order: tail rows (an
+    older collector's) first, then the chunks' rows, chunk by chunk as they were inserted."""
+    from fleetscope.collector.storage.chunk_codec import decode_chunk
+
     engine = create_engine(normalise_url(db_url))
+    order = " ORDER BY {}.rowid" if engine.dialect.name == "sqlite" else " ORDER BY {}.ctid"
     try:
         with engine.connect() as conn:
             rows = conn.execute(
-                text(
-                    "SELECT g.energy_j FROM gpu_samples g JOIN devices d ON d.id = g.device_id WHERE d.name = :n"
-                    + (" ORDER BY g.rowid" if engine.dialect.name == "sqlite" else " ORDER BY g.ctid")
-                ),
+                text("SELECT g.energy_j FROM gpu_samples g JOIN devices d ON d.id = g.device_id WHERE d.name = :n"
+                     + order.format("g")),
                 {"n": device},
             ).all()
-        return [int(r[0]) for r in rows]
+            chunks = conn.execute(
+                text("SELECT c.data FROM gpu_chunks c JOIN devices d ON d.id = c.device_id WHERE d.name = :n"
+                     + order.format("c")),
+                {"n": device},
+            ).all() if inspect(conn).has_table("gpu_chunks") else []  # a database from before revision 0006
+        out = [int(r[0]) for r in rows]
+        for (data,) in chunks:
+            _ts, values, _texts = decode_chunk(bytes(data))
+            out.extend(int(v) for v in values["energy_j"].tolist() if v == v)
+        return out
     finally:
         engine.dispose()
 
@@ -117,3 +128,27 @@ def table_count(db_url: str, table: str) -> int:
             return int(conn.execute(select(func.count()).select_from(text(table))).scalar_one())
     finally:
         engine.dispose()
+
+
+def stored_samples(db_url: str, kind: str = "gpu", *, device: str | None = None, lo: int = 0, hi: int = 2**63 - 1,
+                   columns: tuple[str, ...] | None = None):  # type: ignore[no-untyped-def]
+    """The raw samples stored (``kind`` "gpu" or "host"), wherever they sit: chunks (what the
+    collector writes) and tail rows (what older collectors wrote), as ``chunk_reader.ChunkRows``
+    sorted by time; of one device (by name) or all, with ``lo <= ts_ns < hi``."""
+    from fleetscope.collector.storage.chunk_reader import read_samples
+
+    engine = create_engine(normalise_url(db_url))
+    try:
+        with engine.connect() as conn:
+            if device is None:
+                ids = [int(r[0]) for r in conn.execute(text("SELECT id FROM devices")).all()]
+            else:
+                ids = [int(r[0]) for r in conn.execute(text("SELECT id FROM devices WHERE name = :n"), {"n": device}).all()]
+            return read_samples(conn, kind, ids, lo, hi, columns=columns)
+    finally:
+        engine.dispose()
+
+
+def sample_count(db_url: str, kind: str = "gpu", **where) -> int:  # type: ignore[no-untyped-def]
+    """How many raw samples are stored (see ``stored_samples``)."""
+    return len(stored_samples(db_url, kind, columns=(), **where))

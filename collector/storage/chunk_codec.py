@@ -29,6 +29,7 @@ column), the second the compressor, so the format can change and old chunks stay
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -69,9 +70,12 @@ def encode_chunk(
     ts_ns: np.ndarray,
     columns: dict[str, np.ndarray],
     text_columns: dict[str, list[str | None]] | None = None,
+    *,
+    level: int = ZSTD_LEVEL,
 ) -> bytes:
     """One chunk: ``ts_ns`` (int64, the rows' times, normally sorted), ``columns`` (float64,
-    NaN for NULL) and ``text_columns`` (str or None), each of ``len(ts_ns)`` values."""
+    NaN for NULL) and ``text_columns`` (str or None), each of ``len(ts_ns)`` values.
+    ``level``: the zstd level (lower is faster; any level decodes the same)."""
     import numpy as np
 
     ts = np.ascontiguousarray(ts_ns, dtype=np.int64)
@@ -94,7 +98,7 @@ def encode_chunk(
         parts.append(_name(name))
         parts.append(_encode_texts(strings))
     body = b"".join(parts)
-    compressor, packed = _compress(body)
+    compressor, packed = _compress(body, level)
     return bytes((CODEC_VERSION, compressor)) + packed
 
 
@@ -251,11 +255,20 @@ def _encode_texts(strings: list[str | None]) -> bytes:
     return b"".join(out)
 
 
-def _compress(body: bytes) -> tuple[int, bytes]:
+def _compress(body: bytes, level: int) -> tuple[int, bytes]:
     zstd = _zstandard()
     if zstd is not None:
-        return COMPRESS_ZSTD, zstd.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
-    return COMPRESS_ZLIB, zlib.compress(body, ZLIB_LEVEL)
+        cache = _COMPRESSORS.__dict__
+        compressor = cache.get(level)
+        if compressor is None:
+            compressor = cache[level] = zstd.ZstdCompressor(level=level)
+        return COMPRESS_ZSTD, compressor.compress(body)
+    return COMPRESS_ZLIB, zlib.compress(body, min(ZLIB_LEVEL, max(1, level)))
+
+
+# One compressor per level and thread, reused: it keeps its compression context between calls,
+# and a ZstdCompressor must not be used by two threads at once (python-zstandard's docs).
+_COMPRESSORS = threading.local()
 
 
 def _zstandard() -> Any:

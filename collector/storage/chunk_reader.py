@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 NS = 10**9
 MAX_CHUNK_SPAN_NS = 86_400 * NS
+# ``gpu_chunks.gpu_index`` of a chunk that holds several GPUs' rows (a batch as it arrived): the
+# GPU of each row is then its value column ``gpu_index`` (``MIXED_GPU_COLUMN``). The compaction
+# job splits such chunks into one chunk per GPU when it merges a window.
+MIXED_GPUS = -1
+MIXED_GPU_COLUMN = "gpu_index"
 HOST_TEXT_COLUMNS = ("cpu_cores", "top_processes")
 
 
@@ -61,7 +66,7 @@ def _chunk_query(table: Any, device_ids: Sequence[int], lo: int, hi: int, gpu_in
     c = table.c
     where = [in_ids(c.device_id, device_ids), c.start_ns < hi, c.end_ns >= lo, c.start_ns >= lo - MAX_CHUNK_SPAN_NS]
     if gpu_index is not None:
-        where.append(c.gpu_index == gpu_index)
+        where.append(c.gpu_index.in_([gpu_index, MIXED_GPUS]))
     return where
 
 
@@ -72,7 +77,7 @@ def read_gpu_chunk_rows(
     """GPU rows of the devices' chunks with ``lo <= ts_ns < hi`` (of one GPU when given)."""
     c = gpu_chunks.c
     q = select(c.device_id, c.gpu_index, c.data).where(*_chunk_query(gpu_chunks, device_ids, lo, hi, gpu_index))
-    return _decode_rows(conn.execute(q).all(), lo, hi, columns, (), per_gpu=True)
+    return _decode_rows(conn.execute(q).all(), lo, hi, columns, (), per_gpu=True, gpu_index=gpu_index)
 
 
 def read_host_chunk_rows(
@@ -86,7 +91,8 @@ def read_host_chunk_rows(
 
 
 def _decode_rows(
-    chunks: Sequence[Any], lo: int, hi: int, columns: Sequence[str], texts: Sequence[str], *, per_gpu: bool
+    chunks: Sequence[Any], lo: int, hi: int, columns: Sequence[str], texts: Sequence[str], *, per_gpu: bool,
+    gpu_index: int | None = None,
 ) -> ChunkRows:
     import numpy as np
 
@@ -96,12 +102,19 @@ def _decode_rows(
     for chunk in chunks:
         ts, values, strings = decode_chunk(bytes(chunk.data))
         keep = (ts >= lo) & (ts < hi)
+        mixed = per_gpu and int(chunk.gpu_index) == MIXED_GPUS
+        if mixed:
+            gpus = values[MIXED_GPU_COLUMN].astype(np.int64)
+            if gpu_index is not None:
+                keep &= gpus == gpu_index
         k = int(keep.sum())
         if not k:
             continue
         parts_ts.append(ts[keep])
         parts_dev.append(np.full(k, int(chunk.device_id), dtype=np.int64))
-        if per_gpu:
+        if mixed:
+            parts_gpu.append(gpus[keep])
+        elif per_gpu:
             parts_gpu.append(np.full(k, int(chunk.gpu_index), dtype=np.int64))
         for name in columns:
             got = values.get(name)  # a column added after this chunk was written: NULL
@@ -191,3 +204,57 @@ def chunk_buckets(
         d, g, b = (int(x) for x in unique[k])
         out.append(((d, g if g >= 0 else None, b), int(sel.size), int(ts.max() - ts.min()), vals))
     return out
+
+
+def read_samples(
+    conn: Any, kind: str, device_ids: Sequence[int], lo: int, hi: int, *,
+    columns: Sequence[str] | None = None, texts: Sequence[str] = (), gpu_index: int | None = None,
+) -> ChunkRows:
+    """The devices' raw samples with ``lo <= ts_ns < hi`` wherever they sit: in chunks (what the
+    collector stores since revision 0011, and what compaction folded) and in the tail tables
+    (rows an older collector wrote, not yet folded), merged and sorted by time, then device,
+    then GPU. ``kind`` is "gpu" or "host"; ``columns`` default to all of the kind's readings,
+    ``texts`` (host only) to none."""
+    import numpy as np
+
+    from fleetscope.collector.storage.schema import gpu_samples, host_samples
+
+    per_gpu = kind == "gpu"
+    if per_gpu:
+        cols = tuple(GPU_SAMPLE_COLUMNS if columns is None else columns)
+        chunked = read_gpu_chunk_rows(conn, device_ids, lo, hi, gpu_index=gpu_index, columns=cols)
+        table = gpu_samples
+    elif kind == "host":
+        cols = tuple(HOST_VALUE_COLUMNS if columns is None else columns)
+        chunked = read_host_chunk_rows(conn, device_ids, lo, hi, columns=cols, texts=texts)
+        table = host_samples
+    else:
+        raise ValueError(f"kind must be 'gpu' or 'host', not {kind!r}")
+    c = table.c
+    head = [c.device_id, c.ts_ns] + ([c.gpu_index] if per_gpu else [])
+    where = [in_ids(c.device_id, device_ids), c.ts_ns >= lo, c.ts_ns < hi]
+    if per_gpu and gpu_index is not None:
+        where.append(c.gpu_index == gpu_index)
+    tail = conn.execute(select(*head, *[c[n] for n in cols], *[c[n] for n in texts]).where(*where)).all()
+    if not tail:
+        return chunked
+    width = len(head)
+    dev = np.fromiter((r[0] for r in tail), dtype=np.int64, count=len(tail))
+    ts = np.fromiter((r[1] for r in tail), dtype=np.int64, count=len(tail))
+    gpu = np.fromiter((r[2] for r in tail), dtype=np.int64, count=len(tail)) if per_gpu else np.empty(0, dtype=np.int64)
+    vals = {
+        name: np.array([np.nan if r[width + j] is None else r[width + j] for r in tail], dtype=np.float64)
+        for j, name in enumerate(cols)
+    }
+    txts = {name: [r[width + len(cols) + j] for r in tail] for j, name in enumerate(texts)}
+    all_ts = np.concatenate([chunked.ts_ns, ts])
+    all_dev = np.concatenate([chunked.device_id, dev])
+    all_gpu = np.concatenate([chunked.gpu_index, gpu]) if per_gpu else gpu
+    order = np.lexsort((all_gpu, all_dev, all_ts)) if per_gpu else np.lexsort((all_dev, all_ts))
+    merged_vals = {name: np.concatenate([chunked.values[name], vals[name]])[order] for name in cols}
+    order_list = order.tolist()
+    merged_txts = {}
+    for name in texts:
+        both = chunked.texts[name] + txts[name]
+        merged_txts[name] = [both[i] for i in order_list]
+    return ChunkRows(all_dev[order], all_ts[order], all_gpu[order] if per_gpu else gpu, merged_vals, merged_txts)

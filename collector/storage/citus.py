@@ -38,6 +38,7 @@ DISTRIBUTED = (
     ANCHOR, "host_samples", "gpu_chunks", "host_chunks", "latency_histograms", "metric_points", "log_events",
     "gpu_rollups", "host_rollups", "latency_rollups", "rollup_progress", "gpu_state", "inventory_records",
     "detector_progress", "incidents", "incident_gpu_samples", "incident_host_samples", "ingested_batches",
+    "gpu_latest", "host_latest",
 )
 REFERENCE = (
     "devices", "streams", "leases", "alerts", "notifications", "notification_attempts", "silences",

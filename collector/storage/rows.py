@@ -155,36 +155,47 @@ def _shift(ts: Iterable[int], correction_ns: int) -> list[int]:
     return list(ts) if not correction_ns else [t + correction_ns for t in ts]
 
 
-def batch_rows(batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, received_ns: int) -> BatchRows:
+def host_texts(host: pb.HostSamples, n: int) -> tuple[list[str | None], list[str | None]]:
+    """The host rows' text columns: per-core load and frequency (``cpu_cores``) and the top
+    processes (``top_processes``), one JSON text or None per row."""
+    cores: list[str | None] = [None] * n
+    if host.core_count:
+        pct = list(host.cpu_core_percent)
+        freq = list(host.cpu_core_freq_mhz) or None
+        start = 0
+        for i, c in enumerate(host.core_count):
+            if c:
+                f = freq[start : start + c] if freq else [None] * c
+                cores[i] = json.dumps(
+                    [[round(p, 1), None if m is None else round(m)] for p, m in zip(pct[start : start + c], f)],
+                    separators=(",", ":"),
+                )
+            start += c
+    return cores, _processes(host.processes, host.process_count, n)
+
+
+def batch_rows(
+    batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, received_ns: int, samples: bool = True
+) -> BatchRows:
     """The batch's rows; ``gpu_state`` holds each GPU's last state in the batch, a candidate
-    that ``GpuStateCache.keep_changed`` filters when the batch is written."""
+    that ``GpuStateCache.keep_changed`` filters when the batch is written. ``samples=False``
+    leaves the host and GPU sample rows out (the writer stores them as chunks:
+    ``storage.batch_chunks``)."""
     out = BatchRows()
     host = batch.host
     n = len(host.ts_ns)
-    if n:
+    if n and samples:
         cols = [decoded.host[name] for name in HOST_VALUE_COLUMNS]
-        cores: list[str | None] = [None] * n
-        if host.core_count:
-            pct = list(host.cpu_core_percent)
-            freq = list(host.cpu_core_freq_mhz) or None
-            start = 0
-            for i, c in enumerate(host.core_count):
-                if c:
-                    f = freq[start : start + c] if freq else [None] * c
-                    cores[i] = json.dumps(
-                        [[round(p, 1), None if m is None else round(m)] for p, m in zip(pct[start : start + c], f)],
-                        separators=(",", ":"),
-                    )
-                start += c
-        procs = _processes(host.processes, host.process_count, n)
+        cores, procs = host_texts(host, n)
         out.host = ColumnBlock(([device_id] * n, _shift(host.ts_ns, correction_ns), *cols, cores, procs), n)
     gpu = batch.gpu
     n = len(gpu.ts_ns)
     if n:
         ts = _shift(gpu.ts_ns, correction_ns)
         index = list(gpu.gpu_index)
-        cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
-        out.gpu = ColumnBlock(([device_id] * n, ts, index, *cols), n)
+        if samples:
+            cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
+            out.gpu = ColumnBlock(([device_id] * n, ts, index, *cols), n)
         # State: the last row of each GPU in this batch (stored only if it differs from the last stored).
         state_cols = [decoded.gpu[name] for name in GPU_STATE_COLUMNS]
         procs = _processes(gpu.processes, gpu.process_count, n)

@@ -234,6 +234,31 @@ host_chunks = Table(
     Index("host_chunks_start", "start_ns"),
 )
 
+# The newest reading of each device (``host_latest``) and GPU (``gpu_latest``), revision 0011.
+# Samples are stored as chunks as they arrive (a batch's columns, not a row per sample), so "what
+# is it reading now" (the Fleet page, ``/metrics/fleet``, alert rules, a detector's latest value)
+# would otherwise decode the newest chunk of every device. The writer upserts the newest row of
+# each batch here in the batch's transaction, and only over an older row: a replayed backlog
+# never hides what is newer.
+gpu_latest = Table(
+    "gpu_latest",
+    metadata,
+    Column("device_id", Integer, primary_key=True),
+    Column("gpu_index", SmallInteger, primary_key=True),
+    Column("ts_ns", BigInteger, nullable=False),
+    *[Column(name, Float) for name in GPU_SAMPLE_COLUMNS],
+)
+
+host_latest = Table(
+    "host_latest",
+    metadata,
+    Column("device_id", Integer, primary_key=True),
+    Column("ts_ns", BigInteger, nullable=False),
+    *[Column(name, Float) for name in HOST_VALUE_COLUMNS],
+    Column("cpu_cores", Text),
+    Column("top_processes", Text),
+)
+
 GPU_STATE_COLUMNS = (
     "memory_total_bytes",
     "bar1_used_bytes",

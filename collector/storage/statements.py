@@ -17,6 +17,12 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from fleetscope.collector.storage.batch_chunks import (
+    CHUNK_COLUMNS,
+    GPU_LATEST_COLUMNS,
+    HOST_CHUNK_COLUMNS,
+    HOST_LATEST_COLUMNS,
+)
 from fleetscope.collector.storage.schema import (
     GPU_SAMPLE_COLUMNS,
     GPU_STATE_COLUMNS,
@@ -31,6 +37,13 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "metric_points": ("device_id", "ts_ns", "name", "value", "labels"),
     "inventory_records": ("device_id", "ts_ns", "kind", "name", "facts"),
     "log_events": ("device_id", "ts_ns", "source", "level", "message"),
+    "host_chunks": HOST_CHUNK_COLUMNS,
+    "gpu_chunks": CHUNK_COLUMNS,
+}
+# The newest reading per key (``storage.batch_chunks``): upserted, never older over newer.
+LATEST_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "host_latest": (HOST_LATEST_COLUMNS, ("device_id",)),
+    "gpu_latest": (GPU_LATEST_COLUMNS, ("device_id", "gpu_index")),
 }
 SQLITE_ROWS_PER_STATEMENT = 50
 _SQLITE_MAX_PARAMS = 32_000  # SQLite's default limit is 32,766 bound parameters per statement
@@ -47,6 +60,9 @@ _PG_TYPES = {
     "zero_count": "int8",
     "scheme": "int2",
     "value": "float8",
+    "rows": "int4",
+    "codec": "int2",
+    "data": "bytea",
 }
 _PG_TEXT = {"cpu_cores", "top_processes", "processes", "name", "labels", "buckets", "kind", "facts", "source", "level", "message"}
 
@@ -153,6 +169,25 @@ def pg_copy(cur, table: str, rows: Iterable[tuple]) -> None:  # type: ignore[no-
         write = copy.write_row
         for row in rows:
             write(row)
+
+
+def upsert_latest(cur, table: str, rows: list[tuple], sqlite: bool) -> None:  # type: ignore[no-untyped-def]
+    """Each row replaces its key's row only when it is newer (``ts_ns``): a replayed backlog
+    never hides a newer reading. ``rows`` hold at most one row per key (the writer keeps each
+    key's newest of a group), as PostgreSQL refuses to update one row twice in a statement."""
+    cur.executemany(_latest_sql(table, sqlite), rows)
+
+
+@functools.lru_cache(maxsize=8)
+def _latest_sql(table: str, sqlite: bool) -> str:
+    cols, key = LATEST_COLUMNS[table]
+    mark = "?" if sqlite else "%s"
+    rest = [c for c in cols if c not in key]
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+        f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in rest)}"
+        f" WHERE excluded.ts_ns > {table}.ts_ns"
+    )
 
 
 def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type: ignore[no-untyped-def]

@@ -4,9 +4,12 @@ Ingest handlers build a validated batch's rows and SQL parameters (``BatchWriter
 hand it to ``BatchWriter.submit`` and wait on the returned future. The writer thread takes
 whatever is queued (up to ``max_group_rows``), builds the rows of any batch that came without
 them, and in one transaction: claims every batch's (agent id, boot id, seq) in
-``ingested_batches`` (a batch already there is a duplicate and is skipped), bulk-inserts the
-new batches' rows with the fastest path the driver has (``statements``: sqlite3
-``executemany``, psycopg binary ``COPY``), updates the device rows, writes the incidents
+``ingested_batches`` (a batch already there is a duplicate and is skipped), inserts the new
+batches' samples as chunks (one host and one GPU chunk per batch, their columns as they came:
+``storage.batch_chunks``) and their other rows (logs, metric points, histograms) with the
+fastest path the driver has (``statements``: sqlite3 ``executemany``, psycopg binary ``COPY``),
+upserts each device's and GPU's newest reading (``host_latest``, ``gpu_latest``), updates the
+device rows, writes the incidents
 (``incidents.write_incidents``, which merges the two reports of one Xid), commits, and only then
 resolves the futures, so an acknowledgement always means "committed". One fsync per group
 instead of per batch is what makes ``synchronous=FULL`` affordable.
@@ -45,6 +48,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from fleetscope.collector.errors import StoreUnavailable
 from fleetscope.collector.storage import statements
+from fleetscope.collector.storage.batch_chunks import SampleChunks, sample_chunks
 from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.collector.storage.incidents import write_incidents
 from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
@@ -94,8 +98,13 @@ class WriteItem:
 class _Prepared:
     """One batch ready to write: its rows, and per table the values to insert."""
 
-    rows: BatchRows
+    rows: BatchRows  # everything but the samples, which are in ``samples``
+    samples: SampleChunks
     values: dict[str, list] = field(default_factory=dict)  # per table: flat values (SQLite) or row tuples
+
+    @property
+    def sample_rows(self) -> int:
+        return self.samples.sample_rows
 
 
 # A prepared group: each item with its rows (None for a rejection to record).
@@ -286,7 +295,7 @@ class BatchWriter:
                 statements.claim_batches(
                     cur,
                     [
-                        statements.Claim(it.agent_id, it.boot_id, it.seq, it.received_ns, prep.rows.sample_rows, it.device_id)
+                        statements.Claim(it.agent_id, it.boot_id, it.seq, it.received_ns, prep.sample_rows, it.device_id)
                         for it, prep in group
                         if prep is not None
                     ],
@@ -297,6 +306,7 @@ class BatchWriter:
             values: dict[str, list] = {}  # per table, the stored batches' rows in arrival order
             states: list[tuple] = []
             incidents: list[dict] = []
+            latest: dict[str, dict[tuple, tuple]] = {"host_latest": {}, "gpu_latest": {}}  # per key, the newest
             device_updates: dict[int, dict] = {}
             for item, prep in group:
                 if prep is None:
@@ -312,6 +322,8 @@ class BatchWriter:
                     continue
                 for table, part in prep.values.items():
                     values.setdefault(table, []).extend(part)
+                _keep_newest(latest["host_latest"], prep.samples.host_latest, 1)
+                _keep_newest(latest["gpu_latest"], prep.samples.gpu_latest, 2)
                 if rows.gpu_state:
                     changed, keys = self._state.keep_changed(rows.gpu_state)
                     states.extend(changed)
@@ -327,7 +339,7 @@ class BatchWriter:
                 assert item.batch is not None
                 if item.batch.HasField("counters") or item.batch.final:
                     upd["counters"] = counters_dict(item.batch.counters, final=item.batch.final)
-                outcomes.append(WriteOutcome(item.seq, False, rows.sample_rows))
+                outcomes.append(WriteOutcome(item.seq, False, prep.sample_rows))
             if states:
                 values["gpu_state"] = list(chain.from_iterable(states)) if sqlite else states
             for table, part in values.items():
@@ -335,6 +347,9 @@ class BatchWriter:
                     statements.sqlite_insert(cur, table, part)
                 else:
                     statements.pg_copy(cur, table, part)
+            for table, newest in latest.items():
+                if newest:
+                    statements.upsert_latest(cur, table, list(newest.values()), sqlite)
             if device_updates:
                 statements.update_devices(cur, device_updates, sqlite)
             if incidents:
@@ -361,12 +376,18 @@ class BatchWriter:
 
 
 def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
-    """The batch's rows and their insert parameters."""
+    """The batch's samples as chunks (``storage.batch_chunks``), its other rows, and their
+    insert parameters."""
     assert item.batch is not None and item.decoded is not None
     rows = batch_rows(
-        item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns, received_ns=item.received_ns
+        item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns,
+        received_ns=item.received_ns, samples=False,
     )
-    prepared = _Prepared(rows)
+    samples = sample_chunks(item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns)
+    prepared = _Prepared(rows, samples)
+    for table, part in (("host_chunks", samples.host_chunks), ("gpu_chunks", samples.gpu_chunks)):
+        if part:
+            prepared.values[table] = list(chain.from_iterable(part)) if sqlite else part
     for table, attr in _ROW_FIELD.items():
         part = getattr(rows, attr)
         if len(part):
@@ -375,6 +396,16 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
             else:
                 prepared.values[table] = part.rows() if isinstance(part, ColumnBlock) else part
     return prepared
+
+
+def _keep_newest(newest: dict[tuple, tuple], rows: list[tuple], key_width: int) -> None:
+    """Keep each key's newest row (by ``ts_ns``, the column after the key; a later batch wins a
+    tie, as the upsert would have it)."""
+    for row in rows:
+        key = row[:key_width]
+        have = newest.get(key)
+        if have is None or row[key_width] >= have[key_width]:
+            newest[key] = row
 
 
 def rejection_text(text: str, max_chars: int = 2_000) -> str:

@@ -12,7 +12,7 @@ import time
 from sqlalchemy import text
 
 from fleetscope.collector.storage import migrations
-from fleetscope.collector.storage.citus import ANCHOR, DISTRIBUTED, LOCAL, REFERENCE, citus_state
+from fleetscope.collector.storage.citus import DISTRIBUTED, LOCAL, REFERENCE, citus_state
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.schema import metadata
 from fleetscope.collector.storage.writer import BatchWriter
@@ -58,14 +58,17 @@ def test_a_batch_and_its_claim_are_stored_once_on_its_devices_worker(citus_url: 
         again = writer.submit(_item(device_id, 1, now)).result(30)
         assert (first.duplicate, again.duplicate) == (False, True)
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT count(*) FROM gpu_samples WHERE device_id = :d"), {"d": device_id}).scalar()
+            rows = conn.execute(text("SELECT sum(rows) FROM gpu_chunks WHERE device_id = :d"), {"d": device_id}).scalar()
+            latest = conn.execute(text("SELECT count(*) FROM gpu_latest WHERE device_id = :d"), {"d": device_id}).scalar()
             claims = conn.execute(text("SELECT device_id FROM ingested_batches")).scalars().all()
             shards = conn.execute(text(
                 "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid IN ("
-                " get_shard_id_for_distribution_column(:a, :d), get_shard_id_for_distribution_column('ingested_batches', :d))"
-            ), {"a": ANCHOR, "d": device_id}).scalars().all()
-        assert rows == 1 and claims == [device_id]
-        assert len(shards) == 2 and len(set(shards)) == 1, "the claim sits on the same worker as the rows"
+                " get_shard_id_for_distribution_column('gpu_chunks', :d),"
+                " get_shard_id_for_distribution_column('gpu_latest', :d),"
+                " get_shard_id_for_distribution_column('ingested_batches', :d))"
+            ), {"d": device_id}).scalars().all()
+        assert rows == 1 and latest == 1 and claims == [device_id]
+        assert len(shards) == 3 and len(set(shards)) == 1, "the claim sits on the same worker as the batch's chunk and latest row"
     finally:
         writer.stop()
         engine.dispose()

@@ -484,6 +484,14 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
         return claimed
 
     monkeypatch.setattr(batch_writer.statements, "claim_batches", baseline_claim_batches)
+    # ...and that stored a row per sample in the tail tables (chunks at ingest came with 0011).
+    from fleetscope.collector.storage import rows as batch_rows_module
+    from fleetscope.collector.storage.batch_chunks import SampleChunks
+
+    monkeypatch.setattr(batch_writer, "batch_rows",
+                        lambda *a, samples=True, **k: batch_rows_module.batch_rows(*a, samples=True, **k))
+    monkeypatch.setattr(batch_writer, "sample_chunks",
+                        lambda batch, decoded, **k: SampleChunks(sample_rows=len(batch.host.ts_ns) + len(batch.gpu.ts_ns)))
     # ...and that knew nothing of enrolled identities (revision 0004's tables).
     from fleetscope.collector.ingest.identity import Authenticator
 

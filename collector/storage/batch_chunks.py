@@ -1,0 +1,92 @@
+"""A validated batch's samples as the collector stores them: one chunk per kind, as they came.
+
+A batch carries its readings column by column (compact-v1 on the wire); the writer keeps them
+that way. The host readings become one ``host_chunks`` row and the GPU readings one
+``gpu_chunks`` row (``chunk_codec``, about a byte a value), written in the batch's transaction
+beside its claim: no row per sample is built or stored. A batch of several GPUs is one chunk
+whose ``gpu_index`` is ``MIXED_GPUS`` and whose rows carry their GPU in a value column; the
+compaction job later merges a device's small chunks into one per GPU and hour.
+
+Ingest encodes with a fast compression level (``INGEST_LEVEL``): the chunk is rewritten at the
+codec's best level when compaction merges it, so the time goes where nobody waits for it.
+
+Beside the chunks, each batch gives its newest reading per device (``host_latest``) and per GPU
+(``gpu_latest``): what "now" readers (the Fleet page, ``/metrics/fleet``, alert rules) read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleetscope.collector.storage.chunk_codec import CODEC_VERSION, encode_chunk
+from fleetscope.collector.storage.chunk_reader import HOST_TEXT_COLUMNS, MIXED_GPU_COLUMN, MIXED_GPUS
+from fleetscope.collector.storage.decoded import Decoded
+from fleetscope.collector.storage.rows import host_texts
+from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, HOST_VALUE_COLUMNS
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+INGEST_LEVEL = 3  # zstd level at ingest (compaction re-encodes at chunk_codec.ZSTD_LEVEL)
+
+# Column order of the rows below, as statements.TABLE_COLUMNS names them.
+CHUNK_COLUMNS = ("device_id", "gpu_index", "start_ns", "end_ns", "rows", "codec", "data")
+HOST_CHUNK_COLUMNS = ("device_id", "start_ns", "end_ns", "rows", "codec", "data")
+GPU_LATEST_COLUMNS = ("device_id", "gpu_index", "ts_ns", *GPU_SAMPLE_COLUMNS)
+HOST_LATEST_COLUMNS = ("device_id", "ts_ns", *HOST_VALUE_COLUMNS, *HOST_TEXT_COLUMNS)
+
+
+@dataclass
+class SampleChunks:
+    """What a batch's samples store: chunk rows and latest-reading rows, in table column order."""
+
+    host_chunks: list[tuple] = field(default_factory=list)
+    gpu_chunks: list[tuple] = field(default_factory=list)
+    host_latest: list[tuple] = field(default_factory=list)
+    gpu_latest: list[tuple] = field(default_factory=list)
+    sample_rows: int = 0
+
+
+def sample_chunks(
+    batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, level: int = INGEST_LEVEL
+) -> SampleChunks:
+    """The batch's host and GPU samples as one chunk each (times shifted by ``correction_ns``),
+    and the newest reading of the device and of each GPU."""
+    import numpy as np
+
+    out = SampleChunks()
+    host = batch.host
+    n = len(host.ts_ns)
+    if n:
+        ts = np.asarray(host.ts_ns, dtype=np.int64) + correction_ns
+        cols = {name: np.array(decoded.host[name], dtype=np.float64) for name in HOST_VALUE_COLUMNS}
+        cores, procs = host_texts(host, n)
+        texts = {name: values for name, values in zip(HOST_TEXT_COLUMNS, (cores, procs)) if any(v is not None for v in values)}
+        data = encode_chunk(ts, cols, texts, level=level)
+        out.host_chunks.append((device_id, int(ts.min()), int(ts.max()), n, CODEC_VERSION, data))
+        i = int(np.lexsort((np.arange(n), ts))[-1])  # the newest row (the last of the largest time)
+        out.host_latest.append(
+            (device_id, int(ts[i]), *(decoded.host[name][i] for name in HOST_VALUE_COLUMNS), cores[i], procs[i])
+        )
+        out.sample_rows += n
+    gpu = batch.gpu
+    n = len(gpu.ts_ns)
+    if n:
+        ts = np.asarray(gpu.ts_ns, dtype=np.int64) + correction_ns
+        index = np.asarray(gpu.gpu_index, dtype=np.int64)
+        cols = {name: np.array(decoded.gpu[name], dtype=np.float64) for name in GPU_SAMPLE_COLUMNS}
+        first = int(index[0])
+        if (index == first).all():
+            chunk_gpu = first
+        else:
+            chunk_gpu = MIXED_GPUS
+            cols[MIXED_GPU_COLUMN] = index.astype(np.float64)
+        data = encode_chunk(ts, cols, None, level=level)
+        out.gpu_chunks.append((device_id, chunk_gpu, int(ts.min()), int(ts.max()), n, CODEC_VERSION, data))
+        # Each GPU's newest row: sorted by (GPU, time, position), the last of each GPU.
+        order = np.lexsort((np.arange(n), ts, index))
+        last = order[np.append(index[order][1:] != index[order][:-1], True)]
+        for i in last.tolist():
+            out.gpu_latest.append(
+                (device_id, int(index[i]), int(ts[i]), *(decoded.gpu[name][i] for name in GPU_SAMPLE_COLUMNS))
+            )
+        out.sample_rows += n
+    return out

@@ -43,9 +43,9 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -507,7 +507,23 @@ def _read_codes(r: _Reader, count: int, size: int, what: str) -> Sequence[int]:
     return codes
 
 
-def _read_message(buf: memoryview, msg: Message, where: str, budget: _Budget, depth: int = 0) -> None:
+class Streams(NamedTuple):
+    """How a sample section's streams are read: integers, readings, and a Column of readings.
+    ``PURE`` is this module's own; the collector passes numpy's (``collector.storage.compact_numpy``), which
+    reads the same bytes into the same values, or fails with the same error, several times faster."""
+
+    ints: Callable[[_Reader, int], Sequence[int]]
+    floats: Callable[[_Reader, int, bool], Sequence[float]]
+    column: Callable[[_Reader, pb.Column, _Budget], None]
+
+
+PURE =  Streams(_read_int_stream, lambda r, n, single: _read_float_stream(r, n, single), _read_column)
+
+
+def _read_message(
+    buf: memoryview, msg: Message, where: str, budget: _Budget, depth: int = 0, streams: Streams | None = None
+) -> None:
+    streams = streams or PURE
     if depth > _MAX_DEPTH:
         raise CompactError(where, "nests too deep")
     r = _Reader(buf, where)
@@ -528,18 +544,18 @@ def _read_message(buf: memoryview, msg: Message, where: str, budget: _Budget, de
             raise CompactError(fr.where, f"payload type {kind} does not fit the field")
         try:
             if kind == _T_COLUMN:
-                _read_column(fr, getattr(msg, field.name), budget)
+                streams.column(fr, getattr(msg, field.name), budget)
             elif kind == _T_MESSAGE:
-                _read_message(payload, getattr(msg, field.name), fr.where, budget, depth + 1)
+                _read_message(payload, getattr(msg, field.name), fr.where, budget, depth + 1, streams)
                 continue  # the nested reader checked its own end
             elif kind == _T_INTS:
                 n = fr.unpack(_U32)
                 budget.spend(n, fr.where)
-                getattr(msg, field.name).extend(_read_int_stream(fr, n))
+                getattr(msg, field.name).extend(streams.ints(fr, n))
             elif kind in (_T_FLOATS, _T_DOUBLES):
                 n = fr.unpack(_U32)
                 budget.spend(n, fr.where)
-                getattr(msg, field.name).extend(_read_float_stream(fr, n, single=kind == _T_FLOATS))
+                getattr(msg, field.name).extend(streams.floats(fr, n, kind == _T_FLOATS))
             else:
                 getattr(msg, field.name).extend(_read_strings(fr, budget))
         except (ValueError, TypeError, OverflowError) as exc:  # protobuf's own range checks
@@ -594,11 +610,15 @@ def _decompress(blob: bytes, max_body_bytes: int) -> bytes:
 
 
 def expand(batch: pb.Batch, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-           max_values: int = DEFAULT_MAX_VALUES) -> pb.Batch:
+           max_values: int = DEFAULT_MAX_VALUES, streams: Streams | None = None,
+           sections: dict[int, bytes] | None = None) -> pb.Batch:
     """``batch`` with ``batch.compact`` unfolded into its plain fields (in place; returned).
 
     Raises ``CompactError`` naming the field for anything wrong, and leaves the batch's plain
-    fields as they were then. A batch without ``compact`` is returned as it is.
+    fields as they were then. A batch without ``compact`` is returned as it is. ``streams``:
+    how sample streams are read (``Streams``; this module's pure Python by default).
+    ``sections``: filled with the sample sections' payloads as they came (``SECTION_HOST``,
+    ``SECTION_GPU``), for a reader that keeps them encoded (the collector's chunks).
     """
     if not batch.compact:
         return batch
@@ -622,7 +642,9 @@ def expand(batch: pb.Batch, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             if batch.HasField(name):
                 raise CompactError(f"compact.{name}", f"the batch carries {name} samples both compact and plain")
             getattr(out, name).SetInParent()
-            _read_message(payload, getattr(out, name), f"compact.{name}", budget)
+            _read_message(payload, getattr(out, name), f"compact.{name}", budget, streams=streams)
+            if sections is not None:
+                sections[number] = bytes(payload)
         else:
             raise CompactError(f"compact.section[{number}]", "is not known")
     for name, _cls in _SECTIONS.values():

@@ -263,7 +263,7 @@ class IngestService(pb_grpc.IngestServicer):
             # The agent id is a query key: a NUL or a 100,000-character id must not reach the database.
             check_batch_identity(batch, self._limits)
             # compact-v1 unfolds here, within bounds, before anything reads the batch's records.
-            expand_compact(batch, self._limits)
+            sections = expand_compact(batch, self._limits)
         except BatchInvalid as exc:
             self.rejected += 1
             done = loop.create_future()
@@ -289,6 +289,7 @@ class IngestService(pb_grpc.IngestServicer):
             clock_skew_ns=placement.clock_skew_ns,
             # Stored on the device row (batches_reanchored, last_clock_step_ns) with the batch.
             clock_step_ns=(placement.step_ns or 1) if placement.reanchored else 0,
+            compact_sections=sections,
         )
         try:
             # Checked on the rows' own clock: a step of the device's clock is never a reason to reject.

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from fleetscope.collector.errors import BatchInvalid
+from fleetscope.collector.storage.compact_numpy import NUMPY
 from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.proto.columns import (
     GPU_COLUMNS,
@@ -236,16 +237,20 @@ def check_batch_identity(batch: pb.Batch, limits: Limits) -> None:
         _check_time(batch.created_ns, "created_ns")
 
 
-def expand_compact(batch: pb.Batch, limits: Limits) -> None:
+def expand_compact(batch: pb.Batch, limits: Limits) -> dict[int, bytes] | None:
     """Unfold ``batch.compact`` (compact-v1) into the plain fields, in place, so that every
     check and writer below reads one form; a blob that cannot be read is BatchInvalid naming
-    where (``compact.gpu.temp_c: is truncated``)."""
+    where (``compact.gpu.temp_c: is truncated``). Returns the sample sections' payloads as
+    they came (the writer stores them as chunks: ``storage.compact_chunk``), None for a plain batch."""
     if not batch.compact:
-        return
+        return None
+    sections: dict[int, bytes] = {}
     try:
-        expand(batch, max_body_bytes=limits.max_compact_body_bytes, max_values=limits.max_compact_values)
+        expand(batch, max_body_bytes=limits.max_compact_body_bytes, max_values=limits.max_compact_values, streams=NUMPY,
+               sections=sections)
     except CompactError as exc:
         raise BatchInvalid(exc.field, str(exc)[len(exc.field) + 2 :]) from None
+    return sections
 
 
 def validate_batch(batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: int | None = None) -> Decoded:

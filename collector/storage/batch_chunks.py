@@ -2,13 +2,15 @@
 
 A batch carries its readings column by column (compact-v1 on the wire); the writer keeps them
 that way. The host readings become one ``host_chunks`` row and the GPU readings one
-``gpu_chunks`` row (``chunk_codec``, about a byte a value), written in the batch's transaction
-beside its claim: no row per sample is built or stored. A batch of several GPUs is one chunk
-whose ``gpu_index`` is ``MIXED_GPUS`` and whose rows carry their GPU in a value column; the
-compaction job later merges a device's small chunks into one per GPU and hour.
+``gpu_chunks`` row, written in the batch's transaction beside its claim: no row per sample is
+built or stored. A compact batch's sections are stored as they came (chunk format 2,
+``storage.compact_chunk``: no second encoding); a plain batch of an older agent is encoded
+column by column (format 1, ``chunk_codec``). A batch of several GPUs is one chunk whose
+``gpu_index`` is ``MIXED_GPUS`` and whose rows carry their GPU in a value column; the compaction
+job later merges a device's small chunks into one per GPU and hour, in format 1.
 
-Ingest encodes with a fast compression level (``INGEST_LEVEL``): the chunk is rewritten at the
-codec's best level when compaction merges it, so the time goes where nobody waits for it.
+Ingest compresses at a fast level (``INGEST_LEVEL``): compaction rewrites the chunk at the
+codec's best level when it merges it, so the time goes where nobody waits for it.
 
 Beside the chunks, each batch gives its newest reading per device (``host_latest``) and per GPU
 (``gpu_latest``): what "now" readers (the Fleet page, ``/metrics/fleet``, alert rules) read.
@@ -18,11 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleetscope.collector.storage import compact_chunk
 from fleetscope.collector.storage.chunk_codec import CODEC_VERSION, encode_chunk
 from fleetscope.collector.storage.chunk_reader import HOST_TEXT_COLUMNS, MIXED_GPU_COLUMN, MIXED_GPUS
 from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.collector.storage.rows import host_texts
 from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, HOST_VALUE_COLUMNS
+from fleetscope.proto.compact import SECTION_GPU, SECTION_HOST
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 INGEST_LEVEL = 3  # zstd level at ingest (compaction re-encodes at chunk_codec.ZSTD_LEVEL)
@@ -46,25 +50,50 @@ class SampleChunks:
 
 
 def sample_chunks(
-    batch: pb.Batch, decoded: Decoded, *, device_id: int, correction_ns: int, level: int = INGEST_LEVEL
+    batch: pb.Batch,
+    decoded: Decoded,
+    *,
+    device_id: int,
+    correction_ns: int,
+    level: int = INGEST_LEVEL,
+    sections: dict[int, bytes] | None = None,
 ) -> SampleChunks:
     """The batch's host and GPU samples as one chunk each (times shifted by ``correction_ns``),
-    and the newest reading of the device and of each GPU."""
+    and the newest reading of the device and of each GPU. ``sections``: the compact-v1 sample
+    sections the batch came in (``ingest.validation.expand_compact``), stored as they are
+    (chunk format 2, ``storage.compact_chunk``); a plain batch's columns are encoded (format 1)."""
     import numpy as np
 
+    sections = sections or {}
     out = SampleChunks()
     host = batch.host
     n = len(host.ts_ns)
     if n:
         ts = np.asarray(host.ts_ns, dtype=np.int64) + correction_ns
-        cols = {name: np.array(decoded.host[name], dtype=np.float64) for name in HOST_VALUE_COLUMNS}
         cores, procs = host_texts(host, n)
-        texts = {name: values for name, values in zip(HOST_TEXT_COLUMNS, (cores, procs)) if any(v is not None for v in values)}
-        data = encode_chunk(ts, cols, texts, level=level)
-        out.host_chunks.append((device_id, int(ts.min()), int(ts.max()), n, CODEC_VERSION, data))
+        if SECTION_HOST in sections:
+            codec, data = (
+                compact_chunk.FORMAT,
+                compact_chunk.wrap_section(SECTION_HOST, sections[SECTION_HOST], correction_ns, level),
+            )
+        else:
+            cols = {name: np.array(decoded.host[name], dtype=np.float64) for name in HOST_VALUE_COLUMNS}
+            texts = {
+                name: values
+                for name, values in zip(HOST_TEXT_COLUMNS, (cores, procs))
+                if any(v is not None for v in values)
+            }
+            codec, data = CODEC_VERSION, encode_chunk(ts, cols, texts, level=level)
+        out.host_chunks.append((device_id, int(ts.min()), int(ts.max()), n, codec, data))
         i = int(np.lexsort((np.arange(n), ts))[-1])  # the newest row (the last of the largest time)
         out.host_latest.append(
-            (device_id, int(ts[i]), *(decoded.host[name][i] for name in HOST_VALUE_COLUMNS), cores[i], procs[i])
+            (
+                device_id,
+                int(ts[i]),
+                *(decoded.host[name][i] for name in HOST_VALUE_COLUMNS),
+                cores[i],
+                procs[i],
+            )
         )
         out.sample_rows += n
     gpu = batch.gpu
@@ -72,15 +101,19 @@ def sample_chunks(
     if n:
         ts = np.asarray(gpu.ts_ns, dtype=np.int64) + correction_ns
         index = np.asarray(gpu.gpu_index, dtype=np.int64)
-        cols = {name: np.array(decoded.gpu[name], dtype=np.float64) for name in GPU_SAMPLE_COLUMNS}
         first = int(index[0])
-        if (index == first).all():
-            chunk_gpu = first
+        chunk_gpu = first if (index == first).all() else MIXED_GPUS
+        if SECTION_GPU in sections:  # its rows carry their GPU whether one or several
+            codec, data = (
+                compact_chunk.FORMAT,
+                compact_chunk.wrap_section(SECTION_GPU, sections[SECTION_GPU], correction_ns, level),
+            )
         else:
-            chunk_gpu = MIXED_GPUS
-            cols[MIXED_GPU_COLUMN] = index.astype(np.float64)
-        data = encode_chunk(ts, cols, None, level=level)
-        out.gpu_chunks.append((device_id, chunk_gpu, int(ts.min()), int(ts.max()), n, CODEC_VERSION, data))
+            cols = {name: np.array(decoded.gpu[name], dtype=np.float64) for name in GPU_SAMPLE_COLUMNS}
+            if chunk_gpu == MIXED_GPUS:
+                cols[MIXED_GPU_COLUMN] = index.astype(np.float64)
+            codec, data = CODEC_VERSION, encode_chunk(ts, cols, None, level=level)
+        out.gpu_chunks.append((device_id, chunk_gpu, int(ts.min()), int(ts.max()), n, codec, data))
         # Each GPU's newest row: sorted by (GPU, time, position), the last of each GPU.
         order = np.lexsort((np.arange(n), ts, index))
         last = order[np.append(index[order][1:] != index[order][:-1], True)]

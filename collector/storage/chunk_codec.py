@@ -33,6 +33,8 @@ import threading
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from fleetscope.collector.storage import compact_chunk
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -98,7 +100,7 @@ def encode_chunk(
         parts.append(_name(name))
         parts.append(_encode_texts(strings))
     body = b"".join(parts)
-    compressor, packed = _compress(body, level)
+    compressor, packed = compress(body, level)
     return bytes((CODEC_VERSION, compressor)) + packed
 
 
@@ -255,7 +257,8 @@ def _encode_texts(strings: list[str | None]) -> bytes:
     return b"".join(out)
 
 
-def _compress(body: bytes, level: int) -> tuple[int, bytes]:
+def compress(body: bytes, level: int) -> tuple[int, bytes]:
+    """(compressor byte, compressed body): zstd at ``level``, zlib where zstandard is missing."""
     zstd = _zstandard()
     if zstd is not None:
         cache = _COMPRESSORS.__dict__
@@ -306,9 +309,11 @@ def decode_chunk(data: bytes) -> tuple[np.ndarray, dict[str, np.ndarray], dict[s
     if len(data) < 2:
         raise ChunkFormatError("chunk is truncated")
     version, compressor = data[0], data[1]
+    if version == compact_chunk.FORMAT:  # a batch's compact section as it came (ingest)
+        return compact_chunk.decode_section_chunk(compressor, bytes(data[2:]))
     if version != CODEC_VERSION:
         raise ChunkFormatError(f"chunk format {version} is not known to this version of fleetscope")
-    body = _decompress(compressor, bytes(data[2:]))
+    body = decompress(compressor, bytes(data[2:]))
     r = _Reader(body)
     try:
         n = r.unpack(_U32)
@@ -330,7 +335,7 @@ def decode_chunk(data: bytes) -> tuple[np.ndarray, dict[str, np.ndarray], dict[s
     return ts, columns, texts
 
 
-def _decompress(compressor: int, packed: bytes) -> bytes:
+def decompress(compressor: int, packed: bytes) -> bytes:
     if compressor == COMPRESS_NONE:
         return packed
     try:

@@ -90,6 +90,7 @@ class WriteItem:
     clock_step_ns: int = 0  # nonzero: re-anchored, the rows' clock this far from the send-time clock
     rejection: str | None = None
     decoded: Decoded | None = None
+    compact_sections: dict[int, bytes] | None = None  # a compact batch's sample sections as they came
     prepared: _Prepared | None = None  # rows built by the submitting thread, if it did
     future: Future = field(default_factory=Future)
 
@@ -383,7 +384,8 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
         item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns,
         received_ns=item.received_ns, samples=False,
     )
-    samples = sample_chunks(item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns)
+    samples = sample_chunks(item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns,
+                            sections=item.compact_sections)
     prepared = _Prepared(rows, samples)
     for table, part in (("host_chunks", samples.host_chunks), ("gpu_chunks", samples.gpu_chunks)):
         if part:

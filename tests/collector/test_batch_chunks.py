@@ -12,7 +12,9 @@ from sqlalchemy import text
 
 from fleetscope.agent.daemon.batcher import Pending, build_batches
 from fleetscope.agent.records import GpuSample, HostSample
-from fleetscope.collector.ingest.validation import Limits, validate_batch
+from fleetscope.collector.ingest.validation import Limits, expand_compact, validate_batch
+from fleetscope.collector.storage import compact_chunk
+from fleetscope.collector.storage.chunk_codec import CODEC_VERSION
 from fleetscope.collector.storage.chunk_reader import MIXED_GPUS, read_samples
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem
@@ -46,7 +48,7 @@ def _gpu_value(gpu: int, i: int) -> dict:
     }
 
 
-def _item(device_id: int, seq: int, t0: int, *, gpus: int, rows: int, correction_ns: int = 0) -> WriteItem:
+def _item(device_id: int, seq: int, t0: int, *, gpus: int, rows: int, correction_ns: int = 0, form: str = "compact") -> WriteItem:
     pending = Pending(
         host=[HostSample(ts_ns=t0 + i * S, cpu_percent=10.0 + i, mem_used_bytes=float(8 << 30), cpu_core_percent=(5.0, 7.5))
               for i in range(rows)],
@@ -56,10 +58,14 @@ def _item(device_id: int, seq: int, t0: int, *, gpus: int, rows: int, correction
     for bb in build_batches(pending, now_ns=t0 + rows * S):
         batch.MergeFrom(bb.batch)
     batch.seq = seq
-    batch = compact(batch)  # as a new agent sends it; ingest unfolds it before validating
+    sections = None
+    if form == "compact":  # as a new agent sends it: ingest unfolds it to check it, and keeps its sections
+        batch = compact(batch)
+        sections = expand_compact(batch, Limits())
     decoded = validate_batch(batch, Limits())
     return WriteItem(batch=batch, device_id=device_id, agent_id="id-gpu-node-1", boot_id="boot", seq=seq,
-                     received_ns=time.time_ns(), correction_ns=correction_ns, clock_skew_ns=0, decoded=decoded)
+                     received_ns=time.time_ns(), correction_ns=correction_ns, clock_skew_ns=0, decoded=decoded,
+                     compact_sections=sections)
 
 
 def _count(engine, sql: str, **params) -> int:  # type: ignore[no-untyped-def]
@@ -73,17 +79,23 @@ def _same(a: float, b: float | None) -> bool:
     return math.copysign(1.0, a) == math.copysign(1.0, b) and a == b
 
 
-def test_a_batch_is_one_host_and_one_gpu_chunk_with_every_value_back(store) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("form", ["compact", "plain"])
+def test_a_batch_is_one_host_and_one_gpu_chunk_with_every_value_back(store, form: str) -> None:  # type: ignore[no-untyped-def]
+    """A compact batch's sections are stored as they came (chunk format 2), a plain batch's
+    columns encoded (format 1): either reads back the same."""
     engine, writer = store
     device_id = _register(engine)
     t0 = (time.time_ns() // S - 600) * S
-    outcome = writer.submit(_item(device_id, 1, t0, gpus=3, rows=40)).result(30)
+    outcome = writer.submit(_item(device_id, 1, t0, gpus=3, rows=40, form=form)).result(30)
     assert (outcome.duplicate, outcome.rows) == (False, 40 + 120)
     assert _count(engine, "SELECT count(*) FROM gpu_samples") == 0, "no row per sample"
     assert _count(engine, "SELECT count(*) FROM host_samples") == 0
     assert _count(engine, "SELECT count(*) FROM host_chunks WHERE device_id = :d AND rows = 40", d=device_id) == 1
     assert _count(engine, "SELECT count(*) FROM gpu_chunks WHERE device_id = :d AND rows = 120 AND gpu_index = :m",
                   d=device_id, m=MIXED_GPUS) == 1
+    codec = compact_chunk.FORMAT if form == "compact" else CODEC_VERSION
+    assert _count(engine, "SELECT count(*) FROM gpu_chunks WHERE codec = :c", c=codec) == 1
+    assert _count(engine, "SELECT count(*) FROM host_chunks WHERE codec = :c", c=codec) == 1
     with engine.connect() as conn:
         gpu = read_samples(conn, "gpu", [device_id], t0, t0 + 3600 * S)
         one = read_samples(conn, "gpu", [device_id], t0, t0 + 3600 * S, gpu_index=2)
@@ -99,16 +111,20 @@ def test_a_batch_is_one_host_and_one_gpu_chunk_with_every_value_back(store) -> N
     assert host.texts["cpu_cores"][0] == "[[5.0,null],[7.5,null]]"
 
 
-def test_one_gpu_batch_is_that_gpus_chunk_and_a_clock_correction_moves_it(store) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("form", ["compact", "plain"])
+def test_one_gpu_batch_is_that_gpus_chunk_and_a_clock_correction_moves_it(store, form: str) -> None:  # type: ignore[no-untyped-def]
     engine, writer = store
     device_id = _register(engine)
     t0 = (time.time_ns() // S - 600) * S
-    writer.submit(_item(device_id, 1, t0, gpus=1, rows=10, correction_ns=5 * S)).result(30)
+    writer.submit(_item(device_id, 1, t0, gpus=1, rows=10, correction_ns=5 * S, form=form)).result(30)
     with engine.connect() as conn:
         chunk = conn.execute(text("SELECT gpu_index, start_ns, end_ns FROM gpu_chunks WHERE device_id = :d"),
                              {"d": device_id}).one()
         assert tuple(chunk) == (0, t0 + 5 * S, t0 + 14 * S)
         assert read_samples(conn, "gpu", [device_id], t0, t0 + 5 * S, columns=()).ts_ns.size == 0
+        moved = read_samples(conn, "gpu", [device_id], t0, t0 + 3600 * S, columns=("energy_j",))
+    assert moved.ts_ns.tolist() == [t0 + (5 + i) * S for i in range(10)]
+    assert moved.values["energy_j"].tolist() == [float(i) for i in range(10)]
 
 
 def test_a_replayed_batch_stores_nothing_twice(store) -> None:  # type: ignore[no-untyped-def]

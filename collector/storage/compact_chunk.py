@@ -1,0 +1,92 @@
+"""Chunk format 2: a batch's compact-v1 sample section, stored as the agent sent it.
+
+A new agent's batch arrives with its readings already encoded column by column (``proto.compact``:
+delta-of-delta times, scaled integer deltas, byte planes). Ingest has to unfold it once to check
+it (``ingest.validation``), but it need not encode it again: the section's bytes, as they came,
+are the chunk. That is what makes ingest cheap (no row per sample, and no second encoding per
+column); the compaction job rewrites these chunks in format 1 (``chunk_codec``) when it merges a
+device's hour, so long-lived data is in the denser format.
+
+Layout: format byte (``FORMAT``), compressor byte (as format 1's), then compressed: ``i64``
+clock correction (added to every time: the collector's placement of the batch, ``ingest.clocks``),
+``u8`` section kind (``compact.SECTION_HOST`` or ``compact.SECTION_GPU``), the section payload.
+
+Reading gives what format 1 gives (``chunk_codec.decode_chunk``): times, the kind's reading
+columns (float64, NaN for no reading), for GPU chunks each row's GPU as the column
+``gpu_index``, and for host chunks the text columns built exactly as the tail rows had them
+(``rows.host_texts``). The payload was checked when it arrived; a chunk that does not read is
+``ChunkFormatError``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from fleetscope.proto import compact as C
+
+if TYPE_CHECKING:
+    import numpy as np
+
+FORMAT = 2
+_HEAD = struct.Struct("<qB")
+
+
+def wrap_section(kind: int, payload: bytes, correction_ns: int, level: int) -> bytes:
+    """A format-2 chunk of one compact sample section (``kind``: SECTION_HOST or SECTION_GPU)."""
+    from fleetscope.collector.storage.chunk_codec import compress
+
+    compressor, packed = compress(_HEAD.pack(correction_ns, kind) + payload, level)
+    return bytes((FORMAT, compressor)) + packed
+
+
+def decode_section_chunk(
+    compressor: int, packed: bytes
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, list[str | None]]]:
+    import numpy as np
+
+    from fleetscope.collector.storage.chunk_codec import ChunkFormatError, decompress
+    from fleetscope.collector.storage.compact_numpy import NUMPY
+    from fleetscope.collector.storage.rows import host_texts
+    from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, HOST_VALUE_COLUMNS
+    from fleetscope.proto.columns import column_values
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    body = decompress(compressor, packed)
+    if len(body) < _HEAD.size:
+        raise ChunkFormatError("chunk is truncated")
+    correction, kind = _HEAD.unpack_from(body)
+    if kind == C.SECTION_GPU:
+        msg: pb.GpuSamples | pb.HostSamples = pb.GpuSamples()
+        names = GPU_SAMPLE_COLUMNS
+    elif kind == C.SECTION_HOST:
+        msg = pb.HostSamples()
+        names = HOST_VALUE_COLUMNS
+    else:
+        raise ChunkFormatError(f"chunk holds section {kind}, not samples")
+    try:
+        C._read_message(
+            memoryview(body)[_HEAD.size :], msg, "chunk", C._Budget(C.DEFAULT_MAX_VALUES), streams=NUMPY
+        )
+    except C.CompactError as exc:
+        raise ChunkFormatError(f"chunk is corrupt: {exc}") from None
+    n = len(msg.ts_ns)
+    ts = np.array(msg.ts_ns, dtype=np.int64) + correction
+    columns: dict[str, np.ndarray] = {}
+    for name in names:
+        col = getattr(msg, name)
+        if not len(col.values):
+            continue  # not reported in this batch: absent, as a format-1 chunk has it
+        values = np.array(column_values(col), dtype=np.float64)
+        if len(values) != n:
+            raise ChunkFormatError(f"chunk column {name} has {len(values)} values for {n} rows")
+        if col.null_rows:
+            values[np.array(col.null_rows, dtype=np.int64)] = np.nan
+        columns[name] = values
+    texts: dict[str, list[str | None]] = {}
+    if kind == C.SECTION_GPU:
+        columns["gpu_index"] = np.array(msg.gpu_index, dtype=np.float64)
+    else:
+        cores, procs = host_texts(msg, n)  # type: ignore[arg-type]
+        texts = {"cpu_cores": cores, "top_processes": procs}
+    return ts, columns, texts

@@ -1,0 +1,140 @@
+"""compact-v1's sample streams read with numpy: the collector's reader (``compact.Streams``).
+
+``proto.compact`` reads a blob in pure Python, because the agent on a drone must not need numpy,
+and there an integer stream costs a Python step per value (unshuffling, summing deltas, checking
+int64). The collector has numpy: this reads the same bytes into the same values, and fails on
+the same blobs with the same ``CompactError`` (field and message), about an order of magnitude
+faster per value (``benchmarks/bench_ingest_path.py``). Only the collector imports this module.
+
+Exactness where numpy could differ from Python's integers:
+
+* **Sums of deltas** wrap silently in numpy. A stream is summed with numpy only when the sum of
+  the absolute deltas and the first value, bounded in float64, stays below 2**62, so no partial
+  sum can leave int64; anything larger (only a hostile or absurd blob) is summed and checked by
+  the pure reader's code, which raises the same error.
+* **Common factors** are checked on the smallest and largest value before multiplying.
+* **Readings** divide integers below 2**53 by a power of ten in float64, as Python does, and
+  float32 streams round through float32 as ``array("f")`` does.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import numpy as np
+
+from fleetscope.proto import compact as C
+from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+_SIGNED = {1: "<i1", 2: "<i2", 4: "<i4", 8: "<i8"}
+_UNSIGNED = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
+_SAFE_SUM = float(2**62)
+
+
+def _unshuffle(planes: memoryview, count: int, width: int, dtype: str) -> np.ndarray:
+    raw = np.frombuffer(planes, dtype=np.uint8, count=count * width)
+    if width > 1:
+        raw = np.ascontiguousarray(raw.reshape(width, count).T)
+    return raw.view(dtype).reshape(count)
+
+
+def _read_packed(r: C._Reader, count: int) -> np.ndarray:
+    head = r.unpack(C._U8)
+    width = head & ~C._FACTORED
+    if width not in _SIGNED:
+        raise C.CompactError(r.where, f"integer width {width} is not known")
+    factor = r.unpack(C._I64) if head & C._FACTORED else 1
+    if factor < 1:
+        raise C.CompactError(r.where, f"common factor {factor} is not positive")
+    values = _unshuffle(r.take(count * width), count, width, _SIGNED[width]).astype(np.int64)
+    if factor != 1 and count:
+        if int(values.min()) * factor < C._I64_MIN or int(values.max()) * factor > C._I64_MAX:
+            raise C.CompactError(r.where, "a value leaves int64 (a delta or a factor overflows)")
+        values = values * factor
+    return values
+
+
+def _summed(first: int, deltas: np.ndarray, where: str) -> np.ndarray:
+    """``first`` then its running sums with ``deltas`` (``accumulate(deltas, initial=first)``)."""
+    bound = abs(float(first)) + float(np.abs(deltas.astype(np.float64)).sum())
+    if bound < _SAFE_SUM:
+        out = np.empty(len(deltas) + 1, dtype=np.int64)
+        out[0] = first
+        np.cumsum(deltas, out=out[1:])
+        out[1:] += first
+        return out
+    return np.array(C._checked(accumulate(deltas.tolist(), initial=first), where), dtype=np.int64)
+
+
+def _read_int_array(r: C._Reader, count: int) -> np.ndarray:
+    order = r.unpack(C._U8)
+    if order == C._RAW_INTS:
+        return _read_packed(r, count)
+    if count == 0:
+        raise C.CompactError(r.where, "deltas of no values")
+    first = r.unpack(C._I64)
+    if order == C._DELTA:
+        return _summed(first, _read_packed(r, count - 1), r.where)
+    if order == C._DELTA2:
+        if count < 2:
+            raise C.CompactError(r.where, "second deltas of one value")
+        d1_first = r.unpack(C._I64)
+        d1 = _summed(d1_first, _read_packed(r, count - 2), r.where)
+        return _summed(first, d1, r.where)
+    raise C.CompactError(r.where, f"integer order {order} is not known")
+
+
+def _read_float_array(r: C._Reader, count: int, single: bool) -> np.ndarray:
+    kind = r.unpack(C._U8)
+    if kind == C._SCALED:
+        exponent = r.unpack(C._U8)
+        if exponent >= len(C._SCALES):
+            raise C.CompactError(r.where, f"decimal scale {exponent} is not known")
+        scale = C._SCALES[exponent]
+        ints = _read_int_array(r, count)
+        if count and max(abs(int(ints.min())), abs(int(ints.max()))) >= C._EXACT_LIMIT:
+            raise C.CompactError(r.where, "a scaled reading is too large to be exact")
+        values = ints.astype(np.float64)
+        if scale != 1.0:
+            values /= scale
+        return values.astype(np.float32).astype(np.float64) if single else values
+    if kind == C._XOR:
+        width = 4 if single else 8
+        bits = _unshuffle(r.take(count * width), count, width, _UNSIGNED[width])
+        plain = np.bitwise_xor.accumulate(bits) if count else bits
+        return plain.view("<f4" if single else "<f8").astype(np.float64)
+    raise C.CompactError(r.where, f"reading encoding {kind} is not known")
+
+
+def _read_ints(r: C._Reader, count: int) -> list[int]:
+    return _read_int_array(r, count).tolist()
+
+
+def _read_floats(r: C._Reader, count: int, single: bool) -> list[float]:
+    return _read_float_array(r, count, single).tolist()
+
+
+def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
+    n = r.unpack(C._U32)
+    budget.spend(n, r.where)
+    has_nulls = r.unpack(C._U8)
+    if has_nulls not in (0, 1):
+        raise C.CompactError(r.where, "null flag is corrupt")
+    null_mask = None
+    if has_nulls:
+        bitmap = np.frombuffer(r.take((n + 7) // 8), dtype=np.uint8)
+        null_mask = np.unpackbits(bitmap, bitorder="little")[:n].astype(bool)
+        if not null_mask.any():
+            null_mask = None
+    present_count = n - (int(null_mask.sum()) if null_mask is not None else 0)
+    present = _read_float_array(r, present_count, False) if present_count else np.empty(0)
+    if null_mask is not None:
+        values = np.zeros(n)
+        values[~null_mask] = present
+        target.null_rows.extend(np.flatnonzero(null_mask).tolist())
+        target.values.extend(values.tolist())
+    else:
+        target.values.extend(present.tolist())
+
+
+NUMPY = C.Streams(_read_ints, _read_floats, _read_column)

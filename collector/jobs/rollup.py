@@ -8,11 +8,16 @@ Design, and why:
   never revisit them. So each device is rolled only up to its *frontier* (its newest stored
   sample) minus ``settle_s``: a minute bucket is final when the device has sent data past
   its end. ``rollup_progress`` keeps, per device and step, where that was.
-* **In the database.** Minute rows are ``INSERT ... SELECT ... GROUP BY`` over the raw rows,
-  hour rows the same over minute rows, day rows (midnight to midnight, UTC) over hour rows: no
-  sample crosses into Python. Latency histograms are the exception (their buckets are JSON maps
-  and merge by adding counts per index), merged here with ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an
-  agent upgrade crosses has a legacy row and an exponential one; see ``proto.exponential``).
+* **Where the samples are.** Raw samples sit in the tail tables (rows, what older collectors
+  wrote) and in chunks (columns: each ingested batch, and what compaction merged). Minute rows
+  are made from both by ``rollups.raw_buckets``: the tail grouped in SQL, the chunks decoded
+  column by column and grouped with numpy, the two parts of a bucket combined the way the
+  readers combine them, so a minute is the same whichever way its samples are stored. Hour rows
+  are ``INSERT ... SELECT ... GROUP BY`` over minute rows, day rows (midnight to midnight, UTC)
+  over hour rows, in the database. Latency histograms are the exception (their buckets are JSON
+  maps and merge by adding counts per index), merged here with
+  ``fleetscope.proto.buckets.merge``, one rollup row per bucket scheme (a window an agent
+  upgrade crosses has a legacy row and an exponential one; see ``proto.exponential``).
 * **One roller per device at a time, any number of collectors sharing the work.** The devices
   are split into shares, each a lease of its own (``fleetscope.collector.storage.shares``):
   each run first balances the shares with the other collectors and rolls the devices of the
@@ -42,6 +47,7 @@ from sqlalchemy import (
     Engine,
     and_,
     delete,
+    func,
     insert,
     literal,
     select,
@@ -49,6 +55,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from fleetscope.collector.storage.chunk_reader import MAX_CHUNK_SPAN_NS
 from fleetscope.collector.storage.lease import LeaseLost, default_owner
 from fleetscope.collector.storage.rollup_schema import (
     SOURCE_STEP_S,
@@ -61,11 +68,18 @@ from fleetscope.collector.storage.rollups import (
     SOURCES,
     Source,
     bucket_of,
-    raw_aggregates,
+    raw_buckets,
     read_progress,
     rollup_aggregates,
 )
-from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
+from fleetscope.collector.storage.schema import (
+    Device,
+    gpu_chunks,
+    gpu_samples,
+    host_chunks,
+    host_samples,
+    latency_histograms,
+)
 from fleetscope.collector.storage.shares import JobShares
 from fleetscope.collector.storage.write_lock import WriteLock
 from fleetscope.proto import buckets as bucket_math
@@ -86,6 +100,11 @@ class RollupReport:
     shares: frozenset[int] = frozenset()  # the device shares this pass rolled (``storage.shares``)
     rows: dict[int, int] = field(default_factory=lambda: {s: 0 for s in STEPS_S})
     seconds: float = 0.0
+
+
+def _bucket_then_gpu(item: tuple[tuple, list]) -> tuple[int, int]:
+    _device, gpu, bucket = item[0]
+    return bucket, -1 if gpu is None else gpu
 
 
 class RollupJob:
@@ -131,7 +150,9 @@ class RollupJob:
         now_ns = self._clock() if now_ns is None else now_ns
         held = self.shares.acquire(now_ns)
         if not held:
-            return RollupReport(ran=False, holder=", ".join(sorted(set(self.shares.holders(now_ns).values()))) or "?")
+            return RollupReport(
+                ran=False, holder=", ".join(sorted(set(self.shares.holders(now_ns).values()))) or "?"
+            )
         report = RollupReport(ran=True, holder=self.owner, shares=held)
         with self.engine.connect() as conn:
             device_ids = list(conn.execute(select(Device.id).order_by(Device.id)).scalars())
@@ -149,16 +170,45 @@ class RollupJob:
         self.last_report = report
         return report
 
-    def _frontier(self, conn: Connection, device_id: int, newest: bool) -> int | None:
-        """The device's newest (or oldest) stored sample time, by index seek."""
+    def _frontier(
+        self, conn: Connection, device_id: int, newest: bool, since: int | None = None
+    ) -> int | None:
+        """The device's newest (or oldest) stored sample time, wherever it sits: tail rows by
+        index seek on (device, ts), chunks by their (device, start) index (a chunk's first row is
+        its ``start_ns``, its last its ``end_ns``).
+
+        ``since`` (newest only; the device's minute progress mark): only a newest time from
+        ``since`` on matters (below it a pass rolls no minute), so only the chunks that may end
+        there are looked at, and ``since`` itself stands in for a device whose samples all end
+        before it."""
         best: int | None = None
+
+        def seen(ts: int | None) -> None:
+            nonlocal best
+            if ts is not None:
+                ts = int(ts)
+                best = ts if best is None else (max(best, ts) if newest else min(best, ts))
+
         for t in (host_samples, gpu_samples):
             order = t.c.ts_ns.desc() if newest else t.c.ts_ns.asc()
-            ts = conn.execute(
-                select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(order).limit(1)
-            ).scalar()
-            if ts is not None:
-                best = ts if best is None else (max(best, ts) if newest else min(best, ts))
+            seen(
+                conn.execute(
+                    select(t.c.ts_ns).where(t.c.device_id == device_id).order_by(order).limit(1)
+                ).scalar()
+            )
+        for t in (host_chunks, gpu_chunks):
+            c = t.c
+            if newest:
+                q = select(func.max(c.end_ns)).where(c.device_id == device_id)
+                if since is not None:  # a chunk ending at ``since`` or later starts less than a span before
+                    q = q.where(c.start_ns > since - MAX_CHUNK_SPAN_NS)
+            else:
+                q = select(func.min(c.start_ns)).where(c.device_id == device_id)
+            seen(conn.execute(q).scalar())
+        if newest and since is not None and (best is None or best < since):
+            # Any newest time up to the mark rolls the same (no minute, coarser steps up to the
+            # mark); the chunks that end earlier were not looked at.
+            best = since
         return best
 
     @staticmethod
@@ -182,10 +232,10 @@ class RollupJob:
 
     def _roll_device(self, device_id: int, now_ns: int, progress: dict, report: RollupReport) -> bool:
         with self.engine.connect() as conn:
-            frontier = self._frontier(conn, device_id, newest=True)
+            marks = {s: progress.get((device_id, s)) for s in STEPS_S}
+            frontier = self._frontier(conn, device_id, newest=True, since=marks[60])
             if frontier is None:
                 return True
-            marks = {s: progress.get((device_id, s)) for s in STEPS_S}
             # A step never rolled for this device starts at its source's oldest row.
             oldest_raw = self._frontier(conn, device_id, newest=False) if None in marks.values() else None
             starts = {
@@ -262,35 +312,41 @@ class RollupJob:
                 rc.device_id == device_id, rc.step_s == step_s, rc.bucket_ns >= start, rc.bucket_ns < end
             )
         )
+        if SOURCE_STEP_S[step_s] == 0:  # made from raw samples: tail rows and chunks
+            acc = raw_buckets(conn, src, [device_id], start, end, step_s, per_gpu=src.per_gpu)
+            rows = [
+                {
+                    "device_id": device_id,
+                    "step_s": step_s,
+                    "bucket_ns": bucket,
+                    **({"gpu_index": gpu} if src.per_gpu else {}),
+                    "n": n,
+                    "span_ns": span,
+                    **values,
+                }
+                for (_device, gpu, bucket), (n, span, values) in sorted(acc.items(), key=_bucket_then_gpu)
+            ]
+            if rows:
+                conn.execute(insert(r), rows)
+            return len(rows)
         keys: list[ColumnElement] = []
-        if SOURCE_STEP_S[step_s] == 0:  # made from raw rows
-            t = src.raw.c
-            bucket = bucket_of(t.ts_ns, step_ns)
-            where = and_(t.device_id == device_id, t.ts_ns >= start, t.ts_ns < end)
-            if src.per_gpu:
-                keys.append(t.gpu_index)
-            values = raw_aggregates(src)
-            from_ = src.raw
-        else:
-            bucket = bucket_of(rc.bucket_ns, step_ns)
-            where = and_(
-                rc.device_id == device_id,
-                rc.step_s == SOURCE_STEP_S[step_s],
-                rc.bucket_ns >= start,
-                rc.bucket_ns < end,
-            )
-            if src.per_gpu:
-                keys.append(rc.gpu_index)
-            values = rollup_aggregates(src)
-            from_ = r
+        bucket = bucket_of(rc.bucket_ns, step_ns)
+        where = and_(
+            rc.device_id == device_id,
+            rc.step_s == SOURCE_STEP_S[step_s],
+            rc.bucket_ns >= start,
+            rc.bucket_ns < end,
+        )
+        if src.per_gpu:
+            keys.append(rc.gpu_index)
         cols = [
             literal(device_id, BigInteger).label("device_id"),
             literal(step_s, BigInteger).label("step_s"),
             bucket.label("bucket_ns"),
             *[k.label("gpu_index") for k in keys],
-            *values,
+            *rollup_aggregates(src),
         ]
-        q = select(*cols).select_from(from_).where(where).group_by(bucket, *keys)
+        q = select(*cols).select_from(r).where(where).group_by(bucket, *keys)
         names = [c.name for c in cols]
         res = conn.execute(insert(r).from_select(names, q))
         return max(res.rowcount or 0, 0)

@@ -3,6 +3,10 @@
 The rollup job (``fleetscope.collector.jobs.rollup``) writes rollups with these definitions, and
 the query API (``fleetscope.collector.query``) aggregates the stretch not rolled up yet with the
 same ones, so a chart that mixes rollups and raw rows computes every point the same way.
+
+Raw samples sit in two places: the tail tables (rows, aggregated in SQL by ``raw_aggregates``) and
+the chunks (columns, aggregated with numpy by ``chunk_reader.chunk_buckets``). ``raw_buckets``
+aggregates both and combines the two parts of a bucket with ``add_partial``.
 """
 
 from __future__ import annotations
@@ -176,6 +180,67 @@ def merge_values(aggs: Sequence[Agg], n_a: int, a: dict, n_b: int, b: dict) -> d
         else:
             out[g.name] = x + y
     return out
+
+
+def add_partial(
+    aggs: Sequence[Agg], acc: dict[tuple, list], key: tuple, n: int, span_ns: int, values: dict
+) -> None:
+    """Add one partial aggregate of a bucket (``n`` samples over ``span_ns``) to ``acc``
+    (``{key: [n, span_ns, values]}``), combined with what is there by ``merge_values``."""
+    old = acc.get(key)
+    if old is None:
+        acc[key] = [n, span_ns, dict(values)]
+    else:
+        old[2] = merge_values(aggs, old[0], old[2], n, values)
+        old[0] += n
+        old[1] += span_ns
+
+
+def raw_buckets(
+    conn: Any,
+    source: Source,
+    device_ids: Sequence[int],
+    lo: int,
+    hi: int,
+    step_s: int | None,
+    per_gpu: bool,
+    acc: dict[tuple, list] | None = None,
+) -> dict[tuple, list]:
+    """The devices' raw samples in [lo, hi) aggregated wherever they sit, into ``acc``:
+    ``{(device_id, gpu_index or None, bucket_ns): [n, span_ns, {aggregate: value}]}`` per device
+    (and GPU when ``per_gpu``) and bucket of ``step_s`` (one bucket 0 for the window when None).
+
+    Tail rows are aggregated in SQL (``raw_aggregates``), chunk rows with numpy
+    (``chunk_reader.chunk_buckets``), tail first, and a bucket with rows in both is combined by
+    ``add_partial``: the rollup job's minute rows and the readers' raw stretch are the same
+    computation, whichever way the samples are stored."""
+    # chunk_reader imports this module (``Source``): imported here, not at the top.
+    from fleetscope.collector.storage.chunk_reader import chunk_buckets
+
+    acc = {} if acc is None else acc
+    if not device_ids or lo >= hi:
+        return acc
+    per_gpu = per_gpu and source.per_gpu
+    t = source.raw.c
+    keys: list[ColumnElement] = [t.device_id, *([t.gpu_index] if per_gpu else [])]
+    # A whole-window read selects a constant bucket but must not GROUP BY it (PostgreSQL refuses
+    # constants there).
+    bucket = bucket_of(t.ts_ns, step_s * NS) if step_s else literal(0, BigInteger)
+    group = [*keys, bucket] if step_s else keys
+    q = (
+        select(*keys, bucket.label("b"), *raw_aggregates(source))
+        .select_from(source.raw)
+        .where(in_ids(t.device_id, device_ids), t.ts_ns >= lo, t.ts_ns < hi)
+        .group_by(*group)
+    )
+    names = [a.name for a in source.aggs]
+    for row in conn.execute(q):
+        m = row._mapping
+        key = (m["device_id"], m["gpu_index"] if per_gpu else None, m["b"])
+        add_partial(source.aggs, acc, key, int(m["n"] or 0), int(m["span_ns"] or 0), {n: m[n] for n in names})
+    for key, n, span, vals in chunk_buckets(conn, source, device_ids, lo, hi, step_s, per_gpu):
+        add_partial(source.aggs, acc, key, n, span, vals)
+    return acc
 
 
 def bucket_of(column: ColumnElement, step_ns: int) -> ColumnElement:

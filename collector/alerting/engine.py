@@ -41,13 +41,15 @@ from sqlalchemy.orm import Session
 from fleetscope.collector.alerting.rules import Rule, Rules, RuleSet, rules_source
 from fleetscope.collector.query.alerts import SilenceRow, list_silences, silence_matches
 from fleetscope.collector.query.devices import batch_interval_s
+from fleetscope.collector.storage.chunk_reader import read_samples
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.lease import Lease, LeaseLost, default_owner
 from fleetscope.collector.storage.schema import (
     Device,
     Incident,
     alerts,
-    gpu_samples,
-    host_samples,
+    gpu_latest,
+    host_latest,
     metric_points,
     notifications,
 )
@@ -154,6 +156,48 @@ def notification_payload(alert: Mapping[str, Any], transition: str, *, device_na
 def _labels_of(device: Mapping[str, Any] | None) -> dict[str, str]:
     raw = (device or {}).get("labels") or {}
     return {str(k): str(v) for k, v in raw.items()}
+
+
+def _gpu_key(device_id: int, gpu_index: int) -> tuple[str, dict[str, str]]:
+    return f"gpu:{device_id}:{gpu_index}", {"gpu": str(gpu_index)}
+
+
+def _latest_values(
+    conn: Connection, family: str, name: str, ids: list[int], since: int
+) -> Iterable[tuple[int, str, int, float | None, dict[str, str]]]:
+    """(device, subject key, time, value or None, labels) of the devices' latest rows (``gpu_latest``
+    per GPU, ``host_latest``) from ``since`` on."""
+    if family == "gpu":
+        g = gpu_latest.c
+        q = select(g.device_id, g.ts_ns, g[name], g.gpu_index).where(
+            in_ids(g.device_id, ids), g.ts_ns >= since
+        )
+        for r in conn.execute(q):
+            key, extra = _gpu_key(int(r[0]), int(r[3]))
+            yield int(r[0]), key, int(r[1]), r[2], extra
+    else:
+        h = host_latest.c
+        q = select(h.device_id, h.ts_ns, h[name]).where(in_ids(h.device_id, ids), h.ts_ns >= since)
+        for r in conn.execute(q):
+            yield int(r[0]), f"host:{r[0]}", int(r[1]), r[2], {}
+
+
+def _sampled_values(
+    conn: Connection, family: str, name: str, ids: list[int], lo: int, hi: int
+) -> Iterable[tuple[int, str, int, float, dict[str, str]]]:
+    """(device, subject key, time, value, labels) of the devices' samples in [lo, hi) that have a
+    value, wherever they are stored (tail and chunks), oldest first."""
+    rows = read_samples(conn, family, ids, lo, hi, columns=(name,))
+    for i in range(len(rows)):
+        value = rows.value(name, i)
+        if value is None:
+            continue
+        device_id = int(rows.device_id[i])
+        if family == "gpu":
+            key, extra = _gpu_key(device_id, int(rows.gpu_index[i]))
+        else:
+            key, extra = f"host:{device_id}", {}
+        yield device_id, key, int(rows.ts_ns[i]), value, extra
 
 
 class AlertJob:
@@ -401,30 +445,51 @@ class AlertJob:
         since = min(since_for(d) for d in selected)
         latest: dict[tuple[int, str], tuple[int, float, dict[str, str]]] = {}
         ids = sorted(selected)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            rows: Iterable[Any]
-            if family == "gpu":
-                g = gpu_samples.c
-                rows = conn.execute(select(g.device_id, g.ts_ns, g[name], g.gpu_index).where(
-                    g.device_id.in_(chunk), g.ts_ns >= since, g[name].is_not(None)))
-                keyed = ((r[0], f"gpu:{r[0]}:{r[3]}", r[1], r[2], {"gpu": str(r[3])}) for r in rows)
-            elif family == "host":
-                h = host_samples.c
-                rows = conn.execute(select(h.device_id, h.ts_ns, h[name]).where(
-                    h.device_id.in_(chunk), h.ts_ns >= since, h[name].is_not(None)))
-                keyed = ((r[0], f"host:{r[0]}", r[1], r[2], {}) for r in rows)
-            else:
-                m = metric_points.c
-                rows = conn.execute(select(m.device_id, m.ts_ns, m.value, m.labels).where(
-                    m.device_id.in_(chunk), m.name == name, m.ts_ns >= since))
-                keyed = ((r[0], f"sdk:{r[0]}:{r[3]}", r[1], r[2], {}) for r in rows)
-            for device_id, key, ts, value, extra in keyed:
-                if ts < since_for(device_id):
-                    continue
-                prev = latest.get((device_id, key))
-                if prev is None or ts > prev[0]:
+        if family in ("gpu", "host"):
+            # The newest reading of each device (and GPU) is its ``gpu_latest`` / ``host_latest``
+            # row (upserted with each batch, wherever the samples themselves are stored). When
+            # that row has no value for the metric (a reading the sampler missed once), the
+            # newest sample within the lookback that has one counts, as it always did: those
+            # few devices' samples are read (tail and chunks).
+            missing: dict[int, int] = {}  # device -> its newest latest row without a value: its time
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                for device_id, key, ts, value, extra in _latest_values(conn, family, name, chunk, since):
+                    if ts < since_for(device_id):
+                        continue
+                    if value is None:
+                        missing[device_id] = max(missing.get(device_id, ts), ts)
+                        continue
                     latest[(device_id, key)] = (ts, float(value), extra)
+            missing_ids = sorted(missing)
+            for start in range(0, len(missing_ids), 500):
+                chunk = missing_ids[start : start + 500]
+                lo = min(since_for(d) for d in chunk)
+                hi = max(missing[d] for d in chunk) + 1
+                found: dict[tuple[int, str], tuple[int, float, dict[str, str]]] = {}
+                for device_id, key, ts, value, extra in _sampled_values(conn, family, name, chunk, lo, hi):
+                    if ts < since_for(device_id) or (device_id, key) in latest:
+                        continue
+                    prev = found.get((device_id, key))
+                    if prev is None or ts > prev[0]:
+                        found[(device_id, key)] = (ts, value, extra)
+                latest.update(found)
+        else:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                m = metric_points.c
+                rows = conn.execute(
+                    select(m.device_id, m.ts_ns, m.value, m.labels).where(
+                        m.device_id.in_(chunk), m.name == name, m.ts_ns >= since
+                    )
+                )
+                for r in rows:
+                    device_id, key, ts = r[0], f"sdk:{r[0]}:{r[3]}", r[1]
+                    if ts < since_for(device_id):
+                        continue
+                    prev = latest.get((device_id, key))
+                    if prev is None or ts > prev[0]:
+                        latest[(device_id, key)] = (ts, float(r[2]), {})
         out = []
         for (device_id, key), (ts, value, extra) in latest.items():
             if rule.above is not None and not value > rule.above:

@@ -37,7 +37,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 @dataclass(frozen=True)
 class Field:
-    column: str  # the stored column (gpu_samples / gpu_state / host_samples), or "" for a derived one
+    column: str  # the stored column (gpu_latest / gpu_state / host_latest), or "" for a derived one
     name: str  # the exported metric name
     type: str  # gauge | counter
     help: str

@@ -13,9 +13,10 @@ from fleetscope.collector.query.devices import STATE_REPLACED, device_model, dev
 from fleetscope.collector.query.incidents import search_incidents
 from fleetscope.collector.query.series import fetch_samples
 from fleetscope.collector.query.types import DeviceSummary, IncidentView
+from fleetscope.collector.storage.chunk_reader import read_samples
 from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollups import GPU
-from fleetscope.collector.storage.schema import Device, Incident, gpu_samples, host_samples
+from fleetscope.collector.storage.schema import Device, Incident, gpu_latest, host_latest
 from fleetscope.proto.vocabulary import (
     INCIDENT_OPEN,
     KIND_TRT_BENCHMARK,
@@ -92,7 +93,9 @@ def fleet_overview(
     newest_of_name: dict[str, int] = {}
     for shown in sorted(devices, key=lambda x: (x.first_seen_ns, id_of[x.agent_id])):
         newest_of_name[shown.name] = id_of[shown.agent_id]
-    row_of = {id_of[x.agent_id]: newest_of_name.get(x.name, id_of[x.agent_id]) for x in every if x.agent_id in id_of}
+    row_of = {
+        id_of[x.agent_id]: newest_of_name.get(x.name, id_of[x.agent_id]) for x in every if x.agent_id in id_of
+    }
     step_ns = spark_step_s * NS
     lo = floor_to(now_ns - spark_window_ns, step_ns) + step_ns
     spark_ts = list(range(lo, now_ns + 1, step_ns))
@@ -201,37 +204,63 @@ def _memory_total(d: DeviceSummary) -> float | None:
 
 
 def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int, dict[str, float | None]]:
-    """The newest reading of each device (and GPU) within [lo, hi)."""
+    """The newest reading of each device (and GPU) within [lo, hi).
+
+    Read from ``gpu_latest`` / ``host_latest`` (one row per device and GPU, upserted with each
+    batch), so the newest seconds show at once wherever the samples sit. A latest row newer than
+    ``hi`` (a device whose clock runs ahead of the asked "now") says nothing of the window: that
+    device's newest rows within it are read from the samples (tail and chunks) instead."""
     out: dict[int, dict[str, float | None]] = {}
     if not ids:
         return out
-    g = gpu_samples.c
+    ids = list(ids)
+    gpu_cols = ("util_gpu_percent", "memory_used_bytes", "temp_c", "power_w")
+    g = gpu_latest.c
     latest: dict[tuple[int, int], tuple] = {}
-    q = select(
-        g.device_id, g.gpu_index, g.ts_ns, g.util_gpu_percent, g.memory_used_bytes, g.temp_c, g.power_w
-    ).where(in_ids(g.device_id, ids), g.ts_ns >= lo, g.ts_ns < hi)
-    for row in session.execute(q):
-        key = (row[0], row[1])
-        if key not in latest or row[2] > latest[key][2]:
-            latest[key] = tuple(row)
+    ahead: set[int] = set()
+    for start in range(0, len(ids), 500):
+        q = select(g.device_id, g.gpu_index, g.ts_ns, *[g[c] for c in gpu_cols]).where(
+            in_ids(g.device_id, ids[start : start + 500]), g.ts_ns >= lo
+        )
+        for row in session.execute(q):
+            if row[2] >= hi:
+                ahead.add(int(row[0]))
+            else:
+                latest[(int(row[0]), int(row[1]))] = tuple(row)
+    if ahead:
+        latest = {k: v for k, v in latest.items() if k[0] not in ahead}
+        rows = read_samples(session, "gpu", sorted(ahead), lo, hi, columns=gpu_cols)
+        for i in range(len(rows)):  # in time order: the last of each GPU is its newest
+            key = (int(rows.device_id[i]), int(rows.gpu_index[i]))
+            latest[key] = (*key, int(rows.ts_ns[i]), *[rows.value(c, i) for c in gpu_cols])
     per_device: dict[int, list[tuple]] = {}
     for (d, _gi), newest in latest.items():
         per_device.setdefault(d, []).append(newest)
-    for d, rows in per_device.items():
+    for d, rows_of in per_device.items():
         out[d] = {
-            "util": mean_of(r[3] for r in rows),
-            "mem": sum_of(r[4] for r in rows),
-            "temp": max_of(r[5] for r in rows),
-            "power": sum_of(r[6] for r in rows),
+            "util": mean_of(r[3] for r in rows_of),
+            "mem": sum_of(r[4] for r in rows_of),
+            "temp": max_of(r[5] for r in rows_of),
+            "power": sum_of(r[6] for r in rows_of),
         }
-    h = host_samples.c
-    host_latest: dict[int, tuple] = {}
-    q = select(h.device_id, h.ts_ns, h.cpu_percent, h.mem_used_bytes, h.mem_total_bytes).where(
-        in_ids(h.device_id, ids), h.ts_ns >= lo, h.ts_ns < hi
-    )
-    for hrow in session.execute(q):
-        if hrow[0] not in host_latest or hrow[1] > host_latest[hrow[0]][1]:
-            host_latest[hrow[0]] = tuple(hrow)
-    for d, newest in host_latest.items():
+    host_cols = ("cpu_percent", "mem_used_bytes", "mem_total_bytes")
+    h = host_latest.c
+    hosts: dict[int, tuple] = {}
+    ahead = set()
+    for start in range(0, len(ids), 500):
+        q = select(h.device_id, h.ts_ns, *[h[c] for c in host_cols]).where(
+            in_ids(h.device_id, ids[start : start + 500]), h.ts_ns >= lo
+        )
+        for hrow in session.execute(q):
+            if hrow[1] >= hi:
+                ahead.add(int(hrow[0]))
+            else:
+                hosts[int(hrow[0])] = tuple(hrow)
+    if ahead:
+        hrows = read_samples(session, "host", sorted(ahead), lo, hi, columns=host_cols)
+        for i in range(len(hrows)):
+            d = int(hrows.device_id[i])
+            hosts[d] = (d, int(hrows.ts_ns[i]), *[hrows.value(c, i) for c in host_cols])
+    for d, newest in hosts.items():
         out.setdefault(d, {}).update({"cpu": newest[2], "host_mem": newest[3], "host_mem_total": newest[4]})
     return out

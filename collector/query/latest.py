@@ -3,9 +3,12 @@
 ``latest_readings`` is what an exporter needs (``/metrics/fleet``): per device its newest GPU
 sample (every GPU of the device's newest sample time), the newest GPU state (memory total, ECC,
 retired pages...), the newest host sample and the newest Jetson metric points, plus incident and
-Xid tallies. Each "newest" is one index seek per device (a correlated ``max(ts_ns)`` on the
-``(device_id, ts_ns)`` indexes), never a scan of a window, so 1,000 devices cost a few
-queries whatever the table sizes.
+Xid tallies. The newest samples are the rows of ``gpu_latest`` / ``host_latest`` (revision 0011:
+the writer upserts each batch's newest row per device and GPU there, in the batch's
+transaction, and never over a newer one), so they are there at once wherever the samples
+themselves sit (chunks, the tail). The other "newest" reads are one index seek per device (a
+correlated ``max(ts_ns)`` on the ``(device_id, ts_ns)`` indexes), never a scan of a window, so
+1,000 devices cost a few queries whatever the table sizes.
 
 ``fleet_health`` is what ``fleetscope status`` shows: devices online and offline, the recent
 ingest rate, how far the rollup and detector jobs are behind the data, the spool depths the
@@ -39,9 +42,9 @@ from fleetscope.collector.storage.schema import (
     Device,
     Incident,
     detector_progress,
-    gpu_samples,
+    gpu_latest,
     gpu_state,
-    host_samples,
+    host_latest,
     ingested_batches,
     metric_points,
 )
@@ -167,6 +170,26 @@ def _or(conds: list[Any]) -> Any:
     return or_(*conds)
 
 
+def _latest_rows(session: Session, table: Any, ids: list[int]) -> list[Any]:
+    """The rows of a latest table (``gpu_latest``, ``host_latest``: one per device, and GPU) of
+    the devices: a primary-key read, whatever the sample tables hold."""
+    out: list[Any] = []
+    for i in range(0, len(ids), 500):  # bounded statements
+        out.extend(session.execute(select(table).where(in_ids(table.c.device_id, ids[i : i + 500]))).all())
+    return out
+
+
+def _newest_gpu_rows(session: Session, ids: list[int]) -> list[Any]:
+    """Every GPU's reading at its device's newest GPU sample time (a GPU that stopped reporting
+    keeps an older ``gpu_latest`` row; it is not "now" and is left out, as the samples at the
+    device's newest time leave it out)."""
+    rows = _latest_rows(session, gpu_latest, ids)
+    newest: dict[int, int] = {}
+    for r in rows:
+        newest[int(r.device_id)] = max(newest.get(int(r.device_id), int(r.ts_ns)), int(r.ts_ns))
+    return [r for r in rows if int(r.ts_ns) == newest[int(r.device_id)]]
+
+
 def latest_readings(
     *, session: Session, now_ns: int, fresh_within_ns: int = ONLINE_WITHIN_NS, incidents: bool = True
 ) -> LatestReadings:
@@ -200,7 +223,7 @@ def latest_readings(
             if d.kind == DEVICE_KIND_JETSON:
                 jetsons.append(d.id)
 
-    gpu_rows = _rows_at(session, gpu_samples, _newest(session, gpu_samples, fresh))
+    gpu_rows = _newest_gpu_rows(session, fresh)
     pairs = {(int(r.device_id), int(r.gpu_index)) for r in gpu_rows}
     states: dict[tuple[int, int], Any] = {}
     if pairs:
@@ -228,7 +251,7 @@ def latest_readings(
             values[c] = getattr(st, c) if st is not None else None
         gpus_out.append(GpuReading(device=names[r.device_id], gpu_index=int(r.gpu_index), ts_ns=int(r.ts_ns), values=values))
 
-    host_rows = _rows_at(session, host_samples, _newest(session, host_samples, fresh))
+    host_rows = _latest_rows(session, host_latest, fresh)
     hosts_out = [
         HostReading(device=names[r.device_id], ts_ns=int(r.ts_ns), values={c: getattr(r, c) for c in HOST_VALUE_COLUMNS})
         for r in sorted(host_rows, key=lambda r: names[r.device_id])

@@ -27,6 +27,7 @@ from fleetscope.collector.storage.schema import (
     notifications,
 )
 from tests.alert_receiver import Receiver
+from tests.latest_rows import refresh_latest
 
 NS = 10**9
 T0 = 1_800_000_000 * NS
@@ -175,6 +176,7 @@ notify = ["ops"]
 """)
     with engine.begin() as c:
         c.execute(insert(gpu_samples), [{"device_id": dev, "ts_ns": T0, "gpu_index": 0, "memory_used_bytes": 1205610000}])
+        refresh_latest(c)
     assert AlertJob(engine, rules).run_once(T0 + NS).fired == 1
     (alert,) = _alerts(engine)
     assert alert.summary == "gpu.memory_used_bytes 1.1 GiB above 953.7 MiB on drone-1 GPU 0"
@@ -197,6 +199,7 @@ notify = ["ops"]
         with engine.begin() as c:
             c.execute(insert(gpu_samples), [{"device_id": dev, "ts_ns": ts, "gpu_index": i, "temp_c": v}
                                             for i, v in enumerate(values)])
+            refresh_latest(c)
 
     temps(T0, 90.0, 60.0)
     assert job.run_once(T0 + NS).pending == 1
@@ -405,6 +408,7 @@ def test_a_metric_alert_holds_between_the_batches_of_a_device_that_sends_every_m
         c.execute(update(Device.__table__).where(Device.__table__.c.id == drone).values(inventory={"batch_interval_s": 60.0}))
         c.execute(update(Device.__table__).where(Device.__table__.c.id == server).values(inventory={"batch_interval_s": 1.0}))
         c.execute(insert(gpu_samples), [{"device_id": d, "ts_ns": T0, "gpu_index": 0, "temp_c": 90.0} for d in (drone, server)])
+        refresh_latest(c)
     job = AlertJob(engine, _rules("http://127.0.0.1:9", extra="""
 [[rule]]
 name = "hot-gpu"

@@ -20,6 +20,7 @@ from fleetscope.collector.storage.partitions import day_start_ns, ensure_partiti
 from fleetscope.collector.storage.registry import register_device
 from fleetscope.proto import vocabulary
 from fleetscope.proto.v1 import telemetry_pb2 as pb
+from tests.latest_rows import refresh_latest
 
 NS = 10**9
 DAY = 86_400 * NS
@@ -63,6 +64,7 @@ def big_pg() -> Iterator[Engine]:
                 " '{}', '', '', '{}', '', '', 'resolved', 'agent', 1, :t0 + s * :gap, :t0, '[]' FROM generate_series(0, 49999) s"
             ), {"devices": DEVICES, "t0": FIRST_DAY, "gap": DAYS * DAY // 50_000, "oom": vocabulary.KIND_CUDA_OOM,
                 "xid": vocabulary.KIND_GPU_XID})
+            refresh_latest(conn)
         with engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
         yield engine
@@ -124,8 +126,14 @@ def test_a_devices_24h_chart_reads_its_two_days_partitions_by_index(big_pg: Engi
 
 
 def test_latest_readings_and_the_fleet_overview_never_read_a_sample_table_whole(big_pg: Engine) -> None:
+    with Session(big_pg) as s:
+        latest = latest_readings(session=s, now_ns=NOW)
+        assert len(latest.gpus) == len(latest.hosts) == DEVICES
+    # "Now" is the latest tables' rows: latest_readings reads no sample table at all.
+    plans = plans_of(big_pg, lambda s: latest_readings(session=s, now_ns=NOW), ("gpu_latest", "host_latest"))
+    assert not [st for st, _ in plans if re.search(r"\b(gpu|host)_samples\b", st)]
     for ask in (lambda s: latest_readings(session=s, now_ns=NOW), lambda s: fleet_overview(session=s, now_ns=NOW)):
-        plans = plans_of(big_pg, ask, ("gpu_samples", "host_samples"))
+        plans = plans_of(big_pg, ask, ("gpu_samples", "host_samples", "gpu_latest", "host_latest"))
         for _statement, plan in plans:
             touched = set(re.findall(r"\b((?:gpu|host)_samples_p\d{8})\b", plan))
             assert partition_name("gpu_samples", FIRST_DAY) not in touched or "Index" in plan, plan

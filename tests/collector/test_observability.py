@@ -22,6 +22,7 @@ from fleetscope.cli.args import listen_address
 from fleetscope.collector.ingest.server import Collector, CollectorSettings
 from fleetscope.collector.observability.fleet_exposition import GPU_FIELDS
 from fleetscope.collector.query import normalise_url
+from fleetscope.collector.storage.chunk_reader import read_samples
 from tests.conftest import wait_until
 from tests.tcp_proxy import TcpProxy
 
@@ -99,9 +100,12 @@ def test_self_metrics_move_with_the_pipeline_and_the_fleet_carries_dcgm_names(pi
     try:
         with engine.connect() as conn:
             devices = {r.id: r for r in conn.execute(text("SELECT id, name, kind, agent_id FROM devices"))}
-            rows = conn.execute(text(
-                "SELECT g.* FROM gpu_samples g JOIN (SELECT device_id, max(ts_ns) AS ts FROM gpu_samples GROUP BY device_id) m "
-                "ON g.device_id = m.device_id AND g.ts_ns = m.ts")).mappings().all()
+            # Every GPU row at its device's newest sample time, wherever the samples are stored.
+            got = read_samples(conn, "gpu", sorted(devices), 0, 2**63 - 1)
+            newest = {int(d): int(t) for d, t in zip(got.device_id, got.ts_ns)}  # time order: the last is the newest
+            rows = [{"device_id": int(got.device_id[i]), "gpu_index": int(got.gpu_index[i]),
+                     **{c: got.value(c, i) for c in got.values}}
+                    for i in range(len(got)) if int(got.ts_ns[i]) == newest[int(got.device_id[i])]]
     finally:
         engine.dispose()
     assert {devices[r["device_id"]].kind for r in rows} == {"server", "jetson"}

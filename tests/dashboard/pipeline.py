@@ -155,22 +155,29 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no
 
 
 def _stored_span_s(engine, names: list[str]) -> list[float]:  # type: ignore[no-untyped-def]
-    """Seconds between each named device's oldest and newest stored sample (0 when none)."""
+    """Seconds between each named device's oldest and newest stored sample (0 when none), in the
+    chunks (what the collector stores) and the tail (rows an older collector wrote) together."""
     from sqlalchemy import func, select
 
-    from fleetscope.collector.storage.schema import Device, host_samples
+    from fleetscope.collector.storage.schema import Device, host_chunks, host_samples
 
-    h = host_samples.c
+    h, c = host_samples.c, host_chunks.c
+    spans: dict[str, list[int]] = {}
     with engine.connect() as conn:
-        rows = dict(
-            conn.execute(
-                select(Device.name, (func.max(h.ts_ns) - func.min(h.ts_ns)) / NS)
-                .join(host_samples, h.device_id == Device.id)
-                .where(Device.name.in_(names))
-                .group_by(Device.name)
-            ).all()
-        )
-    return [float(rows.get(n) or 0) for n in names]
+        for q in (
+            select(Device.name, func.min(h.ts_ns), func.max(h.ts_ns)).join(
+                host_samples, h.device_id == Device.id
+            ),
+            select(Device.name, func.min(c.start_ns), func.max(c.end_ns)).join(
+                host_chunks, c.device_id == Device.id
+            ),
+        ):
+            for name, lo, hi in conn.execute(q.where(Device.name.in_(names)).group_by(Device.name)).all():
+                if lo is None:
+                    continue
+                have = spans.setdefault(name, [int(lo), int(hi)])
+                have[0], have[1] = min(have[0], int(lo)), max(have[1], int(hi))
+    return [(spans[n][1] - spans[n][0]) / NS if n in spans else 0.0 for n in names]
 
 
 def build(tmp: Path, *, offline_after_s: float = 65.0) -> Pipeline:

@@ -21,6 +21,7 @@ from fleetscope.collector.storage.rollup_schema import (
     rollup_progress,
 )
 from fleetscope.collector.storage.schema import Device, gpu_samples, host_samples, latency_histograms
+from tests.latest_rows import refresh_latest
 
 NS = 10**9
 T0 = 1_800_000_000 * NS  # a fixed "now" so buckets are the same on every run
@@ -94,6 +95,7 @@ def _samples(engine: Engine, device_id: int, start_ns: int, end_ns: int, seed: i
     with engine.begin() as conn:
         conn.execute(insert(gpu_samples), gpu)
         conn.execute(insert(host_samples), host)
+        refresh_latest(conn)
         if lat:
             conn.execute(insert(latency_histograms), lat)
 

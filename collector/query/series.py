@@ -27,15 +27,14 @@ from fleetscope.collector.query.planning import (
     resolution_for,
 )
 from fleetscope.collector.query.types import DeviceSummary
-from fleetscope.collector.storage.chunk_reader import chunk_buckets
 from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.rollups import (
     GPU,
     HOST,
     Source,
+    add_partial,
     bucket_of,
-    merge_values,
-    raw_aggregates,
+    raw_buckets,
     rollup_aggregates,
 )
 from fleetscope.collector.storage.schema import gpu_state
@@ -159,48 +158,32 @@ def fetch_samples(
     names = [a.name for a in src.aggs]
     for ids, stretches in groups_by_plan(session, all_ids, lo, hi, step_s):
         for table_step, a, b in stretches:
-            if table_step == 0:
-                t = src.raw.c
-                ts, where = t.ts_ns, [in_ids(t.device_id, ids), t.ts_ns >= a, t.ts_ns < b]
-                values = raw_aggregates(src)
-                from_ = src.raw
+            if table_step == 0:  # raw samples, tail rows and chunks alike: what the rollup job computes
+                raw_buckets(session, src, ids, a, b, step_s, per_gpu, acc)
                 used.add("raw")
-            else:
-                t = src.rollup.c
-                ts = t.bucket_ns
-                where = [in_ids(t.device_id, ids), t.step_s == table_step, t.bucket_ns >= a, t.bucket_ns < b]
-                values = rollup_aggregates(src)
-                from_ = src.rollup
-                used.add(TIER_NAMES[table_step])
+                continue
+            t = src.rollup.c
+            where = [in_ids(t.device_id, ids), t.step_s == table_step, t.bucket_ns >= a, t.bucket_ns < b]
+            used.add(TIER_NAMES[table_step])
             keys: list[ColumnElement] = [t.device_id]
             if per_gpu:
                 keys.append(t.gpu_index)
             # A whole-window read selects a constant bucket but must not GROUP BY it (PostgreSQL
             # refuses constants there).
-            bucket = bucket_of(ts, step_s * NS) if step_s else literal(0, BigInteger)
+            bucket = bucket_of(t.bucket_ns, step_s * NS) if step_s else literal(0, BigInteger)
             group = [*keys, bucket] if step_s else keys
-            q = select(*keys, bucket.label("b"), *values).select_from(from_).where(*where).group_by(*group)
+            q = (
+                select(*keys, bucket.label("b"), *rollup_aggregates(src))
+                .select_from(src.rollup)
+                .where(*where)
+                .group_by(*group)
+            )
             for row in session.execute(q):
                 m = row._mapping
                 key = (m["device_id"], m["gpu_index"] if per_gpu else None, m["b"])
-                vals = {n: m[n] for n in names}
-                n, span = int(m["n"] or 0), int(m["span_ns"] or 0)
-                old = acc.get(key)
-                if old is None:
-                    acc[key] = [n, span, vals]
-                else:
-                    old[2] = merge_values(src.aggs, old[0], old[2], n, vals)
-                    old[0] += n
-                    old[1] += span
-            if table_step == 0:  # raw rows the compaction job folded into chunks, aggregated the same way
-                for key, n, span, vals in chunk_buckets(session, src, ids, a, b, step_s, per_gpu):
-                    old = acc.get(key)
-                    if old is None:
-                        acc[key] = [n, span, vals]
-                    else:
-                        old[2] = merge_values(src.aggs, old[0], old[2], n, vals)
-                        old[0] += n
-                        old[1] += span
+                add_partial(
+                    src.aggs, acc, key, int(m["n"] or 0), int(m["span_ns"] or 0), {n: m[n] for n in names}
+                )
     return acc, used
 
 

@@ -9,7 +9,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
@@ -26,7 +26,19 @@ from sqlalchemy import (
 )
 
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
+from fleetscope.collector.storage.chunk_reader import (
+    HOST_TEXT_COLUMNS,
+    MIXED_GPU_COLUMN,
+    ChunkRows,
+    read_gpu_chunk_rows,
+    read_host_chunk_rows,
+)
+from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey, OpenIncident
+from fleetscope.collector.storage.schema import gpu_samples, host_samples
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NS = 10**9
 MIB = 1 << 20
@@ -65,7 +77,6 @@ class PassContext:
     catchup_until: float = float("inf")
     catchup_taken: bool = False
     catchup_left_out: bool = False  # a chunk of first windows was left for a later pass
-
 
     def take_catchup(self) -> bool:
         """May this pass read one more chunk of first windows? Yes while its budget lasts, and
@@ -136,7 +147,9 @@ class Changes:
 
     detector: str
     ops: list[Open | Refresh | Resolve | Hints] = field(default_factory=list)
-    progress: dict[tuple[int, str], tuple[int, dict]] = field(default_factory=dict)  # (device, key) -> (until, state)
+    progress: dict[tuple[int, str], tuple[int, dict]] = field(
+        default_factory=dict
+    )  # (device, key) -> (until, state)
     resolve_quiet_s: float | None = None  # the lifecycle step: resolve event incidents quiet this long
 
     def set_progress(self, device_id: int, key: str, until_ns: int, state: dict | None = None) -> None:
@@ -155,10 +168,14 @@ class NameCache:
         self.ttl_ns = int(ttl_s * NS)
         self._names: dict[int, tuple[int, set[str]]] = {}
 
-    def operations(self, conn: Connection, device_id: int, now_ns: int, devices: Iterable[int] = ()) -> set[str]:
+    def operations(
+        self, conn: Connection, device_id: int, now_ns: int, devices: Iterable[int] = ()
+    ) -> set[str]:
         """The device's operations; ``devices``: others to refresh in the same statement when due."""
         if self._due(device_id, now_ns):
-            self.refresh(conn, [device_id, *(d for d in devices if d != device_id and self._due(d, now_ns))], now_ns)
+            self.refresh(
+                conn, [device_id, *(d for d in devices if d != device_id and self._due(d, now_ns))], now_ns
+            )
         return self._names[device_id][1]
 
     def _due(self, device_id: int, now_ns: int) -> bool:
@@ -226,7 +243,9 @@ def _starts(
             continue
         (fresh if got is None else marked)[d] = start
     order = sorted(fresh)
-    chunks = [{d: fresh[d] for d in order[i : i + CATCHUP_CHUNK]} for i in range(0, len(order), CATCHUP_CHUNK)]
+    chunks = [
+        {d: fresh[d] for d in order[i : i + CATCHUP_CHUNK]} for i in range(0, len(order), CATCHUP_CHUNK)
+    ]
     return marked, chunks
 
 
@@ -244,6 +263,14 @@ def _budgeted(
         yield chunk
 
 
+def _not_samples(table: Table) -> None:
+    if table.name in (gpu_samples.name, host_samples.name):
+        raise ValueError(
+            f"{table.name}: raw samples sit in chunks too; read them with read_new_samples "
+            "or read_new_sample_sums"
+        )
+
+
 def read_new_rows(
     ctx: PassContext,
     detector: str,
@@ -257,7 +284,8 @@ def read_new_rows(
     budget: bool = True,
 ) -> tuple[dict[int, list[tuple]], dict[int, int]]:
     """Rows of ``table`` (``device_id``, ``ts_ns`` first, then ``columns``) that arrived since this
-    detector's mark for each device: timestamps after the device's mark, up to now.
+    detector's mark for each device: timestamps after the device's mark, up to now. (Not for raw
+    samples, which sit in chunks too: ``read_new_samples``.)
 
     Devices are read together, one query per group of devices whose starts lie within a minute of
     each other (usually one group), with ``device_id IN (...)`` and a range on ``ts_ns``, which the
@@ -265,6 +293,7 @@ def read_new_rows(
     (``_budgeted``): a device left over has no rows and no mark this pass. Returns the rows per
     device in time order, and each device's new mark: the newest timestamp read, or for a first
     window with no rows its start (it reads incrementally from there)."""
+    _not_samples(table)
     now = ctx.now_ns
     ids = list(ctx.devices) if device_ids is None else list(device_ids)
     marked, chunks = _starts(ctx, detector, ids, key, first_lookback_s)
@@ -273,12 +302,10 @@ def read_new_rows(
     out: dict[int, list[tuple]] = {}
     marks: dict[int, int] = {}
     for part in _budgeted(ctx, marked, chunks, budget):
-        groups: dict[int, list[int]] = {}
-        for d, start in part.items():
-            groups.setdefault(start // (60 * NS), []).append(d)
-        for members in groups.values():
-            low = min(part[d] for d in members)
-            q = select(*cols).where(c.device_id.in_(members), c.ts_ns > low, c.ts_ns <= now, *where)
+        for group in _groups(part):
+            q = select(*cols).where(
+                c.device_id.in_(list(group)), c.ts_ns > min(group.values()), c.ts_ns <= now, *where
+            )
             for row in ctx.conn.execute(q).all():
                 if row[1] > part[row[0]]:
                     out.setdefault(row[0], []).append(row)
@@ -306,12 +333,14 @@ def read_new_sums(
 ) -> tuple[dict[int, list[tuple]], dict[int, int]]:
     """Like ``read_new_rows``, but summed in the database: one GROUP BY over all the devices read
     together, per device, ``groups`` columns and sub-window of ``sub_ns`` (aligned), so a pass
-    fetches a few rows per device, not one per sample.
+    fetches a few rows per device, not one per sample. (Not for raw samples, which sit in chunks
+    too: ``read_new_sample_sums``.)
 
     ``aggregates(columns, x)`` gives the sums to take, where ``x`` is the sample's time in seconds
     from its sub-window's start. Each device's own start is joined in (a ``VALUES`` list), so a
     row is counted once even when the devices' marks differ. Returns per device the rows
     ``(device_id, *groups, sub_start_ns, *aggregates, newest_ts_ns)``, and the new marks."""
+    _not_samples(table)
     now = ctx.now_ns
     ids = list(ctx.devices) if device_ids is None else list(device_ids)
     marked, chunks = _starts(ctx, detector, ids, key, first_lookback_s)
@@ -324,13 +353,21 @@ def read_new_sums(
     out: dict[int, list[tuple]] = {}
     marks: dict[int, int] = {}
     for part in _budgeted(ctx, marked, chunks):
-        m = values(column("device_id", Integer), column("lo", BigInteger), name="marks").data(
-            [(d, lo) for d, lo in part.items()]
-        ).cte("marks")
+        m = (
+            values(column("device_id", Integer), column("lo", BigInteger), name="marks")
+            .data([(d, lo) for d, lo in part.items()])
+            .cte("marks")
+        )
         q = (
             select(*cols)
             .select_from(table.join(m, m.c.device_id == c.device_id))
-            .where(c.device_id.in_(list(part)), c.ts_ns > min(part.values()), c.ts_ns <= now, c.ts_ns > m.c.lo, *where)
+            .where(
+                c.device_id.in_(list(part)),
+                c.ts_ns > min(part.values()),
+                c.ts_ns <= now,
+                c.ts_ns > m.c.lo,
+                *where,
+            )
             .group_by(c.device_id, *group_cols, bucket)
         )
         for row in ctx.conn.execute(q).all():
@@ -342,6 +379,356 @@ def read_new_sums(
         rows.sort(key=lambda r: r[len(groups) + 1])
         marks[d] = max(r[-1] for r in rows)
     return out, marks
+
+
+# ------------------------------------------------------------------------------ raw samples
+#
+# Raw samples sit in the tail tables (rows an older collector wrote, not yet folded) and in
+# chunks (each batch's samples as the collector stores them, and what compaction folded): they
+# are read from both, merged, in columns (numpy: ``read_sample_columns``, which is
+# ``chunk_reader.read_samples`` with a NOT NULL condition), one read per group of devices, and
+# what a detector sums is summed here in numpy, not in SQL.
+
+GROUP_SPAN_NS = 60 * NS  # devices whose starts lie within this of the group's earliest are read together
+
+
+def _groups(part: dict[int, int]) -> list[dict[int, int]]:
+    """The devices of ``part`` in groups read by one range each: sorted by start, a new group
+    where a start lies more than ``GROUP_SPAN_NS`` after its group's earliest (usually one group:
+    the marks of the last pass lie within seconds of each other, first windows start together).
+    A device's rows before its own start are read (at most that span's) and dropped."""
+    out: list[dict[int, int]] = []
+    low = 0
+    for d in sorted(part, key=lambda d: (part[d], d)):
+        if not out or part[d] - low > GROUP_SPAN_NS:
+            out.append({})
+            low = part[d]
+        out[-1][d] = part[d]
+    return out
+
+
+@dataclass
+class SampleGroup:
+    """Devices read together, and their new samples: those after each one's start (its mark, or
+    its first window's start), up to now, that carry the readings asked for; sorted by time,
+    device, GPU."""
+
+    starts: dict[int, int]
+    first: set[int]  # the devices reading their first window (no mark yet)
+    rows: ChunkRows
+
+
+def take(rows: ChunkRows, keep: np.ndarray) -> ChunkRows:
+    """The rows of ``rows`` where ``keep`` (a boolean array) is true, in the same order."""
+    import numpy as np
+
+    idx = np.flatnonzero(keep)
+    at = idx.tolist()
+    return ChunkRows(
+        rows.device_id[idx],
+        rows.ts_ns[idx],
+        rows.gpu_index[idx] if len(rows.gpu_index) else rows.gpu_index,
+        {name: v[idx] for name, v in rows.values.items()},
+        {name: [t[i] for i in at] for name, t in rows.texts.items()},
+    )
+
+
+def _carrying(rows: ChunkRows, present: Sequence[str]) -> np.ndarray:
+    """Which rows carry every reading of ``present`` (not NULL)."""
+    import numpy as np
+
+    keep = np.ones(len(rows), dtype=bool)
+    for name in present:
+        if name in rows.texts:
+            keep &= np.fromiter((t is not None for t in rows.texts[name]), dtype=bool, count=len(rows))
+        else:
+            keep &= ~np.isnan(rows.values[name])
+    return keep
+
+
+def read_sample_columns(
+    conn: Connection,
+    kind: str,
+    device_ids: Sequence[int],
+    lo: int,
+    hi: int,
+    columns: Sequence[str],
+    texts: Sequence[str] = (),
+    present: Sequence[str] = (),
+) -> ChunkRows:
+    """``chunk_reader.read_samples`` (the devices' samples with ``lo <= ts_ns < hi``, from the
+    chunks and the tail tables, merged and sorted by time, device, GPU) of only the samples that
+    carry each reading of ``present`` (some of ``columns`` and ``texts``): for the tail's rows the
+    condition is the database's, so a reading most samples lack (the host's top-process table)
+    does not fetch every row of the window; chunks are decoded whole and filtered."""
+    import numpy as np
+
+    if not set(present) <= {*columns, *texts}:
+        raise ValueError(f"present {list(present)}: not among the columns read")
+    per_gpu = kind == "gpu"
+    if per_gpu:
+        chunked = read_gpu_chunk_rows(conn, device_ids, lo, hi, columns=columns)
+        table = gpu_samples
+    elif kind == "host":
+        chunked = read_host_chunk_rows(conn, device_ids, lo, hi, columns=columns, texts=texts)
+        table = host_samples
+    else:
+        raise ValueError(f"kind must be 'gpu' or 'host', not {kind!r}")
+    if present and len(chunked):
+        chunked = take(chunked, _carrying(chunked, present))
+    c = table.c
+    head = [c.device_id, c.ts_ns, *([c.gpu_index] if per_gpu else [])]
+    tail = conn.execute(
+        select(*head, *[c[n] for n in columns], *[c[n] for n in texts]).where(
+            in_ids(c.device_id, device_ids),
+            c.ts_ns >= lo,
+            c.ts_ns < hi,
+            *[c[n].is_not(None) for n in present],
+        )
+    ).all()
+    if not tail:
+        return chunked
+    cols = list(zip(*tail))  # column by column: None becomes NaN in a float64 array
+    width = len(head)
+    empty = np.empty(0, dtype=np.int64)
+    dev = np.concatenate([chunked.device_id, np.array(cols[0], dtype=np.int64)])
+    ts = np.concatenate([chunked.ts_ns, np.array(cols[1], dtype=np.int64)])
+    gpu = np.concatenate([chunked.gpu_index, np.array(cols[2], dtype=np.int64)]) if per_gpu else empty
+    order = np.lexsort((gpu, dev, ts)) if per_gpu else np.lexsort((dev, ts))
+    values = {
+        name: np.concatenate([chunked.values[name], np.array(cols[width + j], dtype=np.float64)])[order]
+        for j, name in enumerate(columns)
+    }
+    at = order.tolist()
+    strings = {}
+    for j, name in enumerate(texts):
+        both = [*chunked.texts[name], *cols[width + len(columns) + j]]
+        strings[name] = [both[i] for i in at]
+    return ChunkRows(dev[order], ts[order], gpu[order] if per_gpu else empty, values, strings)
+
+
+def new_sample_groups(
+    ctx: PassContext,
+    detector: str,
+    kind: str,
+    columns: Sequence[str],
+    *,
+    texts: Sequence[str] = (),
+    present: Sequence[str] = (),
+    device_ids: Iterable[int] | None = None,
+    key: str = "",
+    first_lookback_s: float | None = None,
+    budget: bool = True,
+) -> Iterator[SampleGroup]:
+    """The new raw samples (``kind`` "gpu" or "host") of the devices, one read of the tail and the
+    chunks (``read_sample_columns``) per group of devices (``_groups``: usually one per pass;
+    first windows chunk by chunk within the catch-up budget, as ``read_new_rows``). ``columns``
+    are the float readings to read, ``texts`` the host text columns, ``present`` the readings a
+    sample must carry (``IS NOT NULL``) to be read at all. Lazily: a group is read when the caller
+    asks for it."""
+    import numpy as np
+
+    now = ctx.now_ns
+    ids = list(ctx.devices) if device_ids is None else list(device_ids)
+    marked, chunks = _starts(ctx, detector, ids, key, first_lookback_s)
+    for part in _budgeted(ctx, marked, chunks, budget):
+        for starts in _groups(part):
+            members = sorted(starts)
+            rows = read_sample_columns(
+                ctx.conn, kind, members, min(starts.values()) + 1, now + 1, columns, texts, present
+            )
+            if len(rows):
+                devs = np.array(members, dtype=np.int64)
+                lows = np.array([starts[d] for d in members], dtype=np.int64)
+                keep = rows.ts_ns > lows[np.searchsorted(devs, rows.device_id)]
+                if not keep.all():
+                    rows = take(rows, keep)
+            yield SampleGroup(starts, {d for d in starts if d not in marked}, rows)
+
+
+def _column_lists(rows: ChunkRows, names: Sequence[str]) -> list[list[Any]]:
+    """Each named column of ``rows`` as a Python list, None for NULL (as the tail tables give it)."""
+    out: list[list[Any]] = []
+    for name in names:
+        if name in rows.texts:
+            out.append(rows.texts[name])
+        elif name == MIXED_GPU_COLUMN and name not in rows.values:
+            out.append(rows.gpu_index.tolist())
+        else:
+            out.append([None if v != v else v for v in rows.values[name].tolist()])
+    return out
+
+
+def read_new_samples(
+    ctx: PassContext,
+    detector: str,
+    kind: str,
+    columns: Sequence[str],
+    *,
+    present: Sequence[str] = (),
+    device_ids: Iterable[int] | None = None,
+    key: str = "",
+    first_lookback_s: float | None = None,
+    budget: bool = True,
+) -> tuple[dict[int, list[tuple]], dict[int, int]]:
+    """``read_new_rows`` for raw samples (``kind`` "gpu" or "host"), wherever they sit: rows
+    ``(device_id, ts_ns, *columns)`` per device in time order (``columns`` may name "gpu_index"
+    for GPU samples and the host text columns; None for NULL), and the new marks, with the same
+    meaning. ``present``: the readings a sample must carry to be read (``IS NOT NULL``), as the
+    ``where`` of ``read_new_rows``."""
+    texts = [n for n in columns if kind == "host" and n in HOST_TEXT_COLUMNS]
+    floats = [n for n in columns if n not in texts and not (kind == "gpu" and n == MIXED_GPU_COLUMN)]
+    groups = new_sample_groups(
+        ctx,
+        detector,
+        kind,
+        floats,
+        texts=texts,
+        present=present,
+        device_ids=device_ids,
+        key=key,
+        first_lookback_s=first_lookback_s,
+        budget=budget,
+    )
+    return sample_rows(groups, columns)
+
+
+def sample_rows(
+    groups: Iterable[SampleGroup], columns: Sequence[str], *, only: Iterable[int] | None = None
+) -> tuple[dict[int, list[tuple]], dict[int, int]]:
+    """``read_new_samples`` of groups already read: the rows ``(device_id, ts_ns, *columns)`` per
+    device (of the devices ``only``, when given) and their marks."""
+    import numpy as np
+
+    keep = None if only is None else set(only)
+    out: dict[int, list[tuple]] = {}
+    marks: dict[int, int] = {}
+    for group in groups:
+        r = group.rows
+        if keep is not None and len(r) and not keep.issuperset(group.starts):
+            r = take(r, np.isin(r.device_id, list(keep)))
+        if len(r):
+            for row in zip(r.device_id.tolist(), r.ts_ns.tolist(), *_column_lists(r, columns)):
+                out.setdefault(row[0], []).append(row)
+        for d in group.first:
+            if d not in out and (keep is None or d in keep):
+                marks[d] = group.starts[d]
+    for d, rows in out.items():
+        marks[d] = rows[-1][1]  # rows come sorted by time
+    return out, marks
+
+
+# What ``read_new_sample_sums``' aggregates take of a column (float64, NaN for NULL) per group, as
+# SQL would: COUNT (of values), SUM, MAX and MIN (None where a group has no value).
+COUNT, SUM, MAX, MIN = "count", "sum", "max", "min"
+
+
+def read_new_sample_sums(
+    ctx: PassContext,
+    detector: str,
+    kind: str,
+    groups: Sequence[str],
+    columns: Sequence[str],
+    aggregates: Callable[[dict[str, np.ndarray], np.ndarray], Sequence[tuple[str, np.ndarray]]],
+    sub_ns: int,
+    *,
+    present: Sequence[str] = (),
+    device_ids: Iterable[int] | None = None,
+    key: str = "",
+    first_lookback_s: float | None = None,
+) -> tuple[dict[int, list[tuple]], dict[int, int]]:
+    """``read_new_sums`` for raw samples, wherever they sit (``kind`` "gpu" or "host"): the new
+    samples of the devices (``new_sample_groups``) summed in numpy per device, ``groups`` (none,
+    or "gpu_index" for GPU samples) and sub-window of ``sub_ns`` (aligned); ``present`` as
+    ``read_new_samples``'.
+
+    ``aggregates(values, x)`` gives the sums to take as ``(how, array)`` pairs, ``how`` one of
+    ``COUNT``, ``SUM``, ``MAX``, ``MIN`` and the array one value a row (NaN for NULL, left out as
+    SQL leaves NULLs out); ``values`` are the ``columns`` read (float64, NaN for NULL) and ``x`` is
+    the sample's time in seconds from its sub-window's start. Returns per device the rows
+    ``(device_id, *groups, sub_start_ns, *aggregates, newest_ts_ns)`` in sub-window order (Python
+    numbers: they go into progress states), and the new marks, as ``read_new_sums`` does."""
+
+    groups_read = new_sample_groups(
+        ctx,
+        detector,
+        kind,
+        columns,
+        present=present,
+        device_ids=device_ids,
+        key=key,
+        first_lookback_s=first_lookback_s,
+    )
+    return sample_sums(groups_read, kind, groups, aggregates, sub_ns)
+
+
+def sample_sums(
+    groups_read: Iterable[SampleGroup],
+    kind: str,
+    groups: Sequence[str],
+    aggregates: Callable[[dict[str, np.ndarray], np.ndarray], Sequence[tuple[str, np.ndarray]]],
+    sub_ns: int,
+) -> tuple[dict[int, list[tuple]], dict[int, int]]:
+    """``read_new_sample_sums`` of groups already read."""
+    if any(g != MIXED_GPU_COLUMN or kind != "gpu" for g in groups):
+        raise ValueError(f"samples are grouped by GPU only, not {list(groups)}")
+    out: dict[int, list[tuple]] = {}
+    marks: dict[int, int] = {}
+    for group in groups_read:
+        r = group.rows
+        if len(r):
+            _sum_rows(r, groups, aggregates, sub_ns, out)
+        for d in group.first:
+            if d not in out:
+                marks[d] = group.starts[d]
+    for d, rows in out.items():
+        rows.sort(key=lambda r: r[len(groups) + 1])
+        marks[d] = max(r[-1] for r in rows)
+    return out, marks
+
+
+def _sum_rows(
+    r: ChunkRows,
+    groups: Sequence[str],
+    aggregates: Callable[[dict[str, np.ndarray], np.ndarray], Sequence[tuple[str, np.ndarray]]],
+    sub_ns: int,
+    out: dict[int, list[tuple]],
+) -> None:
+    """``read_new_sample_sums``' GROUP BY: add the rows of ``r`` summed per device, GPU (when
+    grouped by it) and sub-window to ``out``."""
+    import numpy as np
+
+    ts = r.ts_ns
+    offset = ts % int(sub_ns)
+    keys = [r.device_id, *([r.gpu_index] if groups else []), ts - offset]
+    order = np.lexsort(keys[::-1])  # by device, GPU, sub-window
+    sorted_keys = [k[order] for k in keys]
+    change = np.zeros(len(order), dtype=bool)
+    change[0] = True
+    for k in sorted_keys:
+        change[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(change)
+    sums: list[list[Any]] = []
+    for how, a in aggregates(r.values, offset.astype(np.float64) / 1e9):
+        v = np.asarray(a, dtype=np.float64)[order]
+        valid = ~np.isnan(v)
+        n = np.add.reduceat(valid.astype(np.int64), starts).tolist()
+        if how == COUNT:
+            sums.append(n)
+            continue
+        if how == SUM:
+            got = np.add.reduceat(np.where(valid, v, 0.0), starts)
+        elif how == MAX:
+            got = np.maximum.reduceat(np.where(valid, v, -np.inf), starts)
+        elif how == MIN:
+            got = np.minimum.reduceat(np.where(valid, v, np.inf), starts)
+        else:
+            raise ValueError(f"unknown aggregate {how!r}")
+        sums.append([g if k else None for g, k in zip(got.tolist(), n)])
+    newest = np.maximum.reduceat(ts[order], starts).tolist()
+    heads = [k[starts].tolist() for k in sorted_keys]
+    for i, head in enumerate(zip(*heads)):
+        out.setdefault(head[0], []).append((*head, *(s[i] for s in sums), newest[i]))
 
 
 def add_sums(subs: list[list[float]], start: int, sums: Sequence[float]) -> None:

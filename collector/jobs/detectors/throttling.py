@@ -13,7 +13,9 @@ A sample is throttled when:
 Throttled samples in a row (gaps under ``throttle_clear_s`` do not break the run) open the
 incident once the run is ``throttle_min_s`` long; ``throttle_clear_s`` without a throttled sample
 resolves it. Facts: the cause, the hottest temperature, the lowest SM clock and the clock loss
-against the maximum, and the duration. Samples are read incrementally (new rows since the mark).
+against the maximum, and the duration. Samples are read incrementally (new samples since the mark,
+from the tail and the chunks alike: one read per pass for all devices, summed per GPU in numpy,
+and followed sample by sample only on the devices that may be throttled).
 """
 
 from __future__ import annotations
@@ -21,24 +23,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, case, cast, func, not_, or_, select
+from sqlalchemy import func, select
 
 from fleetscope.collector.jobs.detectors import hints as hint_math
 from fleetscope.collector.jobs.detectors._common import (
+    MAX,
     NS,
+    SUM,
     Changes,
     Open,
     PassContext,
     Refresh,
     Resolve,
-    _budgeted,
-    _starts,
     fmt_duration,
-    read_new_rows,
-    read_new_sums,
+    new_sample_groups,
+    sample_rows,
+    sample_sums,
 )
+from fleetscope.collector.storage.chunk_reader import read_samples
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey
-from fleetscope.collector.storage.schema import gpu_samples, gpu_state, host_samples, metric_points
+from fleetscope.collector.storage.schema import gpu_state, metric_points
 from fleetscope.proto.vocabulary import (
     DEVICE_KIND_JETSON,
     KIND_GPU_THROTTLING,
@@ -53,6 +57,7 @@ NAME = KIND_GPU_THROTTLING
 
 ONE_GROUP_NS = 10**18  # a sub-window that holds every sample: one sum per (device, GPU)
 CPU_KEY = "cpu"
+SAMPLE_COLUMNS = ["util_gpu_percent", "temp_c", "sm_clock_mhz", "throttle_reasons"]
 
 
 def detect(ctx: PassContext) -> Changes:
@@ -61,28 +66,21 @@ def detect(ctx: PassContext) -> Changes:
     # A first pass reads what a run in progress needs to be seen as sustained.
     # (and a Jetson's clocks, to learn its maximum)
     lookback = max(2 * s.throttle_min_s + s.throttle_clear_s, 300.0)
-    g = gpu_samples.c
-    by_reason = and_(g.throttle_reasons.is_not(None),
-                     cast(g.throttle_reasons, BigInteger).op("&")(THERMAL_THROTTLE_MASK | POWER_THROTTLE_MASK) != 0)
-    maybe = or_(by_reason, and_(g.throttle_reasons.is_(None), g.util_gpu_percent >= s.throttle_busy_percent,
-                                g.temp_c >= s.jetson_hot_c))
-    # One GROUP BY over all devices: the highest clock not throttled by a reason (a Jetson's
-    # maximum is learnt from it) and how many samples may be throttled.
-    sums, marks = read_new_sums(
-        ctx, NAME, gpu_samples, ["gpu_index"],
-        lambda c, x: [func.max(case((not_(by_reason), c.sm_clock_mhz))), func.sum(case((maybe, 1), else_=0))],
-        ONE_GROUP_NS, first_lookback_s=lookback,
-    )
-    # Only devices with a sample that may be throttled, or a run in progress, are read row by row.
+    # One read of every device's new samples (tail and chunks), summed per (device, GPU): the
+    # highest clock not throttled by a reason (a Jetson's maximum is learnt from it) and how many
+    # samples may be throttled.
+    groups = list(new_sample_groups(ctx, NAME, "gpu", SAMPLE_COLUMNS, first_lookback_s=lookback))
+    sums, marks = sample_sums(groups, "gpu", ["gpu_index"], _clock_and_maybe(s), ONE_GROUP_NS)
+    # Only devices with a sample that may be throttled, or a run in progress, are followed row by row.
     follow = set()
     for d in marks:
         _, state = ctx.mark(NAME, d)
-        if any(r[-2] for r in sums.get(d, [])) or any(x.get("run") is not None for x in state.get("gpus", {}).values()):
+        if any(r[-2] for r in sums.get(d, [])) or any(
+            x.get("run") is not None for x in state.get("gpus", {}).values()
+        ):
             follow.add(d)
-    rows, row_marks = read_new_rows(
-        ctx, NAME, gpu_samples, ["gpu_index", "util_gpu_percent", "temp_c", "sm_clock_mhz", "throttle_reasons"],
-        device_ids=sorted(follow), first_lookback_s=lookback, budget=False,
-    )
+    rows, row_marks = sample_rows(groups, ["gpu_index", *SAMPLE_COLUMNS], only=follow)
+    del groups
     max_clocks = _state_max_clocks(ctx, sorted(follow))
     for d, until in marks.items():
         _, state = ctx.mark(NAME, d)
@@ -100,17 +98,64 @@ def detect(ctx: PassContext) -> Changes:
             if known_max:
                 x["max"] = max(x["max"] or 0.0, known_max)
             throttled, cause = _throttled(s, x, util, temp, clock, reasons)
-            if clock is not None and (x["max"] is None or clock > x["max"]) and not (reasons and int(reasons) & (THERMAL_THROTTLE_MASK | POWER_THROTTLE_MASK)):
+            if (
+                clock is not None
+                and (x["max"] is None or clock > x["max"])
+                and not (reasons and int(reasons) & (THERMAL_THROTTLE_MASK | POWER_THROTTLE_MASK))
+            ):
                 x["max"] = float(clock)
-            _step(ctx, ch, DerivedKey(d, KIND_GPU_THROTTLING, int(gpu)), x, ts, throttled, cause, temp, clock,
-                  reasons, lambda f, gpu=gpu, name=ctx.devices[d].name: _title(name, gpu, f), gpu=int(gpu))
+            _step(
+                ctx,
+                ch,
+                DerivedKey(d, KIND_GPU_THROTTLING, int(gpu)),
+                x,
+                ts,
+                throttled,
+                cause,
+                temp,
+                clock,
+                reasons,
+                lambda f, gpu=gpu, name=ctx.devices[d].name: _title(name, gpu, f),
+                gpu=int(gpu),
+            )
         ch.set_progress(d, "", max(until, row_marks.get(d, until)), {**state, "gpus": gpus})
     _cpu_caps(ctx, ch, lookback)
     return ch
 
 
-def _step(ctx: PassContext, ch: Changes, key: DerivedKey, x: dict, ts: int, throttled: bool, cause: str,
-          temp: float | None, clock: float | None, reasons: float | None, title: Any, **extra: Any) -> None:
+def _clock_and_maybe(s: Any) -> Any:
+    """The sums ``detect`` takes per (device, GPU): the highest SM clock of the samples not
+    throttled by a reason, and the number of samples that may be throttled (by a thermal or power
+    reason, or with no reasons reported, busy and hot)."""
+    import numpy as np
+
+    def sums(v: dict[str, Any], x: Any) -> list[tuple[str, Any]]:
+        reasons = v["throttle_reasons"]
+        known = ~np.isnan(reasons)
+        mask = np.where(known, reasons, 0).astype(np.int64)
+        by_reason = known & ((mask & (THERMAL_THROTTLE_MASK | POWER_THROTTLE_MASK)) != 0)
+        with np.errstate(invalid="ignore"):  # NaN (NULL) compares false, as SQL's NULL does
+            hot_busy = (v["util_gpu_percent"] >= s.throttle_busy_percent) & (v["temp_c"] >= s.jetson_hot_c)
+        maybe = by_reason | (~known & hot_busy)
+        return [(MAX, np.where(by_reason, np.nan, v["sm_clock_mhz"])), (SUM, maybe.astype(np.float64))]
+
+    return sums
+
+
+def _step(
+    ctx: PassContext,
+    ch: Changes,
+    key: DerivedKey,
+    x: dict,
+    ts: int,
+    throttled: bool,
+    cause: str,
+    temp: float | None,
+    clock: float | None,
+    reasons: float | None,
+    title: Any,
+    **extra: Any,
+) -> None:
     """One sample of a run: extend it, open or refresh the incident once it is sustained, or end
     it (and resolve) after ``throttle_clear_s`` without a throttled sample."""
     s = ctx.settings
@@ -129,8 +174,13 @@ def _step(ctx: PassContext, ch: Changes, key: DerivedKey, x: dict, ts: int, thro
             facts = _facts(x, **extra)
             if not x.get("opened"):
                 own = hint_math.hint(_own_hint(facts), **facts)
-                hints = [own, *hint_math.hints_for(ctx.conn, key.device_id, ts, s, exclude=KIND_GPU_THROTTLING)]
-                ch.ops.append(Open(key, x["run"], SEVERITY_WARNING, title(facts), facts, last_seen_ns=ts, hints=hints))
+                hints = [
+                    own,
+                    *hint_math.hints_for(ctx.conn, key.device_id, ts, s, exclude=KIND_GPU_THROTTLING),
+                ]
+                ch.ops.append(
+                    Open(key, x["run"], SEVERITY_WARNING, title(facts), facts, last_seen_ns=ts, hints=hints)
+                )
                 x["opened"] = True
             else:
                 cur = ctx.open.get(key)
@@ -154,27 +204,34 @@ def _cpu_caps(ctx: PassContext, ch: Changes, lookback_s: float) -> None:
     jetsons = [d for d, dev in ctx.devices.items() if dev.kind == DEVICE_KIND_JETSON]
     if not jetsons:
         return
-    h, g, mp = host_samples.c, gpu_samples.c, metric_points.c
-    cpu_temp = (
-        select(func.max(mp.value))
-        .where(mp.device_id == h.device_id, mp.name == "jetson.temp_c", mp.ts_ns == h.ts_ns,
-               func.lower(mp.labels).like('%"sensor":"cpu%'))
-        .scalar_subquery()
-    )
-    join = host_samples.outerjoin(gpu_samples, and_(g.device_id == h.device_id, g.ts_ns == h.ts_ns, g.gpu_index == 0))
-    cols = [h.device_id, h.ts_ns, h.cpu_percent, h.cpu_cores, g.temp_c, cpu_temp]
-    marked, chunks = _starts(ctx, NAME, jetsons, CPU_KEY, lookback_s)
     rows: dict[int, list] = {}
     marks: dict[int, int] = {}
-    for part in _budgeted(ctx, marked, chunks):
-        low = min(part.values())
-        q = select(*cols).select_from(join).where(h.device_id.in_(list(part)), h.ts_ns > low, h.ts_ns <= ctx.now_ns,
-                                                   h.cpu_cores.is_not(None))
-        for row in ctx.conn.execute(q).all():
-            if row[1] > part[row[0]]:
-                rows.setdefault(row[0], []).append(row)
-        for d in part:
-            marks[d] = max([part[d], *(r[1] for r in rows.get(d, []))])
+    for group in new_sample_groups(
+        ctx,
+        NAME,
+        "host",
+        ["cpu_percent"],
+        texts=["cpu_cores"],
+        device_ids=jetsons,
+        present=["cpu_cores"],
+        key=CPU_KEY,
+        first_lookback_s=lookback_s,
+    ):
+        r = group.rows
+        if len(r):
+            ids = sorted(set(r.device_id.tolist()))
+            lo, hi = int(r.ts_ns.min()), int(r.ts_ns.max()) + 1
+            gpu_temps = _gpu0_temps(ctx, ids, lo, hi)
+            cpu_temps = _cpu_sensor_temps(ctx, ids, lo, hi)
+            loads = [None if v != v else v for v in r.values["cpu_percent"].tolist()]
+            for d, ts, load, cores in zip(
+                r.device_id.tolist(), r.ts_ns.tolist(), loads, r.texts["cpu_cores"]
+            ):
+                rows.setdefault(d, []).append(
+                    (d, ts, load, cores, gpu_temps.get((d, ts)), cpu_temps.get((d, ts)))
+                )
+        for d, start in group.starts.items():
+            marks[d] = max([start, *(row[1] for row in rows.get(d, []))])
     for d, until in marks.items():
         _, state = ctx.mark(NAME, d, CPU_KEY)
         x = state.get("cpu") or {"run": None, "last": None, "max": None}
@@ -190,18 +247,71 @@ def _cpu_caps(ctx: PassContext, ch: Changes, lookback_s: float) -> None:
             temps = [t for t in (sensor_temp, gpu_temp) if t is not None]
             temp = max(temps) if temps else None
             top = x.get("max")
-            throttled = bool(load is not None and load >= s.throttle_busy_percent and top
-                             and clock <= (1.0 - s.throttle_clock_loss) * top
-                             and temp is not None and temp >= s.jetson_hot_c)
+            throttled = bool(
+                load is not None
+                and load >= s.throttle_busy_percent
+                and top
+                and clock <= (1.0 - s.throttle_clock_loss) * top
+                and temp is not None
+                and temp >= s.jetson_hot_c
+            )
             if top is None or clock > top:
                 x["max"] = clock
-            _step(ctx, ch, DerivedKey(d, KIND_GPU_THROTTLING, None, CPU_KEY), x, ts, throttled, "thermal", temp,
-                  clock, None, lambda f, name=ctx.devices[d].name: _cpu_title(name, f), component="cpu")
+            _step(
+                ctx,
+                ch,
+                DerivedKey(d, KIND_GPU_THROTTLING, None, CPU_KEY),
+                x,
+                ts,
+                throttled,
+                "thermal",
+                temp,
+                clock,
+                None,
+                lambda f, name=ctx.devices[d].name: _cpu_title(name, f),
+                component="cpu",
+            )
         ch.set_progress(d, CPU_KEY, until, {"cpu": x})
 
 
-def _throttled(s: Any, g: dict, util: float | None, temp: float | None, clock: float | None,
-               reasons: float | None) -> tuple[bool, str]:
+def _gpu0_temps(
+    ctx: PassContext, device_ids: list[int], lo: int, hi: int
+) -> dict[tuple[int, int], float | None]:
+    """GPU 0's temperature per (device, sample time) in [lo, hi), tail and chunks: what a Jetson's
+    CPU sample is compared with (its GPU sample of the same instant)."""
+    g = read_samples(ctx.conn, "gpu", device_ids, lo, hi, columns=["temp_c"], gpu_index=0)
+    temps = [None if v != v else v for v in g.values["temp_c"].tolist()]
+    return dict(zip(zip(g.device_id.tolist(), g.ts_ns.tolist()), temps))
+
+
+def _cpu_sensor_temps(
+    ctx: PassContext, device_ids: list[int], lo: int, hi: int
+) -> dict[tuple[int, int], float]:
+    """The CPU sensor's temperature (metric ``jetson.temp_c``, sensor CPU) per (device, time) in
+    [lo, hi): the hottest where several CPU sensors report."""
+    mp = metric_points.c
+    out: dict[tuple[int, int], float] = {}
+    for i in range(0, len(device_ids), 900):
+        q = (
+            select(mp.device_id, mp.ts_ns, func.max(mp.value))
+            .where(
+                mp.device_id.in_(device_ids[i : i + 900]),
+                mp.name == "jetson.temp_c",
+                mp.ts_ns >= lo,
+                mp.ts_ns < hi,
+                func.lower(mp.labels).like('%"sensor":"cpu%'),
+            )
+            .group_by(mp.device_id, mp.ts_ns)
+        )
+        for d, ts, value in ctx.conn.execute(q):
+            if value is not None:
+                out[(d, ts)] = value
+    return out
+
+
+def _throttled(
+    s: Any, g: dict, util: float | None, temp: float | None, clock: float | None, reasons: float | None
+) -> tuple[bool, str]:
     if reasons is not None:
         mask = int(reasons)
         if mask & THERMAL_THROTTLE_MASK:
@@ -210,8 +320,15 @@ def _throttled(s: Any, g: dict, util: float | None, temp: float | None, clock: f
             return True, "power"
         return False, ""
     top = g.get("max")
-    if (util is not None and util >= s.throttle_busy_percent and clock is not None and top
-            and clock <= (1.0 - s.throttle_clock_loss) * top and temp is not None and temp >= s.jetson_hot_c):
+    if (
+        util is not None
+        and util >= s.throttle_busy_percent
+        and clock is not None
+        and top
+        and clock <= (1.0 - s.throttle_clock_loss) * top
+        and temp is not None
+        and temp >= s.jetson_hot_c
+    ):
         return True, "thermal"
     return False, ""
 
@@ -223,9 +340,11 @@ def _state_max_clocks(ctx: PassContext, device_ids: list[int]) -> dict[tuple[int
     st = gpu_state.c
     out: dict[tuple[int, int], float] = {}
     for i in range(0, len(device_ids), 900):
-        q = (select(st.device_id, st.gpu_index, func.max(st.sm_clock_max_mhz))
-             .where(st.device_id.in_(device_ids[i : i + 900]), st.sm_clock_max_mhz.is_not(None))
-             .group_by(st.device_id, st.gpu_index))
+        q = (
+            select(st.device_id, st.gpu_index, func.max(st.sm_clock_max_mhz))
+            .where(st.device_id.in_(device_ids[i : i + 900]), st.sm_clock_max_mhz.is_not(None))
+            .group_by(st.device_id, st.gpu_index)
+        )
         for d, gpu, mx in ctx.conn.execute(q):
             if mx:
                 out[(d, gpu)] = float(mx)
@@ -262,7 +381,11 @@ def _own_hint(f: dict[str, Any]) -> str:
         text = f"throttled at {f['peak_temp_c']:.0f} °C"
     if f.get("clock_loss_percent") is not None:
         which = "CPU" if f.get("component") == "cpu" else "SM"
-        now, top = (f["cpu_clock_mhz"], f["cpu_clock_max_mhz"]) if which == "CPU" else (f["sm_clock_mhz"], f["sm_clock_max_mhz"])
+        now, top = (
+            (f["cpu_clock_mhz"], f["cpu_clock_max_mhz"])
+            if which == "CPU"
+            else (f["sm_clock_mhz"], f["sm_clock_max_mhz"])
+        )
         text += f" with {which} clock {f['clock_loss_percent']:.0f} % below max ({now:.0f} of {top:.0f} MHz)"
     return text
 

@@ -13,6 +13,7 @@ at most an hour).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,31 @@ class ChunkRows:
         return None if v != v else v
 
 
+# Per-batch chunks are read again and again while they are new: each detector reads a device's
+# new samples every pass, the Fleet page's charts their right edge. Decoding a small chunk
+# (~150 µs) costs more than looking it up, so small ones are kept decoded, read-only, by their
+# bytes (a chunk never changes: a merged one is a new blob). Hour chunks are decoded each time.
+SMALL_CHUNK_BYTES = 16 << 10
+_DECODED_CACHE_SIZE = 512  # at most ~75 MB of decoded server batches; a small fleet's whole window
+
+
+@functools.lru_cache(maxsize=_DECODED_CACHE_SIZE)
+def _decode_cached(data: bytes) -> tuple[Any, dict[str, Any], dict[str, tuple[str | None, ...]]]:
+    ts, values, strings = decode_chunk(data)
+    ts.flags.writeable = False
+    for arr in values.values():
+        arr.flags.writeable = False
+    return ts, values, {name: tuple(v) for name, v in strings.items()}
+
+
+def decode_small_chunk(data: bytes) -> tuple[Any, dict[str, Any], Any]:
+    """``chunk_codec.decode_chunk``, from a cache for small chunks: the arrays are read-only and
+    the text columns tuples (shared by every caller)."""
+    if len(data) <= SMALL_CHUNK_BYTES:
+        return _decode_cached(data)
+    return decode_chunk(data)
+
+
 def _chunk_query(table: Any, device_ids: Sequence[int], lo: int, hi: int, gpu_index: int | None) -> Any:
     c = table.c
     where = [in_ids(c.device_id, device_ids), c.start_ns < hi, c.end_ns >= lo, c.start_ns >= lo - MAX_CHUNK_SPAN_NS]
@@ -100,7 +126,7 @@ def _decode_rows(
     parts_val: dict[str, list[np.ndarray]] = {name: [] for name in columns}
     parts_txt: dict[str, list[str | None]] = {name: [] for name in texts}
     for chunk in chunks:
-        ts, values, strings = decode_chunk(bytes(chunk.data))
+        ts, values, strings = decode_small_chunk(bytes(chunk.data))
         keep = (ts >= lo) & (ts < hi)
         mixed = per_gpu and int(chunk.gpu_index) == MIXED_GPUS
         if mixed:

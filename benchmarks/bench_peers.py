@@ -311,7 +311,8 @@ def fold(url: str) -> str:
         engine.dispose()
 
 
-def run_fleetscope(label: str, url: str, fleet: Path, counts: dict[str, int], tmp: Path) -> dict[str, float | str]:
+def run_fleetscope(label: str, url: str, fleet: Path, counts: dict[str, int], tmp: Path,
+                   workers: int = 1) -> dict[str, float | str]:
     import multiprocessing as mp
 
     from bench_ingest import count_rows
@@ -320,7 +321,8 @@ def run_fleetscope(label: str, url: str, fleet: Path, counts: dict[str, int], tm
     address = f"127.0.0.1:{port}"
     log = open(tmp / f"collector-{label}.log", "wb")
     collector = subprocess.Popen([sys.executable, "-m", "fleetscope.cli", "collector", "--listen", address, "--db", url,
-                                  "--token", TOKEN, "--no-rollups", "--no-compaction", "--no-retention", "--no-detectors"],
+                                  "--token", TOKEN, "--no-rollups", "--no-compaction", "--no-retention", "--no-detectors",
+                                  "--workers", str(workers)],
                                  stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port)
@@ -430,7 +432,9 @@ def run_storage(args: argparse.Namespace, peers: dict[str, str]) -> int:
         say("VictoriaMetrics ...")
         results.append(run_victoria(peers["victoria-metrics"], tmp / "fleet", counts, tmp))
         say("fleetscope on SQLite ...")
-        results.append(run_fleetscope("fleetscope SQLite", f"sqlite:///{tmp / 'fs.db'}", tmp / "fleet", counts, tmp))
+        suffix = f" x{args.collector_workers}" if args.collector_workers > 1 else ""
+        results.append(run_fleetscope(f"fleetscope SQLite{suffix}", f"sqlite:///{tmp / 'fs.db'}", tmp / "fleet", counts, tmp,
+                                      args.collector_workers))
         if args.pg_admin:
             name = f"fleetscope_bench_peers_{os.getpid()}"
             admin = psycopg.connect(args.pg_admin, autocommit=True)
@@ -438,7 +442,8 @@ def run_storage(args: argparse.Namespace, peers: dict[str, str]) -> int:
             try:
                 url = args.pg_admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1) + f"/{name}"
                 say("fleetscope on PostgreSQL ...")
-                results.append(run_fleetscope("fleetscope PostgreSQL", url, tmp / "fleet", counts, tmp))
+                results.append(run_fleetscope(f"fleetscope PostgreSQL{suffix}", url, tmp / "fleet", counts, tmp,
+                                              args.collector_workers))
             finally:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 admin.close()
@@ -553,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wire", choices=("compact", "rows"), default="compact",
                         help="the batches' form: compact-v1 as agents send them, or a row per sample as agents "
                              "before compact-v1 did (default %(default)s)")
+    parser.add_argument("--collector-workers", type=int, default=1, metavar="N",
+                        help="collector processes sharing the port (the collector's --workers; default %(default)s)")
     parser.add_argument("--hours", type=float, default=2.0, help="hours of fleet time at 1 s (default %(default)s)")
     parser.add_argument("--pg-admin", default=PG_ADMIN,
                         help="PostgreSQL URL allowed to create and drop a database of its own ('' skips PostgreSQL; "

@@ -177,9 +177,9 @@ def _latest_values(
             yield int(r[0]), key, int(r[1]), r[2], extra
     else:
         h = host_latest.c
-        q = select(h.device_id, h.ts_ns, h[name]).where(in_ids(h.device_id, ids), h.ts_ns >= since)
-        for r in conn.execute(q):
-            yield int(r[0]), f"host:{r[0]}", int(r[1]), r[2], {}
+        hq = select(h.device_id, h.ts_ns, h[name]).where(in_ids(h.device_id, ids), h.ts_ns >= since)
+        for hr in conn.execute(hq):
+            yield int(hr[0]), f"host:{hr[0]}", int(hr[1]), hr[2], {}
 
 
 def _sampled_values(

@@ -261,10 +261,11 @@ def compress(body: bytes, level: int) -> tuple[int, bytes]:
     """(compressor byte, compressed body): zstd at ``level``, zlib where zstandard is missing."""
     zstd = _zstandard()
     if zstd is not None:
-        cache = _COMPRESSORS.__dict__
-        compressor = cache.get(level)
+        name = f"level{level}"
+        compressor = getattr(_COMPRESSORS, name, None)
         if compressor is None:
-            compressor = cache[level] = zstd.ZstdCompressor(level=level)
+            compressor = zstd.ZstdCompressor(level=level)
+            setattr(_COMPRESSORS, name, compressor)
         return COMPRESS_ZSTD, compressor.compress(body)
     return COMPRESS_ZLIB, zlib.compress(body, min(ZLIB_LEVEL, max(1, level)))
 

@@ -58,7 +58,7 @@ def decode_section_chunk(
     correction, kind = _HEAD.unpack_from(body)
     if kind == C.SECTION_GPU:
         msg: pb.GpuSamples | pb.HostSamples = pb.GpuSamples()
-        names = GPU_SAMPLE_COLUMNS
+        names: tuple[str, ...] = GPU_SAMPLE_COLUMNS
     elif kind == C.SECTION_HOST:
         msg = pb.HostSamples()
         names = HOST_VALUE_COLUMNS
@@ -87,6 +87,6 @@ def decode_section_chunk(
     if kind == C.SECTION_GPU:
         columns["gpu_index"] = np.array(msg.gpu_index, dtype=np.float64)
     else:
-        cores, procs = host_texts(msg, n)  # type: ignore[arg-type]
+        cores, procs = host_texts(msg, n)
         texts = {"cpu_cores": cores, "top_processes": procs}
     return ts, columns, texts

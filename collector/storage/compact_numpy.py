@@ -107,11 +107,13 @@ def _read_float_array(r: C._Reader, count: int, single: bool) -> np.ndarray:
 
 
 def _read_ints(r: C._Reader, count: int) -> list[int]:
-    return _read_int_array(r, count).tolist()
+    out: list[int] = _read_int_array(r, count).tolist()
+    return out
 
 
 def _read_floats(r: C._Reader, count: int, single: bool) -> list[float]:
-    return _read_float_array(r, count, single).tolist()
+    out: list[float] = _read_float_array(r, count, single).tolist()
+    return out
 
 
 def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from fleetscope.cli import logging_setup
 from tests.conftest import free_port
-from tests.helpers import table_count
+from tests.helpers import sample_count
 
 KEYS = {"ts", "level", "logger", "message"}
 
@@ -115,9 +115,9 @@ def test_an_agent_and_a_collector_log_only_json(tmp_path: Path) -> None:
         )
         assert agent.returncode == 0, agent.stderr[-2000:]
         deadline = time.monotonic() + 20
-        while table_count(db, "host_samples") == 0 and time.monotonic() < deadline:
+        while sample_count(db, "host") == 0 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert table_count(db, "host_samples") > 0
+        assert sample_count(db, "host", device="json-dev") > 0
     finally:
         collector.terminate()
         _, collector_err = collector.communicate(timeout=60)

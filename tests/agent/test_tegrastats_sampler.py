@@ -16,7 +16,7 @@ from fleetscope.agent.samplers._base import SourceUnavailable
 from fleetscope.agent.samplers.tegrastats import TegrastatsSampler
 from tests.conftest import wait_until
 from tests.corpus import sample_files, sample_text
-from tests.helpers import table_count
+from tests.helpers import sample_count, table_count
 
 
 def _one_line(path: Path) -> str:
@@ -91,7 +91,7 @@ def test_agent_replays_a_recording_into_metrics(tmp_path: Path, sqlite_url: str,
                               "--name", "drone-7", "--spool", str(tmp_path / "spool"), "--no-host", "--no-gpu",
                               "--tegrastats-cmd", f"cat {recorded}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: table_count(sqlite_url, "gpu_samples") >= 5, timeout_s=30, message="replayed samples stored")
+        wait_until(lambda: sample_count(sqlite_url, "gpu", device="drone-7") >= 5, timeout_s=30, message="replayed samples stored")
     finally:
         agent.terminate()
         agent.wait(30)

@@ -31,7 +31,7 @@ from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.schema import metadata
 from tests.collector.test_db_transfer import dump
 from tests.conftest import wait_until
-from tests.helpers import table_count
+from tests.helpers import sample_count, table_count
 
 TOKEN = "test-token"
 Records = list[dict[str, Any]]
@@ -49,7 +49,7 @@ def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         gpus_per_server=1, incident_every_s=1.0, first_incident_s=0.3, classify=classify_event)
     fleet.start()
     try:
-        wait_until(lambda: table_count(url, "log_events") >= 2 and table_count(url, "gpu_samples") >= 20, timeout_s=60,
+        wait_until(lambda: table_count(url, "log_events") >= 2 and sample_count(url, "gpu") >= 20, timeout_s=60,
                    message="a small fleet")
     finally:
         fleet.stop()
@@ -170,9 +170,9 @@ def _deep_json_column(rs: Records) -> tuple[Records, int, list[str]]:
 
 
 def _past_int64(rs: Records) -> tuple[Records, int, list[str]]:
-    i = first_rows(rs, "gpu_samples")
-    rs[i]["rows"][0][_column(rs, "gpu_samples", "ts_ns")] = 2**64
-    return rs, i + 1, ["column ts_ns: 18446744073709551616 is out of range"]
+    i = first_rows(rs, "gpu_chunks")  # where the ingested samples sit: a chunk per batch
+    rs[i]["rows"][0][_column(rs, "gpu_chunks", "start_ns")] = 2**64
+    return rs, i + 1, ["(table gpu_chunks, its row 1), column start_ns: 18446744073709551616 is out of range"]
 
 
 def _lone_surrogate(rs: Records) -> tuple[Records, int, list[str]]:

@@ -28,7 +28,7 @@ from fleetscope.collector.storage import migrations
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.schema import metadata
 from tests.conftest import wait_until
-from tests.helpers import table_count
+from tests.helpers import sample_count, table_count
 
 TOKEN = "test-token"
 
@@ -51,7 +51,7 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
         line = LogEvent(time.time_ns(), "kmsg", XID_LINE, "critical")
         drone.add(SampleSet(logs=[line], incidents=classify_event(line)))
         wait_until(lambda: table_count(url, "incidents") >= 2 and table_count(url, "latency_histograms") >= 2
-                   and table_count(url, "log_events") >= 4 and table_count(url, "gpu_samples") >= 200,
+                   and table_count(url, "log_events") >= 4 and sample_count(url, "gpu") >= 200,
                    timeout_s=60, message="a fleet with incidents, logs and latency")
     finally:
         fleet.stop()
@@ -154,7 +154,9 @@ def test_a_sqlite_fleet_moves_to_postgresql_and_every_question_gets_the_same_ans
     assert set(after) >= set(before)
     for name, rows in before.items():
         assert after[name] == rows, f"table {name} differs"
-    assert len(before["gpu_samples"]) >= 200 and len(before["incidents"]) >= 2
+    assert len(before["gpu_chunks"]) > 2 and len(before["incidents"]) >= 2  # the fleet's chunks besides the two made here
+    stored = sample_count(source, "gpu")
+    assert stored >= 200 and sample_count(pg_url, "gpu") == stored, "every sample readable from the chunks moved"
     assert answers(pg_url, until_ns) == answers(source, until_ns)
 
     # Ids were kept, so the sequences must be past them: the next device and incident get new ids.
@@ -210,8 +212,8 @@ def _rewrite(src: Path, dst: Path, edit) -> None:  # type: ignore[no-untyped-def
 
 
 def _drop_rows(records: list[dict]) -> list[dict]:
-    """A file whose gzip is whole but which lost one chunk of gpu_samples (a bad copy, an edit)."""
-    i = next(i for i, r in enumerate(records) if r.get("table") == "gpu_samples" and "rows" in r)
+    """A file whose gzip is whole but which lost one record of gpu_chunks rows (a bad copy, an edit)."""
+    i = next(i for i, r in enumerate(records) if r.get("table") == "gpu_chunks" and "rows" in r)
     return records[:i] + records[i + 1:]
 
 
@@ -227,7 +229,7 @@ def test_a_damaged_export_is_one_line_and_leaves_the_target_as_it_was(
         "cut in the middle": "is damaged or truncated",
         "cut before the end record": "is damaged or truncated",
         "bytes flipped": "is damaged or truncated",
-        "a chunk missing": "is damaged: table gpu_samples has",
+        "a chunk missing": "is damaged: table gpu_chunks has",
         "unknown revision": "exported at schema revision 9999, which this fleetscope does not know",
         "not an export": "is not a fleetscope export",
     }[damage]
@@ -266,15 +268,19 @@ def test_an_empty_target_with_a_schema_is_loaded_and_a_target_with_rows_only_aft
     assert code == 0, err
     assert dump(target) == dump(fleet_db[0])
     engine = make_engine(target, create=False)
-    with engine.begin() as conn:  # the fleet goes on in the new database
-        conn.execute(text("DELETE FROM gpu_samples WHERE gpu_index = 1"))
+    stored = sample_count(target, "gpu")
+    with engine.begin() as conn:  # the fleet goes on in the new database: a device's samples are gone
+        deleted = conn.execute(text("DELETE FROM gpu_chunks WHERE device_id = (SELECT min(id) FROM devices d"
+                                    " WHERE EXISTS (SELECT 1 FROM gpu_chunks c WHERE c.device_id = d.id))")).rowcount
     engine.dispose()
+    assert deleted > 0 and 0 < sample_count(target, "gpu") < stored
     code, _, err = _run(capsys, "db", "import", "--db", target, "--from", str(export))
     assert code == 1 and len(err) == 1 and "already holds data" in err[0]
     assert dump(target) != dump(fleet_db[0]), "refused: nothing changed"
     code, _, err = _run(capsys, "db", "import", "--db", target, "--from", str(export), "--replace")
     assert code == 0, err
     assert dump(target) == dump(fleet_db[0])
+    assert sample_count(target, "gpu") == stored
 
 
 @pytest.mark.server
@@ -326,7 +332,9 @@ def test_the_file_says_what_it_holds(fleet_db: tuple[str, int], tmp_path: Path) 
         header = json.loads(f.readline())
     assert header["format"] == FORMAT and header["revision"] == migrations.head()
     counts = {t["name"]: t["rows"] for t in header["tables"]}
-    assert counts["gpu_samples"] == table_count(fleet_db[0], "gpu_samples") > 0
+    assert counts == {name: table_count(fleet_db[0], name) for name in counts}, "every table's count, empty ones too"
+    # The samples sit in chunks (a row per batch, the rows inside): the two made here and the fleet's.
+    assert counts["gpu_chunks"] > 2 and counts["host_chunks"] > 0 and sample_count(fleet_db[0], "gpu") >= 200
     assert [t["name"] for t in header["tables"]].index("devices") < [t["name"] for t in header["tables"]].index("incidents")
     devices = next(t for t in header["tables"] if t["name"] == "devices")
     assert "labels" in devices["json"]

@@ -15,6 +15,7 @@ from fleetscope.agent.daemon.batcher import Pending, build_batches
 from fleetscope.agent.records import GpuSample, HostSample
 from fleetscope.collector.ingest.validation import Limits, validate_batch
 from fleetscope.collector.storage import migrations
+from fleetscope.collector.storage.chunk_reader import read_samples
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.partitions import (
     DAY_S,
@@ -170,14 +171,24 @@ def test_copy_ingest_fills_the_partitions_exactly_once(pg_url: str) -> None:
     writer = BatchWriter(engine)
     writer.start()
     try:
-        start = day_start_ns(now)  # rows either side of midnight: two partitions from one COPY
+        # The writer stores a batch as one chunk per kind, in the partition of the day it starts
+        # (by start_ns): one batch across midnight starting the day before, which has no partition
+        # (the default catches it), and one after midnight, in today's partition.
+        start = day_start_ns(now)
         first = writer.submit(_batch_item(device_id, 1, start - 60 * NS, 100)).result(30)
         again = writer.submit(_batch_item(device_id, 1, start - 60 * NS, 100)).result(30)
-        assert first.rows == 200 and again.duplicate
+        second = writer.submit(_batch_item(device_id, 2, start + 60 * NS, 100)).result(30)
+        assert first.rows == 200 and again.duplicate and second.rows == 200 and not second.duplicate
         with engine.connect() as conn:
-            where = dict(conn.execute(text(
-                "SELECT tableoid::regclass::text, count(*) FROM gpu_samples GROUP BY 1")).all())
-        assert where == {"gpu_samples_default": 60, partition_name("gpu_samples", day_start_ns(now)): 40}
+            for kind in ("gpu", "host"):
+                where = {name: (int(n), int(rows)) for name, n, rows in conn.execute(text(
+                    f"SELECT tableoid::regclass::text, count(*), sum(rows) FROM {kind}_chunks GROUP BY 1")).all()}
+                assert where == {f"{kind}_chunks_default": (1, 100), partition_name(f"{kind}_chunks", start): (1, 100)}, kind
+            gpu = read_samples(conn, "gpu", [device_id], 0, 2**63 - 1, columns=("energy_j",))
+            host = read_samples(conn, "host", [device_id], 0, 2**63 - 1, columns=())
+        assert sorted(gpu.values["energy_j"].tolist()) == [float(s * 1000 + i) for s in (1, 2) for i in range(100)], \
+            "every sample once"
+        assert len(host) == len(set(host.ts_ns.tolist())) == 200
     finally:
         writer.stop()
         engine.dispose()

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from fleetscope.collector.jobs.retention import RetentionJob, RetentionSettings, describe, parse_retention
 from fleetscope.collector.query import incident_with_context
+from fleetscope.collector.storage.chunk_reader import read_samples
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.partitions import day_start_ns, ensure_partitions_ahead
 from fleetscope.collector.storage.registry import register_device
@@ -37,6 +38,14 @@ RAW_CUTOFF = NOW - 7 * DAY
 def _count(engine: Engine, sql: str, **params: int) -> int:
     with engine.connect() as conn:
         return int(conn.execute(text(sql), params).scalar_one())
+
+
+def _samples(engine: Engine, kind: str = "gpu", *, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    """How many raw samples of every device are stored with ``lo <= ts_ns < hi``, wherever they
+    sit: the chunks the writer stores and the tail rows a test (or an older collector) inserted."""
+    with engine.connect() as conn:
+        ids = [int(r[0]) for r in conn.execute(text("SELECT id FROM devices")).all()]
+        return len(read_samples(conn, kind, ids, lo, hi, columns=()))
 
 
 def _device(engine: Engine, name: str = "dev-r") -> int:
@@ -199,8 +208,8 @@ def test_ingest_keeps_committing_while_retention_deletes(db_url: str) -> None:
             writer.stop()
         assert report.ran
         assert all(o.rejection is None and not o.duplicate for o in outcomes) and len(outcomes) >= 5
-        assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns < :c", c=now - 7 * DAY) == 0
-        assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=now) == 50 * len(outcomes)
+        assert _samples(engine, hi=now - 7 * DAY) == 0
+        assert _samples(engine, lo=now) == 50 * len(outcomes)
     finally:
         engine.dispose()
 
@@ -279,8 +288,8 @@ def test_a_recent_batch_resent_after_a_pass_is_still_a_duplicate(db_url: str) ->
         try:
             assert not writer.submit(_batch_item(device_id, 1, old_start, 50)).result(60).duplicate
             assert not writer.submit(_batch_item(device_id, 2, recent_start, 50)).result(60).duplicate
-            recent = _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=RAW_CUTOFF)
-            recent_host = _count(engine, "SELECT count(*) FROM host_samples WHERE ts_ns >= :c", c=RAW_CUTOFF)
+            recent = _samples(engine, lo=RAW_CUTOFF)
+            recent_host = _samples(engine, "host", lo=RAW_CUTOFF)
             assert recent == 50 and recent_host == 50
 
             job = RetentionJob(engine, RetentionSettings(batch_rows=7), clock=lambda: NOW)
@@ -290,17 +299,17 @@ def test_a_recent_batch_resent_after_a_pass_is_still_a_duplicate(db_url: str) ->
 
             again = writer.submit(_batch_item(device_id, 2, recent_start, 50)).result(60)
             assert again.duplicate, "the recent batch's claim survived the pass"
-            assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=RAW_CUTOFF) == recent
-            assert _count(engine, "SELECT count(*) FROM host_samples WHERE ts_ns >= :c", c=RAW_CUTOFF) == recent_host
+            assert _samples(engine, lo=RAW_CUTOFF) == recent
+            assert _samples(engine, "host", lo=RAW_CUTOFF) == recent_host
 
             resent_old = writer.submit(_batch_item(device_id, 1, old_start, 50)).result(60)
             assert not resent_old.duplicate, "its claim went with the raw tier"
-            assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns < :c", c=RAW_CUTOFF) == 50
+            assert _samples(engine, hi=RAW_CUTOFF) == 50
         finally:
             writer.stop()
         job.run_once()
-        assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns < :c", c=RAW_CUTOFF) == 0
-        assert _count(engine, "SELECT count(*) FROM host_samples WHERE ts_ns < :c", c=RAW_CUTOFF) == 0
-        assert _count(engine, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :c", c=RAW_CUTOFF) == recent
+        assert _samples(engine, hi=RAW_CUTOFF) == 0
+        assert _samples(engine, "host", hi=RAW_CUTOFF) == 0
+        assert _samples(engine, lo=RAW_CUTOFF) == recent
     finally:
         engine.dispose()

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 
 from fleetscope.agent.records import GpuSample
 from fleetscope.agent.samplers._base import SampleSet
+from fleetscope.collector.storage.chunk_reader import read_samples
 from fleetscope.collector.storage.engine import normalise_url
 from tests.conftest import wait_until
 from tests.helpers import make_agent
@@ -61,16 +62,15 @@ def _stored(db_url: str, device: str) -> tuple[dict[int, int], dict[str, object]
     engine = create_engine(normalise_url(db_url))
     try:
         with engine.connect() as conn:
-            rows = conn.execute(
-                text("SELECT g.energy_j, g.ts_ns FROM gpu_samples g JOIN devices d ON d.id = g.device_id WHERE d.name = :n"),
-                {"n": device},
-            ).all()
             dev = conn.execute(
-                text("SELECT batches_stored, batches_rejected, batches_reanchored, last_clock_step_ns FROM devices"
+                text("SELECT id, batches_stored, batches_rejected, batches_reanchored, last_clock_step_ns FROM devices"
                      " WHERE name = :n"), {"n": device}
             ).one()
-        return {int(k): int(ts) for k, ts in rows}, {"batches_stored": dev[0], "batches_rejected": dev[1],
-                                                       "batches_reanchored": dev[2], "last_clock_step_ns": dev[3]}
+            rows = read_samples(conn, "gpu", [int(dev[0])], 0, 2**63 - 1, columns=("energy_j",))
+        keys = [int(k) for k in rows.values["energy_j"].tolist()]
+        assert len(keys) == len(set(keys)), "a sample stored twice"
+        return dict(zip(keys, (int(ts) for ts in rows.ts_ns.tolist()))), {
+            "batches_stored": dev[1], "batches_rejected": dev[2], "batches_reanchored": dev[3], "last_clock_step_ns": dev[4]}
     finally:
         engine.dispose()
 

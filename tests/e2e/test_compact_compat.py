@@ -6,7 +6,6 @@ each reading exactly once."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -21,6 +20,7 @@ from fleetscope.agent.daemon.runner import Agent, AgentSettings
 from fleetscope.agent.tools.simulate import SimulatedSampler
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.conftest import CollectorProcess, free_port, wait_until
+from tests.helpers import sample_count, stored_samples
 
 BEFORE_COMPACT = "36ae816"  # main just before compact-v1: its collector and agent speak plain batches only
 REPO = Path(__file__).resolve().parents[2]
@@ -50,13 +50,11 @@ def _old_env(old_code: Path) -> dict[str, str]:
 
 
 def _rows(db: Path, device: str) -> tuple[int, int, int]:
-    """(GPU rows, distinct GPU times, host rows) stored for a device."""
-    with sqlite3.connect(db) as conn:
-        gpu = conn.execute("SELECT count(*), count(DISTINCT g.ts_ns) FROM gpu_samples g JOIN devices d ON d.id = g.device_id"
-                           " WHERE d.name = ?", (device,)).fetchone()
-        host = conn.execute("SELECT count(*) FROM host_samples h JOIN devices d ON d.id = h.device_id WHERE d.name = ?",
-                            (device,)).fetchone()
-    return int(gpu[0]), int(gpu[1]), int(host[0])
+    """(GPU rows, distinct GPU times, host rows) stored for a device, wherever they sit (the old
+    collector writes tail rows, the new one chunks)."""
+    url = f"sqlite:///{db}"
+    gpu = stored_samples(url, "gpu", device=device, columns=())
+    return len(gpu), len(set(gpu.ts_ns.tolist())), sample_count(url, "host", device=device)
 
 
 def _new_agent_sends(address: str, spool: Path, name: str) -> Agent:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, wait_until
-from tests.helpers import CountingSampler, make_agent, table_count
+from tests.helpers import CountingSampler, make_agent, sample_count
 
 TOKEN = "test-token"
 FILE_LIMIT = 256  # the collector's soft and hard limit in the flood test: the flood exceeds it
@@ -165,7 +165,7 @@ def test_a_flood_of_idle_connections_leaves_room_for_an_agent(tmp_path: Path, sq
         def stored() -> bool:
             nonlocal most_open
             most_open = max(most_open, _open_files(proc.pid))
-            return table_count(sqlite_url, "gpu_samples") >= 200
+            return sample_count(sqlite_url, "gpu", device="survivor") >= 200
 
         wait_until(stored, timeout_s=90, interval_s=0.25, message="the agent's samples stored during the flood")
     finally:

@@ -27,7 +27,7 @@ from fleetscope.collector.storage.schema import Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.alert_receiver import Receiver
 from tests.conftest import wait_until
-from tests.helpers import IdleSampler, make_agent, table_count
+from tests.helpers import IdleSampler, make_agent, sample_count
 
 CLI = [sys.executable, "-m", "fleetscope.cli"]
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "tegrastats"
@@ -80,7 +80,7 @@ notify = ["ops"]
             "--interval", "200ms", "--batch-interval", "1s"]
     agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: table_count(db_url, "host_samples") >= 3, timeout_s=30, message="samples")
+        wait_until(lambda: sample_count(db_url, "host", device="killed") >= 3, timeout_s=30, message="samples")
         agent.send_signal(signal.SIGKILL)
         agent.wait(10)
         killed_at = time.monotonic()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, table_count
+from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, sample_count
 
 DISK = 4 << 20
 BOUND = 2 << 20
@@ -92,7 +92,7 @@ def test_full_disk_agent_survives_evicts_by_priority_and_delivers_what_it_kept(
                          capture_output=True, text=True, check=True)
     counters = json.loads(out.stdout)["devices"][0]["counters"]
     gpu_dropped = 120_000 - len(stored)
-    host_dropped = 120_000 // 400 - table_count(sqlite_url, "host_samples")  # one host row per tick with GPU rows
+    host_dropped = 120_000 // 400 - sample_count(sqlite_url, "host", device="dev-1")  # one host row per tick with GPU rows
     # Every lost sample is counted, and only those: a batch evicted while it was on the wire and
     # acknowledged after all is taken back out of the count.
     assert counters["dropped_samples"] == gpu_dropped + host_dropped, "every dropped sample is counted, once"

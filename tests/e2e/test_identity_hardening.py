@@ -28,6 +28,7 @@ from fleetscope.collector.commands.certs import init_certs
 from fleetscope.collector.storage.engine import normalise_url
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.conftest import wait_until
+from tests.helpers import sample_count
 
 CLI = [sys.executable, "-m", "fleetscope.cli"]
 REGISTER = "/fleetscope.v1.Ingest/Register"
@@ -47,7 +48,7 @@ def scalar(db_url: str, sql: str, **params: object) -> int:
 
 
 def host_rows(db_url: str, name: str) -> int:
-    return scalar(db_url, "SELECT count(*) FROM host_samples h JOIN devices d ON d.id = h.device_id WHERE d.name = :n", n=name)
+    return sample_count(db_url, "host", device=name)
 
 
 def make_token(db_url: str, capsys: pytest.CaptureFixture[str], *flags: str, fleet: str = "drones") -> str:

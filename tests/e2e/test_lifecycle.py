@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from fleetscope.agent.daemon.spool import Spool
 from tests.conftest import free_port, wait_until
-from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, table_count
+from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, sample_count, table_count
 
 CLI = [sys.executable, "-m", "fleetscope.cli"]
 
@@ -54,7 +54,7 @@ def test_agent_cli_stops_cleanly_on_sigterm_and_keeps_what_it_could_not_send(tmp
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        wait_until(lambda: table_count(sqlite_url, "host_samples") >= 5, timeout_s=30, message="host samples")
+        wait_until(lambda: sample_count(sqlite_url, "host", device="cli-agent") >= 5, timeout_s=30, message="host samples")
         with open(logfile, "a") as f:
             f.write("epoch 3 done\n")
         wait_until(lambda: table_count(sqlite_url, "log_events") >= 1, message="log line stored")
@@ -70,12 +70,12 @@ def test_agent_cli_stops_cleanly_on_sigterm_and_keeps_what_it_could_not_send(tmp
     assert left > 0, "unsent batches are kept for the next start"
     assert f"{left} batches left in the spool" in out
     # Restarted, the same agent (same id from its state dir) delivers the rest.
-    before = table_count(sqlite_url, "host_samples")
+    before = sample_count(sqlite_url, "host", device="cli-agent")
     c.start()
     agent2 = subprocess.Popen([*CLI, "agent", "--collector", c.address, "--token", "test-token", "--name", "cli-agent",
                                "--spool", str(spool_dir), "--interval", "1s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: Spool(spool_dir).stats().batches == 0 and table_count(sqlite_url, "host_samples") > before,
+        wait_until(lambda: Spool(spool_dir).stats().batches == 0 and sample_count(sqlite_url, "host", device="cli-agent") > before,
                    timeout_s=30, message="backlog delivered")
     finally:
         agent2.terminate()

@@ -20,7 +20,7 @@ from fleetscope.agent.daemon.uplink import with_sent_ns
 from fleetscope.agent.records import GpuSample
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.conftest import wait_until
-from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, table_count
+from tests.helpers import CountingSampler, gpu_sequence_numbers, make_agent, sample_count
 
 MD = (("authorization", "Bearer test-token"),)
 
@@ -141,7 +141,7 @@ def test_spool_full_drops_oldest_samples_keeps_incidents(tmp_path: Path, sqlite_
     assert stored and min(stored) > 0, "the oldest samples were the ones dropped"
     assert stored == sorted(stored) and max(stored) == 19_999, "the newest samples all arrived"
     dev = _devices_json(sqlite_url)["dev-1"]
-    host_stored = table_count(sqlite_url, "host_samples")
+    host_stored = sample_count(sqlite_url, "host", device="dev-1")
     # Each tick holds 100 GPU rows and one host row; the drop count covers both.
     assert dev["counters"]["dropped_samples"] == (20_000 - len(stored)) + (200 - host_stored)
     assert dev["counters"]["dropped_incidents"] == 0
@@ -208,4 +208,4 @@ def test_many_agents_multiplexed_over_one_connection_are_all_served(db_url: str,
     channel.close()
     assert sorted(results) == sorted(agents)
     assert all([a.status for a in acks] == [pb.Ack.STATUS_STORED] for acks in results.values())
-    assert table_count(db_url, "gpu_samples") == 400
+    assert sample_count(db_url, "gpu") == 400

@@ -22,6 +22,7 @@ from fleetscope.agent.tools.simulate import SimulatedSampler
 from fleetscope.collector.storage.engine import normalise_url
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.conftest import wait_until
+from tests.helpers import sample_count
 from tests.tcp_proxy import TcpProxy
 
 LINK = 4000.0  # 32 kbit/s, in bytes a second
@@ -122,8 +123,8 @@ def test_an_oom_after_reconnecting_overtakes_the_backlog_on_a_32kbit_link(tmp_pa
     print(f"OOM stored {took:.2f} s after it was written; {stored_then}/{backlog.batches} backlog batches in by then")
     assert backlog_batches_stored(sqlite_url, backlog) == backlog.batches, "every batch of the backlog, once"
     between = {"lo": backlog.first_ns, "hi": backlog.last_ns + 10**9}
-    host = query(sqlite_url, "SELECT count(*) FROM host_samples WHERE ts_ns >= :lo AND ts_ns < :hi", **between)
-    gpu = query(sqlite_url, "SELECT count(*) FROM gpu_samples WHERE ts_ns >= :lo AND ts_ns < :hi", **between)
+    host = sample_count(sqlite_url, "host", **between)
+    gpu = sample_count(sqlite_url, "gpu", **between)
     claimed = query(sqlite_url, "SELECT sum(rows) FROM ingested_batches WHERE boot_id = :b", b=backlog.boot_id)
     assert host + gpu == claimed == backlog.sample_rows, "every sample row of the backlog, none twice"
     logs = query(sqlite_url, "SELECT count(*) FROM log_events WHERE ts_ns >= :lo AND ts_ns < :hi", **between)

@@ -306,7 +306,8 @@ def fold(url: str) -> str:
         job = CompactionJob(engine, fold_after_s=0.0, keep_raw_s=0.0)
         r = job.run_once()
         job.release()
-        return f"compaction: {r.rows:,} rows into {r.chunks:,} chunks in {r.seconds:.1f} s"
+        return (f"compaction: {r.rows:,} tail rows and {r.merged_chunks:,} batch chunks into {r.chunks:,} chunks"
+                f" in {r.seconds:.1f} s")
     finally:
         engine.dispose()
 

@@ -627,29 +627,35 @@ def expand(batch: pb.Batch, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     r = _Reader(body, "compact")
     out = pb.Batch()
     seen: set[int] = set()
-    while r.rest():
-        number = r.unpack(_U8)
-        payload = r.take(r.unpack(_U32))
-        if number in seen:
-            raise CompactError(f"compact.section[{number}]", "appears twice")
-        seen.add(number)
-        if number == SECTION_RECORDS:
-            _read_records(bytes(payload), out, budget)
-        elif number == SECTION_METRICS:
-            _read_metrics(payload, out, budget)
-        elif number in _SECTIONS:
-            name, _cls = _SECTIONS[number]
-            if batch.HasField(name):
-                raise CompactError(f"compact.{name}", f"the batch carries {name} samples both compact and plain")
-            getattr(out, name).SetInParent()
-            _read_message(payload, getattr(out, name), f"compact.{name}", budget, streams=streams)
-            if sections is not None:
-                sections[number] = bytes(payload)
-        else:
-            raise CompactError(f"compact.section[{number}]", "is not known")
-    for name, _cls in _SECTIONS.values():
-        if out.HasField(name):
-            getattr(batch, name).CopyFrom(getattr(out, name))
+    filled: list[str] = []  # the batch's sample fields read into, cleared again should a later part fail
+    try:
+        while r.rest():
+            number = r.unpack(_U8)
+            payload = r.take(r.unpack(_U32))
+            if number in seen:
+                raise CompactError(f"compact.section[{number}]", "appears twice")
+            seen.add(number)
+            if number == SECTION_RECORDS:
+                _read_records(bytes(payload), out, budget)
+            elif number == SECTION_METRICS:
+                _read_metrics(payload, out, budget)
+            elif number in _SECTIONS:
+                name, _cls = _SECTIONS[number]
+                if batch.HasField(name):
+                    raise CompactError(f"compact.{name}", f"the batch carries {name} samples both compact and plain")
+                # Read straight into the batch (copying a section of thousands of readings costs
+                # as much as reading it); it had none of its own, so a failure clears it again.
+                filled.append(name)
+                getattr(batch, name).SetInParent()
+                _read_message(payload, getattr(batch, name), f"compact.{name}", budget, streams=streams)
+                if sections is not None:
+                    sections[number] = bytes(payload)
+            else:
+                raise CompactError(f"compact.section[{number}]", "is not known")
+    except CompactError:
+        for name in filled:
+            batch.ClearField(name)
+        raise
     for name in RECORD_FIELDS:
         getattr(batch, name).extend(getattr(out, name))
     batch.ClearField("compact")

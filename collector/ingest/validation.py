@@ -157,7 +157,9 @@ def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, 
                 check_values(values, nulls, rows, f"{prefix}.{name}", minimum=lo, maximum=hi)
             except ColumnError as exc:
                 raise BatchInvalid(exc.field, str(exc).split(": ", 1)[1]) from None
-        out[name] = with_nulls(values.tolist() if isinstance(values, array) else values, nulls, rows)
+        # A column without nulls stays the array it was read into (indexable, and numpy reads it
+        # in place); only one with nulls becomes a list with None at them.
+        out[name] = with_nulls(values, nulls, rows)
     return out
 
 

@@ -38,7 +38,9 @@ def _unshuffle(planes: memoryview, count: int, width: int, dtype: str) -> np.nda
     return raw.view(dtype).reshape(count)
 
 
-def _read_packed(r: C._Reader, count: int) -> np.ndarray:
+def _read_packed(r: C._Reader, count: int) -> tuple[np.ndarray, int]:
+    """The values, and a bound on their magnitude known from the width and factor alone (no
+    pass over the values)."""
     head = r.unpack(C._U8)
     width = head & ~C._FACTORED
     if width not in _SIGNED:
@@ -47,26 +49,34 @@ def _read_packed(r: C._Reader, count: int) -> np.ndarray:
     if factor < 1:
         raise C.CompactError(r.where, f"common factor {factor} is not positive")
     values = _unshuffle(r.take(count * width), count, width, _SIGNED[width]).astype(np.int64)
+    bound = (1 << (8 * width - 1)) * factor
     if factor != 1 and count:
-        if int(values.min()) * factor < C._I64_MIN or int(values.max()) * factor > C._I64_MAX:
+        if bound > C._I64_MAX and (
+            int(values.min()) * factor < C._I64_MIN or int(values.max()) * factor > C._I64_MAX
+        ):
             raise C.CompactError(r.where, "a value leaves int64 (a delta or a factor overflows)")
         values = values * factor
-    return values
+    return values, bound
 
 
-def _summed(first: int, deltas: np.ndarray, where: str) -> np.ndarray:
-    """``first`` then its running sums with ``deltas`` (``accumulate(deltas, initial=first)``)."""
-    bound = abs(float(first)) + float(np.abs(deltas.astype(np.float64)).sum())
-    if bound < _SAFE_SUM:
+def _summed(first: int, deltas: np.ndarray, bound: int, where: str) -> tuple[np.ndarray, int]:
+    """``first`` then its running sums with ``deltas`` (``accumulate(deltas, initial=first)``),
+    each delta at most ``bound`` in magnitude; and a bound on the sums."""
+    total = abs(first) + len(deltas) * bound
+    if total >= _SAFE_SUM:  # only wide deltas can get here: look at the values themselves
+        total = abs(first) + int(np.abs(deltas.astype(np.float64)).sum()) + 1
+    if total < _SAFE_SUM:
         out = np.empty(len(deltas) + 1, dtype=np.int64)
         out[0] = first
         np.cumsum(deltas, out=out[1:])
         out[1:] += first
-        return out
-    return np.array(C._checked(accumulate(deltas.tolist(), initial=first), where), dtype=np.int64)
+        return out, total
+    summed = np.array(C._checked(accumulate(deltas.tolist(), initial=first), where), dtype=np.int64)
+    return summed, C._I64_MAX
 
 
-def _read_int_array(r: C._Reader, count: int) -> np.ndarray:
+def _read_int_array(r: C._Reader, count: int) -> tuple[np.ndarray, int]:
+    """The stream's values and a bound on their magnitude."""
     order = r.unpack(C._U8)
     if order == C._RAW_INTS:
         return _read_packed(r, count)
@@ -74,13 +84,15 @@ def _read_int_array(r: C._Reader, count: int) -> np.ndarray:
         raise C.CompactError(r.where, "deltas of no values")
     first = r.unpack(C._I64)
     if order == C._DELTA:
-        return _summed(first, _read_packed(r, count - 1), r.where)
+        deltas, bound = _read_packed(r, count - 1)
+        return _summed(first, deltas, bound, r.where)
     if order == C._DELTA2:
         if count < 2:
             raise C.CompactError(r.where, "second deltas of one value")
         d1_first = r.unpack(C._I64)
-        d1 = _summed(d1_first, _read_packed(r, count - 2), r.where)
-        return _summed(first, d1, r.where)
+        d2, bound = _read_packed(r, count - 2)
+        d1, d1_bound = _summed(d1_first, d2, bound, r.where)
+        return _summed(first, d1, d1_bound, r.where)
     raise C.CompactError(r.where, f"integer order {order} is not known")
 
 
@@ -91,8 +103,12 @@ def _read_float_array(r: C._Reader, count: int, single: bool) -> np.ndarray:
         if exponent >= len(C._SCALES):
             raise C.CompactError(r.where, f"decimal scale {exponent} is not known")
         scale = C._SCALES[exponent]
-        ints = _read_int_array(r, count)
-        if count and max(abs(int(ints.min())), abs(int(ints.max()))) >= C._EXACT_LIMIT:
+        ints, bound = _read_int_array(r, count)
+        if (
+            count
+            and bound >= C._EXACT_LIMIT
+            and max(abs(int(ints.min())), abs(int(ints.max()))) >= C._EXACT_LIMIT
+        ):
             raise C.CompactError(r.where, "a scaled reading is too large to be exact")
         values = ints.astype(np.float64)
         if scale != 1.0:
@@ -107,7 +123,7 @@ def _read_float_array(r: C._Reader, count: int, single: bool) -> np.ndarray:
 
 
 def _read_ints(r: C._Reader, count: int) -> list[int]:
-    out: list[int] = _read_int_array(r, count).tolist()
+    out: list[int] = _read_int_array(r, count)[0].tolist()
     return out
 
 
@@ -134,9 +150,24 @@ def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
         values = np.zeros(n)
         values[~null_mask] = present
         target.null_rows.extend(np.flatnonzero(null_mask).tolist())
-        target.values.extend(values.tolist())
     else:
-        target.values.extend(present.tolist())
+        values = present
+    if len(values):
+        # Parsed as the packed field it is on the wire (one copy), not extended value by value.
+        data = values.astype("<f8").tobytes()
+        target.MergeFromString(_VALUES_TAG + _varint(len(data)) + data)
+
+
+_VALUES_TAG = bytes([pb.Column.VALUES_FIELD_NUMBER << 3 | 2])  # field 1, length-delimited (packed)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 NUMPY = C.Streams(_read_ints, _read_floats, _read_column)

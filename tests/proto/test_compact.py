@@ -230,3 +230,17 @@ def test_any_mutation_of_a_real_blob_is_a_clear_error_or_a_batch(data: st.DataOb
         return
     assert not batch.compact
 
+
+
+def test_a_blob_that_fails_late_leaves_the_batch_as_it_was() -> None:
+    good = _section(c.SECTION_GPU, _message((TS, 2, _ints_raw([5]))))
+    broken_host = _section(c.SECTION_HOST, _message((pb.HostSamples.TS_NS_FIELD_NUMBER, 2, _ints_raw([1]) + b"x")))
+    batch = pb.Batch(agent_id="a", seq=1, compact=_blob(good + broken_host))
+    with pytest.raises(c.CompactError):
+        c.expand(batch)
+    assert not batch.HasField("gpu") and not batch.HasField("host") and batch.compact, "nothing half-read stays"
+    plain = pb.Batch(agent_id="a", seq=1, compact=_blob(_section(c.SECTION_GPU, _message())))
+    plain.gpu.ts_ns.append(1)
+    with pytest.raises(c.CompactError, match="both compact and plain"):
+        c.expand(plain)
+    assert list(plain.gpu.ts_ns) == [1], "the batch's own plain samples are kept"

@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,7 +121,7 @@ def register(sub: Any) -> None:
     p.add_argument("--metrics-listen", type=listen_address, default=None, metavar="HOST:PORT",
                    help="serve the agent's own Prometheus metrics (/metrics) and /healthz here, e.g. 127.0.0.1:9465 (default: off)")
     p.set_defaults(func=run_agent)
-    from fleetscope.agent.tools.install import register_subcommands
+    from fleetscope.agent.tools.install_args import register_subcommands
 
     register_subcommands(p)  # agent install | uninstall | bundle
 
@@ -272,6 +271,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     tmp = None
     state_dir = args.state_dir
     if state_dir is None:
+        import tempfile  # here: with shutil, which it imports, memory an agent on a drone does not need
+
         tmp = tempfile.TemporaryDirectory(prefix="fleetscope-sim-")
         state_dir = Path(tmp.name)
     fleet = build_fleet(

@@ -98,6 +98,18 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def rss_split(pid: int) -> tuple[int, int]:
+    """VmRSS's two parts, in bytes: anonymous (heap, objects, stacks) and file pages (the code of
+    the libraries and the interpreter, shared with the page cache and with other processes)."""
+    got = {"RssAnon:": 0, "RssFile:": 0}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key = line.split(None, 1)[0] if line.strip() else ""
+            if key in got:
+                got[key] = int(line.split()[1]) * 1024
+    return got["RssAnon:"], got["RssFile:"]
+
+
 def du_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -507,6 +519,7 @@ def run_agent(args: argparse.Namespace, peers: dict[str, str]) -> int:
         pids = {**agents, "node_exporter": exporter.pid}
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         rss: dict[str, list[int]] = {k: [] for k in pids}
+        split: dict[str, list[tuple[int, int]]] = {k: [] for k in pids}
         t0 = time.monotonic()
         lines = 0
         next_rss = t0
@@ -518,6 +531,7 @@ def run_agent(args: argparse.Namespace, peers: dict[str, str]) -> int:
                 next_rss += 1.0
                 for k, p in pids.items():
                     rss[k].append(rss_bytes(p))
+                    split[k].append(rss_split(p))
             time.sleep(0.1)
         wall = time.monotonic() - t0
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
@@ -534,9 +548,12 @@ def run_agent(args: argparse.Namespace, peers: dict[str, str]) -> int:
     print(f"agent at 1 s (host + 1 followed log file, {lines} lines) beside node_exporter scraped at 1 s "
           f"({scrapes[0]} scrapes, {scrapes[1] / max(scrapes[0], 1) / 1024:.0f} KiB each), {wall:.0f} s")
     width = max(18, *(len(k) for k in pids))
-    print(f"{'process':<{width}} {'CPU % of a core':>16} {'RSS mean MiB':>13} {'RSS max MiB':>12}")
+    print(f"{'process':<{width}} {'CPU % of a core':>16} {'RSS mean MiB':>13} {'RSS max MiB':>12} "
+          f"{'anon mean MiB':>14} {'file mean MiB':>14}")
     for k in pids:
-        print(f"{k:<{width}} {100 * cpu[k] / wall:>16.2f} {statistics.mean(rss[k]) / 2**20:>13.1f} {max(rss[k]) / 2**20:>12.1f}")
+        anon, file = (statistics.mean(part) / 2**20 for part in zip(*split[k]))
+        print(f"{k:<{width}} {100 * cpu[k] / wall:>16.2f} {statistics.mean(rss[k]) / 2**20:>13.1f} {max(rss[k]) / 2**20:>12.1f} "
+              f"{anon:>14.1f} {file:>14.1f}")
     a, n = cpu["fleetscope agent"], cpu["node_exporter"]
     print(f"goal: agent CPU <= node_exporter's: {'met' if a <= n else 'not met'} ({100 * a / wall:.2f} % against "
           f"{100 * n / wall:.2f} %); RSS {max(rss['fleetscope agent']) / 2**20:.1f} MiB against "

@@ -1,7 +1,12 @@
 """Log classifiers: turn the lines that matter into incidents.
 
-Classifiers are listed explicitly in ``CLASSIFIERS`` (no discovery by folder scan); the
+Classifiers are listed explicitly in ``_default_registry`` (no discovery by folder scan); the
 registry refuses two with one name. ``classify_event`` runs them all over one log event.
+
+The default registry knows each classifier by its name and its gate words (``_triggers.py``) and
+imports the classifier's module the first time a text gets through the gate: on a device whose logs
+hold no fault, the classifiers' code and regex families (about 2 MiB of resident memory) are never
+loaded. What a text yields is the same either way.
 """
 
 from __future__ import annotations
@@ -9,9 +14,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 
-from fleetscope.agent.classify._base import Classifier, Finding
+from fleetscope.agent.classify import _triggers
+from fleetscope.agent.classify._base import (
+    KIND_CUDA_OOM,
+    KIND_GPU_XID,
+    KIND_HOST_OOM,
+    KIND_JETSON_MEMORY,
+    Classifier,
+    Finding,
+)
 from fleetscope.agent.classify._gate import compile_gate
-from fleetscope.agent.classify._normalise import blank_quoted_examples, looks_decorated, undecorate
 from fleetscope.agent.records import IncidentRecord, LogEvent
 
 __all__ = [
@@ -30,33 +42,53 @@ class Registry:
     def __init__(self) -> None:
         self._items: dict[str, Classifier] = {}
         self._gate: re.Pattern[str] | None = None
+        self._stale = False  # classifiers were added since the gate was compiled (_compiled_gate)
+        self._deferred = False  # some items are _Deferred: imported on first need (_loaded)
 
     def add(self, classifier: Classifier) -> None:
         if classifier.name in self._items:
             raise ValueError(f"a classifier named {classifier.name!r} is already registered")
         self._items[classifier.name] = classifier
-        triggers = {t for c in self._items.values() for t in getattr(c, "triggers", ("",))}
-        # A trie of the words (agent/classify/_gate.py): one branch tested per character.
-        self._gate = compile_gate(triggers, gate_patterns(self._items.values())) if "" not in triggers else re.compile("")
+        self._deferred = self._deferred or isinstance(classifier, _Deferred)
+        self._stale = True  # compiled when first needed: a registry of five compiles its gate once
+
+    def _compiled_gate(self) -> re.Pattern[str] | None:
+        if self._stale:
+            triggers = {t for c in self._items.values() for t in getattr(c, "triggers", ("",))}
+            # Each word entered at a rare character of its own (agent/classify/_gate.py).
+            self._gate = compile_gate(triggers, gate_patterns(self._items.values())) if "" not in triggers else re.compile("")
+            self._stale = False
+        return self._gate
+
+    def _loaded(self) -> dict[str, Classifier]:
+        """The classifiers, every _Deferred one imported and built now (once), in their order."""
+        if self._deferred:
+            self._items = {name: c.load() if isinstance(c, _Deferred) else c for name, c in self._items.items()}
+            self._deferred = False
+        return self._items
 
     def classify(self, text: str) -> list[Finding]:
-        if self._gate is None or not self._gate.search(text):
+        gate = self._compiled_gate() if self._stale else self._gate
+        if gate is None or not gate.search(text):
             return []
-        if looks_decorated(text):  # pasted: quoted, fenced, HTML, localised numbers (_normalise)
-            text = undecorate(text)
-        text = blank_quoted_examples(text)  # a message in source code or a manual's table: no fault
+        # Imported with the first text through the gate, as the classifiers are.
+        from fleetscope.agent.classify import _normalise
+
+        if _normalise.looks_decorated(text):  # pasted: quoted, fenced, HTML, localised numbers
+            text = _normalise.undecorate(text)
+        text = _normalise.blank_quoted_examples(text)  # a message in source code or a manual's table: no fault
         out: list[Finding] = []
-        for c in self._items.values():
+        for c in self._loaded().values():
             out.extend(c.classify(text))
         return out
 
     @property
     def gate(self) -> re.Pattern[str] | None:
         """The one regex every text a classifier could recognise matches (None: none registered)."""
-        return self._gate
+        return self._compiled_gate()
 
     def __iter__(self) -> Iterator[Classifier]:
-        return iter(self._items.values())
+        return iter(self._loaded().values())
 
     def names(self) -> list[str]:
         return list(self._items)
@@ -68,16 +100,70 @@ def gate_patterns(classifiers: Iterable[Classifier]) -> list[tuple[str, str]]:
     return [p for c in classifiers for p in getattr(c, "gate_patterns", ())]
 
 
-def _default_registry(*, device_is_jetson: bool = False) -> Registry:
+class _Deferred:
+    """A classifier known by its name and gate words, built by ``load`` when first needed.
+
+    The registry gates with ``triggers`` and ``gate_patterns`` (the classifier class's own tuples,
+    both read from ``_triggers.py``) and swaps in ``load()``'s classifier the first time a text gets
+    through the gate or the registry is iterated."""
+
+    def __init__(self, name: str, triggers: tuple[str, ...], load: Callable[[], Classifier],
+                 gate_patterns: tuple[tuple[str, str], ...] = ()) -> None:
+        self.name = name
+        self.triggers = triggers
+        self.gate_patterns = gate_patterns
+        self._load = load
+
+    def load(self) -> Classifier:
+        return self._load()
+
+    def classify(self, text: str) -> list[Finding]:  # the registry calls the loaded one; this is for anyone else
+        return self.load().classify(text)
+
+
+def _cuda_oom() -> Classifier:
     from fleetscope.agent.classify.cuda_oom import CudaOomClassifier
+
+    return CudaOomClassifier()
+
+
+def _host_oom() -> Classifier:
     from fleetscope.agent.classify.host_oom import HostOomClassifier
-    from fleetscope.agent.classify.jetson_memory import JetsonMemoryClassifier
-    from fleetscope.agent.classify.tensorrt import TensorRtClassifier
+
+    return HostOomClassifier()
+
+
+def _jetson_memory(device_is_jetson: bool) -> Callable[[], Classifier]:
+    def load() -> Classifier:
+        from fleetscope.agent.classify.jetson_memory import JetsonMemoryClassifier
+
+        return JetsonMemoryClassifier(device_is_jetson=device_is_jetson)
+
+    return load
+
+
+def _xid() -> Classifier:
     from fleetscope.agent.classify.xid import XidClassifier
 
+    return XidClassifier()
+
+
+def _tensorrt() -> Classifier:
+    from fleetscope.agent.classify.tensorrt import TensorRtClassifier
+
+    return TensorRtClassifier()
+
+
+def _default_registry(*, device_is_jetson: bool = False) -> Registry:
     reg = Registry()
-    for c in (CudaOomClassifier(), HostOomClassifier(), JetsonMemoryClassifier(device_is_jetson=device_is_jetson),
-              XidClassifier(), TensorRtClassifier()):
+    for c in (
+        # The names are the classes' own (``name``): the kind each raises, and "tensorrt".
+        _Deferred(KIND_CUDA_OOM, _triggers.CUDA_OOM, _cuda_oom, _triggers.CUDA_OOM_SHAPES),
+        _Deferred(KIND_HOST_OOM, _triggers.HOST_OOM, _host_oom, _triggers.HOST_OOM_SHAPES),
+        _Deferred(KIND_JETSON_MEMORY, _triggers.JETSON_MEMORY, _jetson_memory(device_is_jetson)),
+        _Deferred(KIND_GPU_XID, _triggers.XID, _xid),
+        _Deferred("tensorrt", _triggers.TENSORRT, _tensorrt),
+    ):
         reg.add(c)
     return reg
 
@@ -93,7 +179,7 @@ def registry() -> Registry:
 
 
 def classify_text(text: str) -> list[Finding]:
-    return registry().classify(text)
+    return (_registry or registry()).classify(text)  # one call less on the per-line path
 
 
 def _records(event: LogEvent, findings: list[Finding]) -> list[IncidentRecord]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import _triggers
 from ._base import KIND_CUDA_OOM, FactValue, Finding
 from ._context import jetson_context
 from ._units import parse_size
@@ -1411,22 +1412,9 @@ class CudaOomClassifier:
     """Accelerator allocation failures from every framework the fleet runs."""
 
     name = "cuda_oom"
-    # Every text this classifier reads contains one of these; the registry gates all classifiers
-    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = (
-        'of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED',
-        'xhausted', 'Tried to allocate', 'by PyTorch', 'BufferAssignment', 'BFCAllocator', 'memory_limit_',
-        'in-use chunks', '_STATUS_NOT_INITIALIZED', 'requested buffer', 'BFCArena',
-        # MLX's allocator; nvidia-drm's GEM allocation; RELION's requested-space field (a line of its
-        # own in a paste).
-        '] Unable to allocate', 'allocate NVKMS', 'requestedSpace:',
-        # TensorFlow's pinned host allocator; CUDA.jl's OutOfGPUMemoryError; cuRAND.
-        'pinned host memory of size', 'of GPU memory trying', 'ALLOCATION_FAILED',
-        "memory isn't enough",  # MindSpore
-    )
-    # A word with a number inside, entered at its rare capitals: PyTorch's "GPU 0 has a total capacity
-    # of ..." sentence on a line of its own.
-    gate_patterns = (("U ", r"\d+ has a total capacit"),)  # "GPU 0", "NPU 0", "XPU 0"
+    # The words (and a shape) every text it reads contains: the registry's gate (_triggers.py).
+    triggers = _triggers.CUDA_OOM
+    gate_patterns = _triggers.CUDA_OOM_SHAPES
     kind = KIND_CUDA_OOM
 
     def classify(self, text: str) -> list[Finding]:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
 from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
 
+from . import _triggers
 from ._base import KIND_HOST_OOM, FactValue, Finding
 from ._context import jetson_context
+from ._times import dt_ns, iso_ns
 
 _EXCERPT_MAX = 2000
 
@@ -68,9 +70,8 @@ def _maybe_oom(text: str) -> bool:
     )
 
 
-# A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
-# oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.
-_TASK_ROW_TAIL = r"\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"
+# A dump_tasks row (its shape: _triggers.TASK_ROW_TAIL) alone marks a task table.
+_TASK_ROW_TAIL = _triggers.TASK_ROW_TAIL
 TASK_ROWS = re.compile(r"\]" + _TASK_ROW_TAIL)
 
 
@@ -109,43 +110,8 @@ class KernelLine:
     host: str | None = None
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def dt_ns(dt: datetime) -> int:
-    """Exact nanoseconds since the epoch (float ``timestamp()`` loses the microseconds).
-
-    A time printed without a zone is the host's wall clock; fleet hosts log in UTC.
-    """
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return (dt - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
-_ISO = re.compile(
-    r"^(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
-    r"(?:(?P<z>Z)|(?P<sign>[+-])(?P<oh>\d\d):?(?P<om>\d\d))?$"
-)
-
-
-def iso_ns(text: str) -> int | None:
-    """ISO-8601 time -> exact ns since the epoch, or None; a time without a zone is read as UTC.
-
-    Parsed by hand: Python 3.10's ``fromisoformat`` rejects "Z", "+0000", "," and nanosecond
-    fractions (Docker prints 9 digits), all of which logs contain.
-    """
-    m = _ISO.match(text.strip())
-    if not m:
-        return None
-    try:
-        dt = datetime.strptime(f"{m['d']} {m['t']}", "%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return None
-    ns = dt_ns(dt) + int((m["frac"] or "0")[:9].ljust(9, "0"))
-    if m["sign"]:
-        offset = (int(m["oh"]) * 60 + int(m["om"])) * 60 * 1_000_000_000
-        ns -= offset if m["sign"] == "+" else -offset
-    return ns
+# dt_ns and iso_ns live in _times.py (a followed log file reads its stamps with them without
+# importing this classifier); they are still importable from here.
 
 
 def split_kernel_prefix(line: str) -> KernelLine:
@@ -1227,26 +1193,10 @@ class HostOomClassifier:
     """Kernel OOM kills, cgroup OOM, and the Kubernetes/Docker view of them."""
 
     name = "host_oom"
-    # Every text this classifier reads contains one of these; the registry gates all classifiers
-    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    # ("oom-kill" and "oom_reaper" rather than "oom-" and "oom_": a gate searches a word from its
-    # rarest character, and longer words have rarer ones.)
-    triggers = (
-        'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
-        'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'Action=kill',
-        'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /', 'order allocation failed',
-        'vmalloc: allocation', 'vmap allocation', 'container oom', '/tasks/oom', '"oom"',
-        # ECS's "OutOfMemoryError: Container killed due to memory usage", earlyoom's sysrq mode, Slurm's "oom_kill
-        # event" and srun's "Out Of Memory", vc4's CMA failure; the OOM killer's stack frames (out_of_memory,
-        # oom_kill_process) and a zone's watermarks when a report is pasted without its other lines.
-        # (Spelt to hold a rarer character or another classifier's word: "OfMemory" is cuda_oom's, so the scan's gate
-        # adds nothing for it.)
-        'OfMemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
-        'out_of_memory',
-        'kB min:',
-    )
-    # A task-table row alone carries no word to look for: the registry gates on its shape too.
-    gate_patterns = (("]", _TASK_ROW_TAIL),)
+    # The words (and the task-table row's shape) every text it reads contains: the registry's gate
+    # (_triggers.py).
+    triggers = _triggers.HOST_OOM
+    gate_patterns = _triggers.HOST_OOM_SHAPES
     kind = KIND_HOST_OOM
 
     def classify(self, text: str) -> list[Finding]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
 
+from . import _triggers
 from ._base import KIND_JETSON_MEMORY, FactValue, Finding
 from ._context import jetson_context
 from .cuda_oom import format_bytes
@@ -398,10 +399,8 @@ class JetsonMemoryClassifier:
     """
 
     name = "jetson_memory"
-    # Every text this classifier reads contains one of these; the registry gates all classifiers
-    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu', 'NvRmMemInit', 'DMA alloc FAILED',
-                'Failed to reserve')  # "cma: Failed to reserve": the gate anchors a word at its rare "F" on
+    # The words every text it reads contains: the registry's gate (_triggers.py).
+    triggers = _triggers.JETSON_MEMORY
     kind = KIND_JETSON_MEMORY
 
     def __init__(self, *, device_is_jetson: bool = False) -> None:

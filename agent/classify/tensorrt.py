@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import re
 
+from fleetscope.agent.classify import _triggers
 from fleetscope.agent.classify._base import KIND_TENSORRT_ERROR, KIND_TRT_BENCHMARK, FactValue, Finding
 from fleetscope.agent.classify._units import parse_size
 
@@ -281,19 +282,8 @@ _PRECISION_FLAGS = re.compile(r"\s--(?P<f>fp16|bf16|int8|fp8|best)\b")
 
 class TensorRtClassifier:
     name = "tensorrt"
-    # Every text this classifier reads contains one of these; the registry gates all classifiers
-    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = (
-        'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
-        'Enqueue Time', 'GPU Compute', 'Cuda Error in', 'Serialization Error', 'ngine failed', 'ngine file failed',
-        'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o', 'NvDsInferContext',
-        # Lines that name no logger: relayed by another logger, retyped, or cut from their tags. Each word is
-        # searched from its rarest character (agent/classify/_gate.py): none may start at a common one.
-        'Skipping tactic', 'equested amount of GPU memory', 'engine plan file', 'xpect fall back to non-int8',
-        'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
-        'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
-        'Failed to create engine from',
-    )
+    # The words every text it reads contains: the registry's gate (_triggers.py).
+    triggers = _triggers.TENSORRT
 
     def classify(self, text: str) -> list[Finding]:
         # Prefilter on words every recognised line carries: the logger tags ("[TRT]",

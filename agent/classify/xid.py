@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+from fleetscope.agent.classify import _triggers
 from fleetscope.agent.classify._base import KIND_GPU_XID, FactValue, Finding
 
 # The catalogue is shared with the NVML event thread, so a fault has one meaning and one
@@ -145,10 +146,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 class XidClassifier:
     name = "gpu_xid"
-    # Every text this classifier reads contains one of these; the registry gates all classifiers
-    # with their union in one regex pass, so an ordinary line costs one scan, not one per classifier.
-    triggers = ('Xid', 'fallen off', 'XID', 'RmInitAdapter', 'rm_init_adapter', 'RPC history', 'RPC event history',
-                'kflcnCoreDump', 'RPC from GSP', 'RPC response from GPU', 'NV_ERR_GPU_IS_LOST')
+    # The words every text it reads contains: the registry's gate (_triggers.py).
+    triggers = _triggers.XID
 
     def classify(self, text: str) -> list[Finding]:
         # Prefilter: every Xid/SXid line carries "Xid" (gpud and DCGM "XID"); the no-Xid notices say

@@ -39,6 +39,18 @@ NOT_LOADED_BY_PLAIN_AGENT = (
     "tomli",
     "sqlalchemy",
     "numpy",
+    # Imported with the first log text that gets through the classifiers' gate (agent/classify/
+    # __init__.py, _triggers.py): their code and regex families were ~2.3 MiB of every agent.
+    "fleetscope.agent.classify.cuda_oom",
+    "fleetscope.agent.classify.host_oom",
+    "fleetscope.agent.classify.jetson_memory",
+    "fleetscope.agent.classify.xid",
+    "fleetscope.agent.classify.tensorrt",
+    "fleetscope.agent.classify._normalise",
+    "html",  # the entity tables: only for pasted HTML (_normalise)
+    "fleetscope.agent.tools.install",  # `agent install | uninstall | bundle` options: tools/install_args.py
+    "fleetscope.agent.tools.bundle",
+    "fleetscope.agent.logs.journal",  # only with --journal-unit, or a kernel log read through journalctl
 )
 
 

@@ -15,7 +15,20 @@ from typing import Protocol
 
 from fleetscope.agent.records import LogEvent
 
-__all__ = ["LogSource"]
+__all__ = ["DEFAULT_JOURNALCTL", "LogSource", "priority_level"]
+
+# Shared by the journal source and the kernel log (which falls back to ``journalctl -k``): kept
+# here so that a kernel log read from /dev/kmsg does not import the journal reader.
+DEFAULT_JOURNALCTL: tuple[str, ...] = ("journalctl",)
+
+# syslog priority (the low 3 bits of a PRI) -> LogEvent level: emerg, alert, crit, err, warning,
+# notice, info, debug.
+_PRIORITY_LEVELS = ("critical", "critical", "critical", "error", "warning", "info", "info", "debug")
+
+
+def priority_level(priority: int) -> str:
+    """A syslog priority (or a whole PRI: only the low 3 bits count) as a LogEvent level."""
+    return _PRIORITY_LEVELS[priority & 7]
 
 
 class LogSource(Protocol):

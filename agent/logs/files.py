@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from fleetscope.agent.classify.host_oom import iso_ns
+from fleetscope.agent.classify._times import iso_ns
 from fleetscope.agent.records import LogEvent
 
 log = logging.getLogger(__name__)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from fleetscope.agent.logs._base import DEFAULT_JOURNALCTL, priority_level
 from fleetscope.agent.logs.files import guess_level
 from fleetscope.agent.records import LogEvent
 from fleetscope.proto.vocabulary import LOG_LEVEL_RANK
@@ -48,14 +49,10 @@ __all__ = [
     "priority_level",
 ]
 
-DEFAULT_JOURNALCTL: tuple[str, ...] = ("journalctl",)
 # "--since now": the agent reports what happens while it runs; the journal's past is not news.
 # "--all": without it, -o json turns fields over 4096 bytes into null and the message is lost.
 FOLLOW_ARGS: tuple[str, ...] = ("-f", "-o", "json", "--all", "--no-pager", "--since", "now")
 
-# syslog priority (the low 3 bits of a PRI) -> LogEvent level: emerg, alert, crit, err, warning,
-# notice, info, debug.
-_PRIORITY_LEVELS = ("critical", "critical", "critical", "error", "warning", "info", "info", "debug")
 _LEVEL_RANK = LOG_LEVEL_RANK
 _DEFAULT_PRIORITY = 6  # what journald assigns to a service's stdout when nothing says otherwise
 
@@ -66,11 +63,6 @@ _UNIT_FIELDS = ("_SYSTEMD_UNIT", "UNIT", "_SYSTEMD_USER_UNIT", "USER_UNIT")
 
 _STOP_WAIT_S = 2.0  # how long close() waits for journalctl to exit before killing it
 _STDERR_LINES = 5  # lines of journalctl's stderr kept to explain why it ended
-
-
-def priority_level(priority: int) -> str:
-    """A syslog priority (or a whole PRI: only the low 3 bits count) as a LogEvent level."""
-    return _PRIORITY_LEVELS[priority & 7]
 
 
 def more_severe(a: str, b: str) -> str:

@@ -28,10 +28,14 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from fleetscope.agent.logs._base import DEFAULT_JOURNALCTL, priority_level
 from fleetscope.agent.logs.files import guess_level
-from fleetscope.agent.logs.journal import DEFAULT_JOURNALCTL, JournalctlProcess, JournalEntry, priority_level
 from fleetscope.agent.records import LogEvent
+
+if TYPE_CHECKING:  # the journal reader is imported only where /dev/kmsg cannot be read (_start_journal)
+    from fleetscope.agent.logs.journal import JournalctlProcess, JournalEntry
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +156,8 @@ class KernelLogSource:
         if self._journalctl_cmd is None:
             self._why_not.append("the journalctl fallback is off")
         else:
+            from fleetscope.agent.logs.journal import JournalctlProcess
+
             argv = self._journalctl_cmd + list(KERNEL_JOURNAL_ARGS)
             try:
                 self._journal = JournalctlProcess(argv, max_message_chars=self._max_message)

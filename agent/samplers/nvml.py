@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import importlib.util
 import logging
-import os
 import re
 import threading
 import time
@@ -45,6 +43,7 @@ from fleetscope.agent.samplers._nvml import (
     call,
     first_of,
 )
+from fleetscope.agent.samplers._presence import nvml_present
 from fleetscope.proto.vocabulary import (
     KIND_GPU_LOST,
     KIND_GPU_XID,
@@ -334,15 +333,7 @@ class NvmlSampler:
         """Cheap and side-effect free: ``pynvml`` is installed (located, not imported) and a
         discrete-GPU driver is present (its /proc entry, its control node, or WSL's GPU node).
         Jetsons have neither and use the tegrastats source instead."""
-        try:
-            if importlib.util.find_spec("pynvml") is None:
-                return False
-        except (ImportError, ValueError, AttributeError):
-            return False
-        return any(
-            os.path.exists(p)
-            for p in (f"{proc_root}/driver/nvidia/version", f"{dev_root}/nvidiactl", f"{dev_root}/dxg")
-        )
+        return nvml_present(proc_root, dev_root)  # _presence.py: the registry asks it before importing this module
 
     def inventory(self) -> list[GpuInfo]:
         self._ensure()

@@ -18,12 +18,12 @@ cannot be run) is said once in the log and skipped; the agent runs with the othe
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleetscope.agent.samplers._base import Sampler, SourceUnavailable
+from fleetscope.agent.samplers._presence import maybe_jetson, nvml_present
 
 __all__ = ["JETSON_SOURCES", "SamplerFactory", "SamplerRegistry", "SamplerSettings", "default_samplers"]
 
@@ -95,11 +95,11 @@ def _host(settings: SamplerSettings) -> Sampler | None:
 def _nvml(settings: SamplerSettings) -> Sampler | None:
     if not settings.nvml:
         return None
-    from fleetscope.agent.samplers.nvml import NvmlSampler
-
-    if not NvmlSampler.available(settings.proc_root, settings.dev_root):
+    if not nvml_present(settings.proc_root, settings.dev_root):  # NvmlSampler.available, without importing it
         log.info("no NVIDIA driver here: GPU sampling through NVML is off")
         return None
+    from fleetscope.agent.samplers.nvml import NvmlSampler
+
     sampler = NvmlSampler(proc_root=settings.proc_root, xid_events=True)
     try:
         gpus = sampler.inventory()  # starts NVML: a driver that cannot work says so here
@@ -112,7 +112,11 @@ def _nvml(settings: SamplerSettings) -> Sampler | None:
 
 def _tegrastats_on_this_jetson(settings: SamplerSettings) -> bool:
     """The settings ask for tegrastats, it is installed, and this is a Jetson."""
-    if settings.jetson_source != "tegrastats" or shutil.which("tegrastats") is None:
+    if settings.jetson_source != "tegrastats" or not maybe_jetson(settings.sysfs_root):
+        return False
+    import shutil
+
+    if shutil.which("tegrastats") is None:
         return False
     from fleetscope.agent.samplers.jetson import JetsonSampler
 
@@ -130,6 +134,8 @@ def _tegrastats(settings: SamplerSettings) -> Sampler | None:
 def _jetson_sysfs(settings: SamplerSettings) -> Sampler | None:
     if settings.tegrastats_cmd or _tegrastats_on_this_jetson(settings):
         return None  # the tegrastats sampler reads this board (even if it could not start)
+    if not maybe_jetson(settings.sysfs_root):  # no board here: the Jetson code stays unimported
+        return None
     from fleetscope.agent.samplers.jetson import JetsonSampler
 
     if not JetsonSampler.available(settings.sysfs_root):

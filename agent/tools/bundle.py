@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fleetscope.agent.tools.install_args import add_bundle_arguments  # its options, apart from this module
+
 __all__ = ["BundleError", "add_bundle_arguments", "build_bundle", "pip_platforms", "run_bundle", "source_tree",
            "write_installer"]
 
@@ -182,16 +184,6 @@ def write_installer(folder: Path, *, version: str, platform: str, python: str) -
     }
     (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
-
-
-def add_bundle_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, required=True, metavar="FILE", help="the archive to write (.tar.gz)")
-    p.add_argument("--platform", default=None,
-                   help="target platform, e.g. linux_aarch64 (Jetson) or linux_x86_64 (default: this machine's)")
-    p.add_argument("--python", default=None, metavar="X.Y",
-                   help="target Python, e.g. 3.10 for JetPack 6 (default: this interpreter's)")
-    p.add_argument("--source", type=Path, default=None, metavar="DIR",
-                   help="fleetscope source tree to build the wheel from (default: the one running)")
 
 
 def run_bundle(args: argparse.Namespace) -> int:

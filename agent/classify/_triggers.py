@@ -1,0 +1,79 @@
+"""The words (and the few shapes) that wake each classifier, kept apart from the classifiers.
+
+The registry gates every classifier with the union of these in one regex (``_gate.py``): a log
+line holding none of them costs one scan and no classifier runs. The agent builds that gate from
+this module alone and imports a classifier's module (its code and its regex families, about 2 MiB
+of a drone's resident memory) only when a text first gets through the gate
+(``fleetscope.agent.classify.Registry``). Each classifier class points at its tuples here
+(``triggers = _triggers.CUDA_OOM``), so there is one list per classifier;
+tests/agent/test_classify_lazy.py checks that the classes and this module agree.
+
+Every text a classifier reads contains one of its words. A gate searches each word from its
+rarest character (``_gate.anchor``), so a word that starts at a common character is spelt from
+a rarer one ("illed process", "xhausted").
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CUDA_OOM", "CUDA_OOM_SHAPES", "HOST_OOM", "HOST_OOM_SHAPES", "JETSON_MEMORY", "TASK_ROW_TAIL", "TENSORRT", "XID",
+]
+
+CUDA_OOM: tuple[str, ...] = (
+    'of memory', 'OfMemory', 'MemoryAllocation', 'OF_MEMORY', 'NO_MEMORY', 'OOM', 'ALLOC_FAILED', 'EXHAUSTED',
+    'xhausted', 'Tried to allocate', 'by PyTorch', 'BufferAssignment', 'BFCAllocator', 'memory_limit_',
+    'in-use chunks', '_STATUS_NOT_INITIALIZED', 'requested buffer', 'BFCArena',
+    # MLX's allocator; nvidia-drm's GEM allocation; RELION's requested-space field (a line of its
+    # own in a paste).
+    '] Unable to allocate', 'allocate NVKMS', 'requestedSpace:',
+    # TensorFlow's pinned host allocator; CUDA.jl's OutOfGPUMemoryError; cuRAND.
+    'pinned host memory of size', 'of GPU memory trying', 'ALLOCATION_FAILED',
+    "memory isn't enough",  # MindSpore
+)
+# A word with a number inside, entered at its rare capitals: PyTorch's "GPU 0 has a total capacity
+# of ..." sentence on a line of its own.
+CUDA_OOM_SHAPES: tuple[tuple[str, str], ...] = (("U ", r"\d+ has a total capacit"),)  # "GPU 0", "NPU 0", "XPU 0"
+
+# ("oom-kill" and "oom_reaper" rather than "oom-" and "oom_": a gate searches a word from its
+# rarest character, and longer words have rarer ones.)
+HOST_OOM: tuple[str, ...] = (
+    'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
+    'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'Action=kill',
+    'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /', 'order allocation failed',
+    'vmalloc: allocation', 'vmap allocation', 'container oom', '/tasks/oom', '"oom"',
+    # ECS's "OutOfMemoryError: Container killed due to memory usage", earlyoom's sysrq mode, Slurm's "oom_kill
+    # event" and srun's "Out Of Memory", vc4's CMA failure; the OOM killer's stack frames (out_of_memory,
+    # oom_kill_process) and a zone's watermarks when a report is pasted without its other lines.
+    # (Spelt to hold a rarer character or another classifier's word: "OfMemory" is cuda_oom's, so the scan's gate
+    # adds nothing for it.)
+    'OfMemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
+    'out_of_memory',
+    'kB min:',
+)
+# A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
+# oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.
+TASK_ROW_TAIL = r"\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"
+# A task-table row alone carries no word to look for: the registry gates on its shape too.
+HOST_OOM_SHAPES: tuple[tuple[str, str], ...] = (("]", TASK_ROW_TAIL),)
+
+# "cma: Failed to reserve": the gate anchors a word at its rare "F" on
+JETSON_MEMORY: tuple[str, ...] = (
+    'NvMap', 'nvmap', 'NVMAP', 'AllocMapped', 'ma_alloc', 'nvgpu', 'NvRmMemInit', 'DMA alloc FAILED', 'Failed to reserve',
+)
+
+XID: tuple[str, ...] = (
+    'Xid', 'fallen off', 'XID', 'RmInitAdapter', 'rm_init_adapter', 'RPC history', 'RPC event history',
+    'kflcnCoreDump', 'RPC from GSP', 'RPC response from GPU', 'NV_ERR_GPU_IS_LOST',
+)
+
+TENSORRT: tuple[str, ...] = (
+    'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
+    'Enqueue Time', 'GPU Compute', 'Cuda Error in', 'Serialization Error', 'ngine failed', 'ngine file failed',
+    'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o', 'NvDsInferContext',
+    # Lines that name no logger: relayed by another logger, retyped, or cut from their tags. Each word is
+    # searched from its rarest character (agent/classify/_gate.py): none may start at a common one.
+    'Skipping tactic', 'equested amount of GPU memory', 'engine plan file', 'xpect fall back to non-int8',
+    'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
+    'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
+    'Failed to create engine from',
+)

@@ -1,25 +1,32 @@
 """One fast regex for "could any of these words be here": the gates of the registry and ``scan``.
 
-Python's regex engine tries an alternation's branches one after another at every position of the
-text; a few dozen trigger words in one flat ``a|b|c`` cost a branch test each per character. The
-same words arranged as a trie (``o(?:om(?:-|_)|f memory)|...``) cost one branch per character, and
-the engine skips in C every position whose character starts no word. Only existence matters to a
-gate, so a word that is a prefix of another ends its branch (the shorter one matches first).
+Python's regex engine finds where a pattern can start by the first characters of its branches (a
+set of characters, skipped over in C) and enters the pattern only there. Entering costs far more
+than skipping (tens of nanoseconds each time, and one more per branch tested), so a gate is as fast
+as the characters it is entered at are rare, and as few.
 
-A gate may also hold a few patterns with no fixed word (a kernel task-table row): each is given
-as a literal prefix and a regex tail, and sits in the trie under its prefix.
+So each word is entered at one of its rare characters, wherever that is in the word: the rest is
+matched ahead of it (a trie of what follows each entry character) and the part before it is
+checked behind (``(?<=word)``) only once that matched, which is seldom. The entry characters are
+chosen for the words together, as a cover: a word holding a character another word is already
+entered at is entered there too, so a hundred words need about twenty entry characters. The
+regex matches exactly the texts holding a word; a word another word holds adds nothing to it.
 
-The engine enters the pattern only at positions whose character can start it, so a gate is as
-fast as the characters its words start with are rare. A gate only has to be *necessary* (every
-text holding a word matches; the classifiers and the grouper then look closer), so each word is
-searched from its rarest character on: "of memory" by "f memory", "oom-killer" by "-killer".
-A text holding the word holds that tail of it; a few texts holding only the tail are let through.
+A gate may also hold a few patterns with no fixed word (a kernel task-table row): each is given as
+a literal prefix and a regex tail, entered like a word at a character of the prefix.
+
+Users: the registry's gate and the grouper's ``MAY_OPEN_BLOCK`` (:func:`compile_gate`), and
+``scan``'s gate (:func:`trie_pattern` over the tails of its words from the character rarest in the
+file being read, :func:`anchor`'s role there; it takes a match's line, not its column). A gate
+only has to be *necessary* (every text holding a word matches; the classifiers and the grouper
+then look closer).
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["RARE_SHARE", "anchor", "compile_gate", "share", "trie_pattern"]
 
@@ -27,14 +34,19 @@ _END = "\0end"
 _TAILS = "\0tails"
 
 
-# Rough share of each character in log text, in percent (English letter frequencies, with the
-# digits, spaces and punctuation logs are full of); any other character counts as rare (0.1).
+# Rough share of each character in log text, in percent: the digits, spaces and punctuation logs are
+# full of, letters as logs hold them (fewer "h", "w", "y" than prose; capitals from levels, acronyms
+# and units), taken over a training job's console log, a kernel log, a database's and a package
+# manager's. Any other character counts as rare (0.1); a file being scanned is counted instead.
 _SHARE = {
-    " ": 15.0, "e": 8.0, "t": 6.0, "a": 5.5, "o": 5.5, "i": 5.0, "n": 5.0, "s": 5.0, "r": 5.0,
-    "l": 3.5, "h": 3.0, "d": 3.0, "c": 2.5, "u": 2.0, "m": 2.0, "p": 2.0, "f": 1.5, "g": 1.5,
-    "w": 1.0, "y": 1.0, "b": 1.0, "v": 0.7, "k": 0.5, "x": 0.3, "j": 0.1, "q": 0.1, "z": 0.1,
-    ".": 2.0, ":": 2.0, "-": 1.5, "/": 1.5, ",": 1.0, "[": 0.7, "]": 0.7, "=": 0.7, "_": 0.7,
-    "(": 0.4, ")": 0.4, '"': 0.3, "E": 0.5, "I": 0.5, "W": 0.4, "T": 0.4, "S": 0.4, "A": 0.4,
+    " ": 15.0, "e": 6.0, "t": 4.5, "a": 4.0, "o": 4.0, "i": 4.0, "n": 4.0, "s": 4.0, "r": 4.0,
+    "l": 2.5, "c": 2.5, "d": 2.5, "p": 2.0, "u": 1.8, "m": 1.5, "f": 1.2, "g": 1.2, "h": 0.8,
+    "b": 1.0, "k": 0.8, "y": 0.5, "v": 0.5, "w": 0.4, "x": 0.25, "j": 0.1, "q": 0.1, "z": 0.06,
+    ".": 2.0, ":": 2.0, "-": 1.5, "/": 1.5, ",": 1.0, "[": 0.6, "]": 0.6, "=": 0.6, "_": 0.8,
+    "(": 0.4, ")": 0.4, '"': 0.6, "'": 0.1, "\n": 1.2,
+    "E": 0.4, "I": 0.4, "T": 0.5, "C": 0.5, "S": 0.4, "O": 0.4, "A": 0.35, "R": 0.35, "L": 0.35,
+    "N": 0.35, "P": 0.35, "U": 0.3, "G": 0.25, "B": 0.25, "M": 0.25, "D": 0.25, "F": 0.2, "W": 0.2,
+    "Y": 0.1, "H": 0.1, "V": 0.05, "K": 0.02, "X": 0.02, "Z": 0.01, "J": 0.02, "Q": 0.01, "*": 0.05,
     **{d: 2.5 for d in "0123456789"},
 }
 _MIN_ANCHOR = 4  # characters kept from the rarest one on: fewer would let too many texts through
@@ -62,39 +74,104 @@ def anchor(word: str) -> str:
     return word[min(range(len(word)), key=cost) :]
 
 
-def trie_pattern(literals: Iterable[str], tails: Iterable[tuple[str, str]] = ()) -> str:
-    """A regex matching where any of ``literals`` (escaped) or ``prefix + tail`` (a regex) starts."""
+def _shortest(words: set[str]) -> set[str]:
+    """``words`` without those that hold another of them."""
+    order = sorted(words)
+    joined = "\0".join(order)
+    starts = [0]
+    for w in order[:-1]:
+        starts.append(starts[-1] + len(w) + 1)
+    holders: set[str] = set()
+    for w in order:
+        at = joined.find(w)
+        while at >= 0:
+            holder = order[bisect.bisect_right(starts, at) - 1]
+            if holder != w:
+                holders.add(holder)
+            at = joined.find(w, at + 1)
+    return words - holders
+
+
+def _entries(words: Iterable[str], shares: Callable[[str], float]) -> dict[str, str]:
+    """Each word's entry character: a cover of the words by characters, cheap in total.
+
+    Greedy: the character with the least share per word it newly covers first; then each word is
+    entered at the rarest chosen character it holds (the cover may have chosen a rarer one later).
+    """
+    distinct = {w: set(w) for w in words}
+    gain: dict[str, int] = {}  # character -> the words not yet covered that hold it
+    for chars in distinct.values():
+        for ch in chars:
+            gain[ch] = gain.get(ch, 0) + 1
+    cost = {ch: shares(ch) for ch in gain}
+    left = set(distinct)
+    chosen: dict[str, float] = {}
+    while left:
+        best = min((ch for ch, n in gain.items() if n), key=lambda ch: (cost[ch] / gain[ch], ch))
+        chosen[best] = cost[best]
+        for w in [w for w in left if best in distinct[w]]:
+            left.discard(w)
+            for ch in distinct[w]:
+                gain[ch] -= 1
+    return {
+        w: min((ch for ch in chars if ch in chosen), key=lambda ch: (chosen[ch], ch)) for w, chars in distinct.items()
+    }
+
+
+def trie_pattern(
+    literals: Iterable[str], tails: Iterable[tuple[str, str]] = (), shares: Callable[[str], float] | None = None
+) -> str:
+    """A regex matching exactly the texts holding one of ``literals`` or a ``prefix + tail`` (a regex).
+
+    Each word (and each shape's prefix) is entered at a rare character of its own (``shares``: a
+    character's share of log text, in percent; :func:`share` by default), the rest is matched ahead
+    of it as a trie, and the part before it is checked behind once that matched. A match starts at
+    the entry character of the word it found, so on that word's line when the word holds no newline.
+    """
+    shares = shares or share
+    words = set(literals)
+    if "" in words:
+        raise ValueError("an empty trigger would match every text")
+    words = _shortest(words)  # a word another word holds is enough: the longer adds nothing to a gate
+    shapes = list(dict.fromkeys(tails))
+    for prefix, _ in shapes:
+        if not prefix:
+            raise ValueError("a gate pattern needs a literal prefix to be entered at")
+    entry = _entries(words | {p for p, _ in shapes}, shares)
+
+    # One trie per entry character over what follows it; a node's "ends" are the words whose
+    # rest ends there (None: a word entered at its first character, nothing to check behind).
     root: dict = {}
-    for lit in literals:
-        if not lit:
-            raise ValueError("an empty trigger would match every text")
+    for w in words:
+        i = w.index(entry[w])
         node = root
-        for ch in lit:
+        for ch in w[i:]:
             node = node.setdefault(ch, {})
-        node[_END] = True
-    for prefix, tail in tails:
+        node.setdefault(_END, set()).add(w if i else None)
+    for prefix, tail in shapes:
+        i = prefix.index(entry[prefix])
         node = root
-        for ch in prefix:
+        for ch in prefix[i:]:
             node = node.setdefault(ch, {})
-        node.setdefault(_TAILS, []).append(tail)
+        node.setdefault(_TAILS, []).append((prefix if i else None, tail))
 
     def emit(node: dict) -> str:
-        if _END in node:
+        ends = node.get(_END, set())
+        if None in ends:
             return ""  # a whole word matched: what follows it does not matter to a gate
+        # Branches that start with a literal first: the engine skips those in C when the text's
+        # character differs; a check behind is an assertion it must enter.
         alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch not in (_END, _TAILS)]
-        alts += [f"(?:{t})" for t in node.get(_TAILS, [])]
+        alts += [f"(?<={re.escape(w)})" for w in sorted(ends)]
+        alts += [(f"(?<={re.escape(p)})" if p else "") + f"(?:{t})" for p, t in node.get(_TAILS, [])]
         return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
-    return emit(root)
+    # The top level: one branch per entry character, the commonest first.
+    top = [re.escape(ch) + emit(root[ch]) for ch in sorted(root, key=lambda ch: (-shares(ch), ch))]
+    return top[0] if len(top) == 1 else "(?:" + "|".join(top) + ")"
 
 
 def compile_gate(literals: Iterable[str], tails: Iterable[tuple[str, str]] = ()) -> re.Pattern[str]:
-    """A necessary gate: matches every text holding one of ``literals`` or a ``prefix + tail``.
-
-    Each word is searched from its rarest character (:func:`anchor`); a shape from its prefix's.
-    """
-    shapes = []
-    for prefix, tail in tails:
-        a = anchor(prefix) if len(prefix) > _MIN_ANCHOR else prefix
-        shapes.append((a, tail))
-    return re.compile(trie_pattern({anchor(w) for w in literals}, shapes))
+    """A gate: matches every text holding one of ``literals`` or a ``prefix + tail``, and no other
+    (:func:`trie_pattern`)."""
+    return re.compile(trie_pattern(literals, tails))

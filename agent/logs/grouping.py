@@ -229,10 +229,9 @@ OPEN_WORDS: tuple[str, ...] = (
 GLOG_SHAPE: tuple[str, str] = (":", r"\d+\] ")
 OPEN_SHAPES: tuple[tuple[str, str], ...] = (
     ("]", r"\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"),  # a kernel task-table row
-    ("Normal: ", r"\d"),  # Mem-Info's buddy lists
-    ("DMA", r"(?:32)?: \d"),
-    ("HighMem: ", r"\d"),
-    ("Movable: ", r"\d"),
+    # Mem-Info's buddy lists ("Node 0 Normal: 12*4kB (UME) 3*8kB ..."): each holds "*<n>kB" (its
+    # rule, _MEMINFO_OPEN), entered at that rare "*" rather than at the zone's name.
+    ("*", r"\d+kB"),
 )
 MAY_OPEN_BLOCK = compile_gate(OPEN_WORDS, (*OPEN_SHAPES, GLOG_SHAPE))
 # The two openers ``scan`` does not find by a word (a frame line, rule 2, and a glog header, rule

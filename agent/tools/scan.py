@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, NamedTuple
 
 from fleetscope.agent.classify import Finding, classify_text, gate_patterns, registry
-from fleetscope.agent.classify._gate import anchor, share, trie_pattern
+from fleetscope.agent.classify._gate import share, trie_pattern
 from fleetscope.agent.classify._normalise import looks_pasted, undecorate
 from fleetscope.agent.classify.repeats import merge_repeats
 from fleetscope.agent.logs.grouping import (
@@ -72,8 +72,9 @@ MAX_EVENT_LINES = MAX_BLOCK_LINES  # the agent's bounds: the same text gives the
 MAX_EVENT_CHARS = MAX_BLOCK_CHARS
 PROGRESS_EVERY_BYTES = 50_000_000
 # A word whose rarest character is commoner than this (in percent of log text) is searched with
-# str.find rather than in the gate's regex (_Gate).
-FIND_SHARE = 0.8
+# str.find rather than in the gate's regex (_Gate): a word entered at a character this common costs
+# the regex less than a pass of its own.
+FIND_SHARE = 1.2
 SAMPLE_CHARS = 1 << 16  # the start of a file whose characters choose the gate's anchors (_Gate)
 SAMPLE_MIN = 4096  # a shorter file uses typical shares
 BLOCK_BYTES = 1 << 20
@@ -321,12 +322,13 @@ class _Gate:
         words = {w for w in words if not any(o != w and o in w for o in words)}
         if len(sample) >= SAMPLE_MIN:
             shares = _shares(sample, words)
-            anchors = {w: _anchor(w, shares) for w in words}
         else:  # too little text to count: the typical shares of log text (agent/classify/_gate.py)
             shares = {c: share(c) for w in words for c in w}
-            anchors = {w: anchor(w) for w in words}
-        rare = {w for w, a in anchors.items() if shares.get(a[0], 0.0) <= FIND_SHARE}
-        self._regex = _compiled(frozenset(anchors[w] for w in rare), tuple(dict.fromkeys(shapes)))
+        # A word with a character rare in this file is found by the regex, entered at such a character
+        # (the words' rare characters chosen together, agent/classify/_gate.py); the others by str.find.
+        rare = {w for w in words if min(shares.get(c, 0.0) for c in w) <= FIND_SHARE}
+        table = tuple(sorted(shares.items()))
+        self._regex = _compiled(frozenset(rare), tuple(dict.fromkeys(shapes)), True, table)
         self._clear = _compiled(frozenset(words), tuple(dict.fromkeys(shapes)), False)  # for short spans
         self._first = re.compile(OPENS_WITH_NEXT_LINE)  # a piece's first line has no newline before it
         self._words = sorted(words - rare, key=len, reverse=True)  # found whole: a longer needle skips further
@@ -370,25 +372,12 @@ def _shares(sample: str, words: Iterable[str]) -> dict[str, float]:
     return {c: 100.0 * sample.count(c) / n for c in {c for w in words for c in w}}
 
 
-def _anchor(word: str, shares: Mapping[str, float]) -> str:
-    """The tail of ``word`` the gate's regex searches for: from its rarest character in the file
-    being read (``shares``), at least three characters long."""
-    if len(word) <= 3:
-        return word
-
-    def cost(i: int) -> tuple[float, int]:
-        room = len(word) - i
-        if room < 3 or (room == 3 and word[i].isalnum()):
-            return (1e9, i)
-        return (shares.get(word[i], 0.0), i)
-
-    return word[min(range(len(word)), key=cost) :]
-
-
 @functools.lru_cache(maxsize=16)
-def _compiled(anchors: frozenset[str], shapes: tuple[tuple[str, str], ...], openers: bool = True) -> re.Pattern[str]:
-    # The anchors are already chosen (_anchor), so the trie is built from them directly.
-    return re.compile(trie_pattern(anchors, [*shapes, ("\n", OPENS_WITH_NEXT_LINE)] if openers else shapes))
+def _compiled(words: frozenset[str], shapes: tuple[tuple[str, str], ...], openers: bool = True,
+              table: tuple[tuple[str, float], ...] = ()) -> re.Pattern[str]:
+    shares = dict(table)
+    return re.compile(trie_pattern(words, [*shapes, ("\n", OPENS_WITH_NEXT_LINE)] if openers else shapes,
+                                   (lambda c: shares.get(c, share(c))) if shares else None))
 
 
 def _skip_gate(classify: Classify, sample: str) -> _Gate | None:

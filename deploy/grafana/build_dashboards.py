@@ -6,10 +6,13 @@
 Four dashboards:
 
 * ``fleetscope-fleet.json``, ``fleetscope-device.json``, ``fleetscope-incidents.json``: the
-  PostgreSQL datasource, reading fleetscope's own tables. Time series choose their source the way
-  the fleetscope dashboard does: raw rows for ranges up to 3 h, minute rollups up to 2 days, hour
-  rollups beyond, and raw rows after what the rollup job has closed (``rollup_progress``), so a
-  week is a few thousand rows per series and the chart still reaches now.
+  PostgreSQL datasource, reading fleetscope's own tables. Time series read minute rollups for
+  ranges up to 2 days and hour rollups beyond, and tail rows after what the rollup job has
+  closed (``rollup_progress``; only collectors before revision 0011 wrote a row per sample), so a
+  week is a few thousand rows per series. The collector stores raw samples as compressed chunks
+  (``collector/storage/batch_chunks.py``), which SQL cannot read: Grafana's charts reach the
+  rollup job's last pass (a minute or two behind now); the fleetscope dashboard reads the chunks
+  and reaches now.
 * ``fleetscope-dcgm.json``: the Prometheus datasource over the collector's fleet exposition, which
   carries GPU readings under dcgm-exporter's names and labels (``DCGM_FI_DEV_GPU_UTIL``, ...,
   ``gpu``, ``Hostname``, ``modelName``), for servers and Jetson drones alike. Series are grouped by
@@ -32,7 +35,6 @@ SCHEMA_VERSION = 39
 PG = {"type": "grafana-postgresql-datasource", "uid": "${datasource}"}
 PROM = {"type": "prometheus", "uid": "${datasource}"}
 NS = 1_000_000_000
-MINUTE_ROLLUPS_FROM_NS = 3 * 3600 * NS  # ranges longer than 3 h read minute rollups
 HOUR_ROLLUPS_FROM_NS = 2 * 86400 * NS  # and longer than 2 days hour rollups
 
 DEVICE = "${device:sqlstring}"
@@ -62,7 +64,7 @@ def rolled_series(
   SELECT $__unixEpochNanoFrom()::bigint AS lo, $__unixEpochNanoTo()::bigint AS hi
 ), res AS (
   SELECT CASE WHEN win.hi - win.lo > {HOUR_ROLLUPS_FROM_NS} THEN 3600
-              WHEN win.hi - win.lo > {MINUTE_ROLLUPS_FROM_NS} THEN 60 ELSE 0 END AS step_s
+              ELSE 60 END AS step_s
   FROM win
 ), rolled AS (
   SELECT p.device_id, p.rolled_until_ns FROM rollup_progress p JOIN res ON p.step_s = res.step_s

@@ -232,15 +232,47 @@ def chunk_buckets(
     return out
 
 
+def take_rows(rows: ChunkRows, keep: np.ndarray) -> ChunkRows:
+    """The rows of ``rows`` where ``keep`` (a boolean array) is true, in the same order."""
+    import numpy as np
+
+    idx = np.flatnonzero(keep)
+    at = idx.tolist()
+    return ChunkRows(
+        rows.device_id[idx],
+        rows.ts_ns[idx],
+        rows.gpu_index[idx] if len(rows.gpu_index) else rows.gpu_index,
+        {name: v[idx] for name, v in rows.values.items()},
+        {name: [t[i] for i in at] for name, t in rows.texts.items()},
+    )
+
+
+def _carrying(rows: ChunkRows, present: Sequence[str]) -> np.ndarray:
+    """Which rows carry every reading of ``present`` (not NULL)."""
+    import numpy as np
+
+    keep = np.ones(len(rows), dtype=bool)
+    for name in present:
+        if name in rows.texts:
+            keep &= np.fromiter((t is not None for t in rows.texts[name]), dtype=bool, count=len(rows))
+        else:
+            keep &= ~np.isnan(rows.values[name])
+    return keep
+
+
 def read_samples(
     conn: Any, kind: str, device_ids: Sequence[int], lo: int, hi: int, *,
     columns: Sequence[str] | None = None, texts: Sequence[str] = (), gpu_index: int | None = None,
+    present: Sequence[str] = (),
 ) -> ChunkRows:
     """The devices' raw samples with ``lo <= ts_ns < hi`` wherever they sit: in chunks (what the
     collector stores since revision 0011, and what compaction folded) and in the tail tables
     (rows an older collector wrote, not yet folded), merged and sorted by time, then device,
     then GPU. ``kind`` is "gpu" or "host"; ``columns`` default to all of the kind's readings,
-    ``texts`` (host only) to none."""
+    ``texts`` (host only) to none. ``present``: only the samples that carry each of these
+    readings (some of ``columns`` and ``texts``); for the tail's rows the condition is the
+    database's, so a reading most samples lack (the host's top-process table) does not fetch
+    every row of the window; chunks are decoded whole and filtered."""
     import numpy as np
 
     from fleetscope.collector.storage.schema import gpu_samples, host_samples
@@ -256,31 +288,32 @@ def read_samples(
         table = host_samples
     else:
         raise ValueError(f"kind must be 'gpu' or 'host', not {kind!r}")
+    if not set(present) <= {*cols, *texts}:
+        raise ValueError(f"present {list(present)}: not among the columns read")
+    if present and len(chunked):
+        chunked = take_rows(chunked, _carrying(chunked, present))
     c = table.c
     head = [c.device_id, c.ts_ns] + ([c.gpu_index] if per_gpu else [])
-    where = [in_ids(c.device_id, device_ids), c.ts_ns >= lo, c.ts_ns < hi]
+    where = [in_ids(c.device_id, device_ids), c.ts_ns >= lo, c.ts_ns < hi, *[c[n].is_not(None) for n in present]]
     if per_gpu and gpu_index is not None:
         where.append(c.gpu_index == gpu_index)
     tail = conn.execute(select(*head, *[c[n] for n in cols], *[c[n] for n in texts]).where(*where)).all()
     if not tail:
         return chunked
+    by_column = list(zip(*tail))  # column by column: None becomes NaN in a float64 array
     width = len(head)
-    dev = np.fromiter((r[0] for r in tail), dtype=np.int64, count=len(tail))
-    ts = np.fromiter((r[1] for r in tail), dtype=np.int64, count=len(tail))
-    gpu = np.fromiter((r[2] for r in tail), dtype=np.int64, count=len(tail)) if per_gpu else np.empty(0, dtype=np.int64)
-    vals = {
-        name: np.array([np.nan if r[width + j] is None else r[width + j] for r in tail], dtype=np.float64)
+    empty = np.empty(0, dtype=np.int64)
+    dev = np.concatenate([chunked.device_id, np.array(by_column[0], dtype=np.int64)])
+    ts = np.concatenate([chunked.ts_ns, np.array(by_column[1], dtype=np.int64)])
+    gpu = np.concatenate([chunked.gpu_index, np.array(by_column[2], dtype=np.int64)]) if per_gpu else empty
+    order = np.lexsort((gpu, dev, ts)) if per_gpu else np.lexsort((dev, ts))
+    values = {
+        name: np.concatenate([chunked.values[name], np.array(by_column[width + j], dtype=np.float64)])[order]
         for j, name in enumerate(cols)
     }
-    txts = {name: [r[width + len(cols) + j] for r in tail] for j, name in enumerate(texts)}
-    all_ts = np.concatenate([chunked.ts_ns, ts])
-    all_dev = np.concatenate([chunked.device_id, dev])
-    all_gpu = np.concatenate([chunked.gpu_index, gpu]) if per_gpu else gpu
-    order = np.lexsort((all_gpu, all_dev, all_ts)) if per_gpu else np.lexsort((all_dev, all_ts))
-    merged_vals = {name: np.concatenate([chunked.values[name], vals[name]])[order] for name in cols}
-    order_list = order.tolist()
-    merged_txts = {}
-    for name in texts:
-        both = chunked.texts[name] + txts[name]
-        merged_txts[name] = [both[i] for i in order_list]
-    return ChunkRows(all_dev[order], all_ts[order], all_gpu[order] if per_gpu else gpu, merged_vals, merged_txts)
+    at = order.tolist()
+    strings = {}
+    for j, name in enumerate(texts):
+        both = [*chunked.texts[name], *by_column[width + len(cols) + j]]
+        strings[name] = [both[i] for i in at]
+    return ChunkRows(dev[order], ts[order], gpu[order] if per_gpu else empty, values, strings)

@@ -30,10 +30,9 @@ from fleetscope.collector.storage.chunk_reader import (
     HOST_TEXT_COLUMNS,
     MIXED_GPU_COLUMN,
     ChunkRows,
-    read_gpu_chunk_rows,
-    read_host_chunk_rows,
+    read_samples,
+    take_rows,
 )
-from fleetscope.collector.storage.id_lists import in_ids
 from fleetscope.collector.storage.incident_lifecycle import DerivedKey, OpenIncident
 from fleetscope.collector.storage.schema import gpu_samples, host_samples
 
@@ -385,8 +384,8 @@ def read_new_sums(
 #
 # Raw samples sit in the tail tables (rows an older collector wrote, not yet folded) and in
 # chunks (each batch's samples as the collector stores them, and what compaction folded): they
-# are read from both, merged, in columns (numpy: ``read_sample_columns``, which is
-# ``chunk_reader.read_samples`` with a NOT NULL condition), one read per group of devices, and
+# are read from both, merged, in columns (``chunk_reader.read_samples``, with a NOT NULL
+# condition where a detector needs a reading), one read per group of devices, and
 # what a detector sums is summed here in numpy, not in SQL.
 
 GROUP_SPAN_NS = 60 * NS  # devices whose starts lie within this of the group's earliest are read together
@@ -418,95 +417,6 @@ class SampleGroup:
     rows: ChunkRows
 
 
-def take(rows: ChunkRows, keep: np.ndarray) -> ChunkRows:
-    """The rows of ``rows`` where ``keep`` (a boolean array) is true, in the same order."""
-    import numpy as np
-
-    idx = np.flatnonzero(keep)
-    at = idx.tolist()
-    return ChunkRows(
-        rows.device_id[idx],
-        rows.ts_ns[idx],
-        rows.gpu_index[idx] if len(rows.gpu_index) else rows.gpu_index,
-        {name: v[idx] for name, v in rows.values.items()},
-        {name: [t[i] for i in at] for name, t in rows.texts.items()},
-    )
-
-
-def _carrying(rows: ChunkRows, present: Sequence[str]) -> np.ndarray:
-    """Which rows carry every reading of ``present`` (not NULL)."""
-    import numpy as np
-
-    keep = np.ones(len(rows), dtype=bool)
-    for name in present:
-        if name in rows.texts:
-            keep &= np.fromiter((t is not None for t in rows.texts[name]), dtype=bool, count=len(rows))
-        else:
-            keep &= ~np.isnan(rows.values[name])
-    return keep
-
-
-def read_sample_columns(
-    conn: Connection,
-    kind: str,
-    device_ids: Sequence[int],
-    lo: int,
-    hi: int,
-    columns: Sequence[str],
-    texts: Sequence[str] = (),
-    present: Sequence[str] = (),
-) -> ChunkRows:
-    """``chunk_reader.read_samples`` (the devices' samples with ``lo <= ts_ns < hi``, from the
-    chunks and the tail tables, merged and sorted by time, device, GPU) of only the samples that
-    carry each reading of ``present`` (some of ``columns`` and ``texts``): for the tail's rows the
-    condition is the database's, so a reading most samples lack (the host's top-process table)
-    does not fetch every row of the window; chunks are decoded whole and filtered."""
-    import numpy as np
-
-    if not set(present) <= {*columns, *texts}:
-        raise ValueError(f"present {list(present)}: not among the columns read")
-    per_gpu = kind == "gpu"
-    if per_gpu:
-        chunked = read_gpu_chunk_rows(conn, device_ids, lo, hi, columns=columns)
-        table = gpu_samples
-    elif kind == "host":
-        chunked = read_host_chunk_rows(conn, device_ids, lo, hi, columns=columns, texts=texts)
-        table = host_samples
-    else:
-        raise ValueError(f"kind must be 'gpu' or 'host', not {kind!r}")
-    if present and len(chunked):
-        chunked = take(chunked, _carrying(chunked, present))
-    c = table.c
-    head = [c.device_id, c.ts_ns, *([c.gpu_index] if per_gpu else [])]
-    tail = conn.execute(
-        select(*head, *[c[n] for n in columns], *[c[n] for n in texts]).where(
-            in_ids(c.device_id, device_ids),
-            c.ts_ns >= lo,
-            c.ts_ns < hi,
-            *[c[n].is_not(None) for n in present],
-        )
-    ).all()
-    if not tail:
-        return chunked
-    cols = list(zip(*tail))  # column by column: None becomes NaN in a float64 array
-    width = len(head)
-    empty = np.empty(0, dtype=np.int64)
-    dev = np.concatenate([chunked.device_id, np.array(cols[0], dtype=np.int64)])
-    ts = np.concatenate([chunked.ts_ns, np.array(cols[1], dtype=np.int64)])
-    gpu = np.concatenate([chunked.gpu_index, np.array(cols[2], dtype=np.int64)]) if per_gpu else empty
-    order = np.lexsort((gpu, dev, ts)) if per_gpu else np.lexsort((dev, ts))
-    values = {
-        name: np.concatenate([chunked.values[name], np.array(cols[width + j], dtype=np.float64)])[order]
-        for j, name in enumerate(columns)
-    }
-    at = order.tolist()
-    strings = {}
-    for j, name in enumerate(texts):
-        both = [*chunked.texts[name], *cols[width + len(columns) + j]]
-        strings[name] = [both[i] for i in at]
-    return ChunkRows(dev[order], ts[order], gpu[order] if per_gpu else empty, values, strings)
-
-
 def new_sample_groups(
     ctx: PassContext,
     detector: str,
@@ -521,7 +431,7 @@ def new_sample_groups(
     budget: bool = True,
 ) -> Iterator[SampleGroup]:
     """The new raw samples (``kind`` "gpu" or "host") of the devices, one read of the tail and the
-    chunks (``read_sample_columns``) per group of devices (``_groups``: usually one per pass;
+    chunks (``chunk_reader.read_samples``) per group of devices (``_groups``: usually one per pass;
     first windows chunk by chunk within the catch-up budget, as ``read_new_rows``). ``columns``
     are the float readings to read, ``texts`` the host text columns, ``present`` the readings a
     sample must carry (``IS NOT NULL``) to be read at all. Lazily: a group is read when the caller
@@ -534,15 +444,22 @@ def new_sample_groups(
     for part in _budgeted(ctx, marked, chunks, budget):
         for starts in _groups(part):
             members = sorted(starts)
-            rows = read_sample_columns(
-                ctx.conn, kind, members, min(starts.values()) + 1, now + 1, columns, texts, present
+            rows = read_samples(
+                ctx.conn,
+                kind,
+                members,
+                min(starts.values()) + 1,
+                now + 1,
+                columns=columns,
+                texts=texts,
+                present=present,
             )
             if len(rows):
                 devs = np.array(members, dtype=np.int64)
                 lows = np.array([starts[d] for d in members], dtype=np.int64)
                 keep = rows.ts_ns > lows[np.searchsorted(devs, rows.device_id)]
                 if not keep.all():
-                    rows = take(rows, keep)
+                    rows = take_rows(rows, keep)
             yield SampleGroup(starts, {d for d in starts if d not in marked}, rows)
 
 
@@ -606,7 +523,7 @@ def sample_rows(
     for group in groups:
         r = group.rows
         if keep is not None and len(r) and not keep.issuperset(group.starts):
-            r = take(r, np.isin(r.device_id, list(keep)))
+            r = take_rows(r, np.isin(r.device_id, list(keep)))
         if len(r):
             for row in zip(r.device_id.tolist(), r.ts_ns.tolist(), *_column_lists(r, columns)):
                 out.setdefault(row[0], []).append(row)

@@ -31,9 +31,9 @@ FAMILIES = (
     "cuda_oom", "host_oom", "memory_alloc_failure", "gpu_xid", "jetson_memory", "tensorrt_error",
     "trt_benchmark", TEGRASTATS, NEGATIVE,
 )
-PARTS = ("open", "sealed", "holdout2", "dev", "holdout3", "all")
-HELD_OUT = frozenset({"holdout3"})  # parts not read yet: scored once, their failures never listed
-DEV = frozenset({"open", "sealed", "holdout2"})  # the parts scored and read: development data
+PARTS = ("open", "sealed", "holdout2", "holdout3", "dev", "holdout4", "all")
+HELD_OUT = frozenset({"holdout4"})  # parts not read yet: scored once, their failures never listed
+DEV = frozenset({"open", "sealed", "holdout2", "holdout3"})  # the parts scored and read: development data
 
 # Fact keys each family may be labelled with (PROCEDURE.md, "Families and their fact keys").
 FACT_KEYS: Mapping[str, frozenset[str]] = {
@@ -78,9 +78,9 @@ class Sample:
 
 def part_of(folder: str, file: str) -> str:
     """``sealed`` for a third of round 1's samples, chosen by a hash of the name (PROCEDURE.md, "The
-    split"); ``holdout2`` and ``holdout3`` for every sample of rounds 2 and 3 (PROCEDURE.md, "Round 2",
-    "Round 3")."""
-    for held in ("holdout2", "holdout3"):
+    split"); ``holdout2``, ``holdout3`` and ``holdout4`` for every sample of rounds 2 to 4 (PROCEDURE.md,
+    "Round 2" to "Round 4")."""
+    for held in ("holdout2", "holdout3", "holdout4"):
         if folder.startswith(held + "-"):
             return held
     digest = hashlib.sha256(f"{SEAL_SALT}{folder}/{file}".encode()).hexdigest()

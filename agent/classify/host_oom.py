@@ -168,13 +168,14 @@ _INVOKED = re.compile(
 # "CPU: 3 PID: 777 Comm: python3 Not tainted 5.15.0 #1"; before 2.6.36 "Pid: 23105, comm: apt-check Tainted: G W 2.6.30 #11".
 _CONTEXT = re.compile(
     r"(?:CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?)"
-    r"|Pid: (?P<oldpid>\d+), comm: (?P<oldcomm>.+?)) "
+    # RHEL prints whether a crash kernel is loaded between the comm and the taint ("Kdump: loaded").
+    r"|Pid: (?P<oldpid>\d+), comm: (?P<oldcomm>.+?))(?: Kdump: loaded)? "
     # RHEL prints its own taint columns as dashes ("Tainted: G    B   ------------ T 3.10.0-327.el7.x86_64 #1").
     r"(?:Not tainted|Tainted: [A-Z -]*?) ?(?P<rel>\d\S*) #\d"
 )
 # The same line wrapped by a paste before its release ("... Tainted: G    C O" then "   4.14.79-v7+ #1159").
 _CONTEXT_CUT = re.compile(
-    r"CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?) (?:Not tainted|Tainted:[A-Z -]*?)\s*$"
+    r"CPU: (?P<cpu>\d+) (?:UID: (?P<uid>\d+) )?PID: (?P<pid>\d+) Comm: (?P<comm>.+?)(?: Kdump: loaded)? (?:Not tainted|Tainted:[A-Z -]*?)\s*$"
 )
 _RELEASE_LINE = re.compile(r"^\s*(?P<rel>\d+\.\d+\S*) #\d")
 # The header when its fields after the colon are cut, wrapped or mangled (a quoted-printable mail's "=3D"):
@@ -503,6 +504,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             pending.facts["oom_report"] = "partial"
             if "+0x" in line:
                 pending.facts["oom_call_trace"] = True  # the killer's own frames: the report's stack
+                _stack_header(pending, lines, i)
         if _meminfo(pending, line):
             pending.lines.append(i)
             continue
@@ -519,21 +521,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             context(i, split_kernel_prefix(line))
         elif ("CPU: " in line and "PID: " in line or "Pid: " in line and "comm: " in line) and "invoker_pid" not in pending.facts:
             kl = split_kernel_prefix(line)
-            m = _CONTEXT.search(kl.body)
-            rel = m["rel"] if m else None
-            if m is None:
-                m = _CONTEXT_CUT.search(kl.body)
-                nxt = _RELEASE_LINE.match(split_kernel_prefix(lines[i + 1]).body) if m and i + 1 < len(lines) else None
-                rel = nxt["rel"] if nxt else None
-            if m:
-                f = pending.facts
-                g = m.groupdict()
-                f["invoker_pid"] = int(g["pid"] or g["oldpid"])
-                _put(f, "kernel_release", rel)
-                _put(f, "invoker_cpu", int(m["cpu"]) if m["cpu"] else None)
-                _put(f, "invoker_uid", int(m["uid"]) if m["uid"] else None)
-                if "invoker_process" not in f:
-                    _put(f, "invoker_process", _comm(g["comm"] or g.get("oldcomm") or ""))
+            if _stack_owner(pending.facts, lines, i, kl):
                 context(i, kl)
         elif "cpuset=" in line:
             kl = split_kernel_prefix(line)
@@ -580,6 +568,60 @@ def _kernel(lines: list[str]) -> list[_Episode]:
     # A report's middle is one only with something read from it: a "Mem-Info:" or "Tasks state"
     # line alone (sysrq, a quoted heading) is no incident.
     return [ep for ep in episodes if ep.facts.get("oom_report") != "partial" or ep.has_victim or _has_figures(ep.facts)]
+
+
+def _stack_owner(f: dict[str, FactValue], lines: list[str], i: int, kl: KernelLine) -> bool:
+    """dump_stack()'s first line ("CPU: 3 PID: 2145 Comm: java Not tainted 5.15.0-91-generic #101")
+    into the report's facts: the task whose allocation invoked the killer, and the kernel's release."""
+    m = _CONTEXT.search(kl.body)
+    rel = m["rel"] if m else None
+    if m is None:
+        m = _CONTEXT_CUT.search(kl.body)
+        nxt = _RELEASE_LINE.match(split_kernel_prefix(lines[i + 1]).body) if m and i + 1 < len(lines) else None
+        rel = nxt["rel"] if nxt else None
+    if not m:
+        return False
+    g = m.groupdict()
+    f["invoker_pid"] = int(g["pid"] or g["oldpid"])
+    _put(f, "kernel_release", rel)
+    _put(f, "invoker_cpu", int(m["cpu"]) if m["cpu"] else None)
+    _put(f, "invoker_uid", int(m["uid"]) if m["uid"] else None)
+    comm = _comm(g["comm"] or g.get("oldcomm") or "")
+    head = f.get("invoker_process")
+    # Both lines print the task's comm; this one ends it at a fixed word ("Not tainted", "Tainted:"),
+    # the header's "<comm> invoked oom-killer" is cut at a space when its kernel prefix is damaged.
+    if head is None or comm and isinstance(head, str) and comm.endswith(" " + head):
+        _put(f, "invoker_process", comm)
+    return True
+
+
+# What dump_stack() prints between its first line and the OOM killer's frames: the hardware, the
+# "Call Trace:" heading, frames ("[<ffffffff8140cde1>] dump_stack+0x63/0x82", "? find_lock_task_mm+0x3b/0x80"),
+# raw stack words, and the registers of a trace printed with them.
+_STACK_LINE = re.compile(
+    r"\s*(?:Hardware name:|Call Trace:|</?TASK>|\[<[0-9a-f]+>\]|\[[0-9a-f]+\] \[[0-9a-f]+\]|\? [\w.]+\+0x"
+    r"|[\w.]+\+0x[0-9a-f]+/0x[0-9a-f]+|[0-9a-f]{8,16}(?: [0-9a-f]{8,16})*\s*$|R[A-Z0-9]{2}: |Code: |Workqueue: )"
+)
+_STACK_BACK = 48
+
+
+def _stack_header(ep: _Episode, lines: list[str], i: int) -> None:
+    """A report pasted from its call trace: dump_stack()'s first line just above the trace, when it is
+    there (and the ``cpuset=`` line before it), read into the report."""
+    for j in range(i - 1, max(-1, i - _STACK_BACK), -1):
+        kl = split_kernel_prefix(lines[j])
+        body = kl.body
+        if "PID: " in body or "Pid: " in body:
+            if _stack_owner(ep.facts, lines, j, kl):
+                ep.lines.append(j)
+                if j and "cpuset=" in lines[j - 1]:
+                    c = _CPUSET.search(split_kernel_prefix(lines[j - 1]).body)
+                    if c:
+                        ep.facts.setdefault("cpuset", c["cpuset"])
+                        ep.facts.setdefault("mems_allowed", c["mems"])
+            return
+        if not _STACK_LINE.match(body):
+            return
 
 
 def _has_figures(f: dict[str, FactValue]) -> bool:

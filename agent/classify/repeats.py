@@ -11,12 +11,15 @@ facts (``IDENTITY``) differs between them: a different requested size, GPU, rank
 or pod is a different fault; the same Xid on the same GPU again, in one file or one tick, is the
 same fault counted again (a channel that keeps faulting), whatever the time between. The merged finding keeps the first one's
 text and title, takes the facts the others add, the most severe severity, and counts the copies in
-``occurrences``. Standard library only (the agent imports it).
+``occurrences``. Findings of different kinds are never merged: a framework's CUDA out-of-memory
+error printed after NvMap's ENOMEM on a Jetson is reported as both (``jetson_memory`` and
+``cuda_oom``), each layer's own finding. Standard library only (the agent imports it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -37,7 +40,7 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     # Two reports of the kernel differ in their uptime stamp even when the same process invoked both.
     KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code",
                     "kernel_uptime_s", "invoker_pid"),
-    KIND_MEMORY_ALLOC_FAILURE: ("invoker_process", "invoker_pid", "order"),
+    KIND_MEMORY_ALLOC_FAILURE: ("invoker_process", "invoker_pid", "order", "kernel_uptime_s"),
     KIND_GPU_XID: ("xid", "sxid", "pci_address", "pid", "nvswitch_index", "link"),
     # NvMap's calls nest (HandleAlloc reports its AllocInternalTagged's error): the call is not identity.
     KIND_JETSON_MEMORY: ("source", "errno", "heap", "requested_bytes"),
@@ -147,19 +150,6 @@ def _merged(first: F, other: F) -> F:
     return dataclasses.replace(first, severity=severity, facts=facts)  # type: ignore[type-var]
 
 
-# On a Jetson the GPU's memory is NvMap's: a CUDA allocation failing right after NvMap ran out
-# (ENOMEM) is that same fault as the framework saw it.
-ABSORBED_BY: Mapping[str, tuple[str, ...]] = {KIND_CUDA_OOM: (KIND_JETSON_MEMORY,)}
-NEAR_LINES = 20
-
-
-def _absorbs(kept: _FindingLike, f: _FindingLike) -> bool:
-    if kept.kind not in ABSORBED_BY.get(f.kind, ()) or kept.facts.get("out_of_memory") is not True:
-        return False
-    a, b = getattr(kept, "line", None), getattr(f, "line", None)
-    return a is None or b is None or abs(a - b) <= NEAR_LINES
-
-
 def merge_repeats(findings: Sequence[F]) -> list[F]:
     """``findings`` with each fault once, in the order of its first copy.
 
@@ -168,6 +158,7 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
     """
     out: list[F] = []
     by_kind: dict[str, list[int]] = {}
+    tries: set[int] = set()  # findings of only the stream executor's tries so far (_try)
     for f in findings:
         recent = by_kind.setdefault(f.kind, [])
         for i in reversed(recent[-WINDOW:]):
@@ -175,36 +166,112 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
                 out[i] = _merged(out[i], f)
                 break
         else:
+            ep = _episode(out, recent, tries, f) if f.kind == KIND_CUDA_OOM and recent else None
+            if ep is not None:
+                i, stands = ep
+                out[i] = _merged(f, out[i]) if stands else _merged(out[i], f)
+                if stands:
+                    tries.discard(i)
+                continue
+            if f.kind == KIND_CUDA_OOM and _try(f):
+                tries.add(len(out))
             recent.append(len(out))
             out.append(f)
-    return _absorb_relayed(out)
+    return _fold_show_mem(out)
 
 
-def _absorb_relayed(findings: list[F]) -> list[F]:
-    """Fold each finding another kind's finding reports the same fault of (``ABSORBED_BY``) into it,
-    whichever of the two came first."""
-    if not any(f.kind in ABSORBED_BY for f in findings):
-        return findings
-    out = list(findings)
-    gone: set[int] = set()
-    for j, f in enumerate(findings):
-        hosts = ABSORBED_BY.get(f.kind, ())
-        if not hosts:
+# TensorFlow's and XLA's allocators try before they fail. The stream executor prints "failed to
+# allocate <size> from device: CUDA_ERROR_OUT_OF_MEMORY" for each try of a region (the BFC allocator
+# backs off by a tenth each time, or grows the region), and the BFC allocator warns that it "ran out of
+# memory trying to allocate" a size when "the caller indicates that this is not a failure". Each line
+# is a finding of its own: one process's tries, the warnings beside them and the error they end in
+# (the exception raised) are one fault, whatever the sizes. BFC warnings alone, or beside another BFC
+# line, stay apart by size (the allocations of different tensors, each of which coped).
+_XLA_FAMILY = frozenset({"tensorflow", "xla", "jax"})
+_EPISODE_S = 60.0  # tries of one allocation follow each other within seconds
+_TS = re.compile(r"(?:(\d{4}-\d\d-\d\d)[ T])?(\d{1,2}):(\d\d):(\d\d(?:\.\d+)?)")
+
+
+def _try(f: _FindingLike) -> bool:
+    """The stream executor's report of one try (no exception or status: nothing gave up yet)."""
+    facts = f.facts
+    return facts.get("component") == "stream_executor" and "exception" not in facts and "status" not in facts
+
+
+def _raised(f: _FindingLike) -> bool:
+    """The error the framework raised (``ResourceExhaustedError``, ``XlaRuntimeError: RESOURCE_EXHAUSTED``)."""
+    return "exception" in f.facts or "status" in f.facts
+
+
+def _coped(f: _FindingLike) -> bool:
+    """The BFC allocator's "not a failure" warning."""
+    return f.facts.get("allocation_failed") is False
+
+
+def _one_process(a: _FindingLike, b: _FindingLike) -> bool:
+    """Whether two TensorFlow/XLA out-of-memory findings can be one process's, at one time."""
+    fa, fb = a.facts.get("framework"), b.facts.get("framework")
+    if fa not in _XLA_FAMILY or fb not in _XLA_FAMILY:
+        return False
+    for k in ("device_index", "worker_prefix", "pid"):
+        va, vb = a.facts.get(k), b.facts.get(k)
+        if va is not None and vb is not None and va != vb:
+            return False
+    ta, tb = _TS.search(str(a.facts.get("log_first_ts", ""))), _TS.search(str(b.facts.get("log_first_ts", "")))
+    if ta is None or tb is None:
+        return True  # a finding without a printed time (an exception) is placed by its neighbours
+    if ta[1] and tb[1] and ta[1] != tb[1]:
+        return False
+    sa = int(ta[2]) * 3600 + int(ta[3]) * 60 + float(ta[4])
+    sb = int(tb[2]) * 3600 + int(tb[3]) * 60 + float(tb[4])
+    return abs(sa - sb) <= _EPISODE_S
+
+
+def _episode(out: Sequence[_FindingLike], recent: Sequence[int], tries: set[int], f: _FindingLike) -> tuple[int, bool] | None:
+    """The earlier finding ``f`` is one fault with, and whether ``f``'s figures should stand."""
+    f_try, f_coped = _try(f), _coped(f)
+    for i in reversed(recent[-WINDOW:]):
+        o = out[i]
+        if not _one_process(o, f):
             continue
-        host = next((i for i, h in enumerate(out) if i not in gone and h.kind in hosts and _absorbs(h, f)), None)
-        if host is not None:
-            out[host] = _absorbed(out[host], f)
-            gone.add(j)
-    return [f for i, f in enumerate(out) if i not in gone]
+        if f_try or f_coped and (i in tries or _raised(o)):
+            return i, False  # another try, or a warning beside the tries or the error raised
+        if i in tries and not f_coped:
+            return i, True  # the error the tries ended in
+    return None
 
 
-def _absorbed(host: F, f: F) -> F:
-    """``host`` with what ``f`` (the same fault seen by another layer) adds, under its kind's name."""
-    facts = dict(host.facts)
-    for k, v in f.facts.items():
-        if k not in facts and k not in ("occurrences", "consistency_flags"):
-            facts[f"{f.kind}_{k}" if k in ("framework", "requested_bytes", "device_index") else k] = v
-    seen = [k for k in str(facts.get("reported_as", "")).split(",") if k]
-    facts["reported_as"] = ",".join(dict.fromkeys([*seen, f.kind]))
-    severity = max(host.severity, f.severity, key=lambda s: _RANK.get(s, 0))
-    return dataclasses.replace(host, severity=severity, facts=facts)  # type: ignore[type-var]
+# The kernel's show_mem() dump ("Mem-Info:", the zones' free pages, "Free swap", "pages RAM") is
+# printed by the OOM killer's report (oom_kill.c, dump_header) and by a failed allocation's warning
+# (page_alloc.c, warn_alloc) alike. Read alone it is a host_oom report pasted from its middle; in a
+# text whose only other kernel memory report is an allocation failure, and that shows no kill, it is
+# that failure's dump.
+_SHOW_MEM_PREFIXES = ("meminfo_", "pages_", "zone_", "free_swap", "total_swap", "total_pagecache", "swap_cache")
+_SHOW_MEM_OTHER = frozenset({"source", "oom_report", "mem_info", "kernel_uptime_s", "log_time", "host", "hardware",
+                             "occurrences", "consistency_flags"})
+
+
+def _show_mem_only(f: _FindingLike) -> bool:
+    facts = f.facts
+    return (f.kind == KIND_HOST_OOM and facts.get("oom_report") == "partial"
+            and all(k in _SHOW_MEM_OTHER or k.startswith(_SHOW_MEM_PREFIXES) for k in facts))
+
+
+def _fold_show_mem(findings: list[F]) -> list[F]:
+    if not any(f.kind == KIND_MEMORY_ALLOC_FAILURE for f in findings):
+        return findings
+    if not all(f.kind != KIND_HOST_OOM or _show_mem_only(f) for f in findings):
+        return findings  # a kill is reported: its dump may be any of them
+    out: list[F] = []
+    dumps: list[F] = []
+    for f in findings:
+        (dumps if f.kind == KIND_HOST_OOM else out).append(f)
+    host = next(i for i, f in enumerate(out) if f.kind == KIND_MEMORY_ALLOC_FAILURE)
+    for d in dumps:
+        facts = dict(out[host].facts)
+        for k, v in d.facts.items():
+            if k not in _SHOW_MEM_OTHER:
+                facts.setdefault(k, v)
+        facts["show_mem"] = True
+        out[host] = dataclasses.replace(out[host], facts=facts)  # type: ignore[type-var]
+    return out

@@ -466,12 +466,38 @@ def _error_line(line: str) -> Finding | None:
         if not facts.get("cut"):
             impl = _IMPL_NODE.search(detail if isinstance(detail, str) else message)
         first = _LAYER_FIRST.search(detail) if isinstance(detail, str) and "Layer" in detail else None
+        whole = impl.group("layer") if impl and _balanced(impl.group("layer")) else None
+        if whole is None and not first and "implementation for node" in message:
+            # The detail in parentheses holds parentheses of its own ("(Unnamed Layer* 8) [Fully
+            # Connected]") or lost its ")": the node runs to the message's end, less the detail's ")".
+            whole = _whole_node(message)
         node = impl or first or _NODE.search(message)
-        if node:
+        if whole is not None:
+            facts["layer"] = whole
+        elif node:
             facts["layer"] = node.group("layer")
     return Finding(
         kind=KIND_TENSORRT_ERROR, severity=severity, title=title, facts=facts, excerpt=line.strip()
     )
+
+
+_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"))
+
+
+def _balanced(name: str) -> bool:
+    return all(name.count(a) == name.count(b) for a, b in _PAIRS)
+
+
+def _whole_node(message: str) -> str | None:
+    """The node a "no implementation" error names, read to the end of ``message``: whole only when its
+    brackets close (a name cut by a paste is left to the shorter reading)."""
+    m = _IMPL_NODE.search(message)
+    if not m:
+        return None
+    name = m.group("layer").rstrip()
+    while name.endswith(")") and name.count(")") > name.count("("):
+        name = name[:-1].rstrip().rstrip(".")
+    return name if name and _balanced(name) else None
 
 
 def _sev(printed: str | None, default: str) -> str:

@@ -287,3 +287,61 @@ def test_slurm_step_oom_kill() -> None:
 
 def test_slurm_wording_in_prose_is_silent() -> None:
     assert HOST.classify("If you see Detected 1 oom-kill event(s) your job needs more --mem") == []
+
+
+# ------------------------------------------------------------- dump_stack()'s first line
+
+
+def test_rhel_kdump_marker_is_not_part_of_the_comm() -> None:
+    text = "\n".join([
+        "[ 9000.000001] java invoked oom-killer: gfp_mask=0x201da, order=0, oom_score_adj=0",
+        "[ 9000.000005] CPU: 1 PID: 4321 Comm: java Kdump: loaded Tainted: G        W      ------------ T "
+        "3.10.0-1160.el7.x86_64 #1",
+    ])
+    f = _one(text)
+    assert f.facts["invoker_process"] == "java"
+    assert f.facts["kernel_release"] == "3.10.0-1160.el7.x86_64"
+
+
+def test_a_comm_with_a_space_is_read_whole_from_the_stack_line_when_the_prefix_is_damaged() -> None:
+    text = "\n".join([
+        "1234.500001] Web Content invoked oom-killer: gfp_mask=0x24201ca, order=0, oom_score_adj=0",
+        "[ 1234.500005] CPU: 2 PID: 777 Comm: Web Content Not tainted 4.4.0-21-generic #37-Ubuntu",
+    ])
+    assert _one(text).facts["invoker_process"] == "Web Content"
+
+
+def test_the_stack_line_does_not_rename_a_different_header_comm() -> None:
+    text = "\n".join([
+        "[ 10.000001] postgres invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "[ 10.000005] CPU: 0 PID: 55 Comm: kworker/0:1 Not tainted 5.15.0-91-generic #101-Ubuntu",
+    ])
+    assert _one(text).facts["invoker_process"] == "postgres"
+
+
+def test_a_report_pasted_from_its_stack_keeps_dump_stacks_first_line() -> None:
+    text = "\n".join([
+        "[  200.000100] CPU: 3 PID: 2145 Comm: node Not tainted 5.4.0-150-generic #167-Ubuntu",
+        "[  200.000110] Hardware name: Xen HVM domU, BIOS 4.2.amazon 08/24/2006",
+        "[  200.000120] Call Trace:",
+        "[  200.000130]  dump_stack+0x6d/0x8b",
+        "[  200.000140]  dump_header+0x4f/0x1eb",
+        "[  200.000150]  ? find_lock_task_mm+0x3b/0x80",
+        "[  200.000160]  oom_kill_process.cold+0xb/0x10",
+        "[  200.000170]  out_of_memory+0x1cf/0x500",
+    ])
+    f = _one(text)
+    assert f.facts["oom_report"] == "partial"
+    assert f.facts["kernel_release"] == "5.4.0-150-generic"
+    assert f.facts["invoker_pid"] == 2145
+
+
+def test_a_stack_line_above_unrelated_text_is_not_taken_into_a_partial_report() -> None:
+    text = "\n".join([
+        "[  200.000100] CPU: 3 PID: 2145 Comm: node Not tainted 5.4.0-150-generic #167-Ubuntu",
+        "[  200.000105] usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+        "[  200.000160]  oom_kill_process.cold+0xb/0x10",
+        "[  200.000170]  out_of_memory+0x1cf/0x500",
+    ])
+    f = _one(text)
+    assert "kernel_release" not in f.facts and "invoker_pid" not in f.facts

@@ -355,3 +355,26 @@ def test_tegrastats_line_quoted_in_code_or_a_page_keeps_its_last_field(line: str
 def test_tegrastats_rail_closing_a_string_literal_is_read() -> None:
     r = parse_tegrastats_line('orinSample := "RAM 2210/7620MB SWAP 0/3810MB GR3D_FREQ 0% VDD_IN 4811mW/4811mW VDD_SOC 1402mW/1398mW"')
     assert r.rails_mw["VDD_SOC"] == (1402, 1398) and r.gr3d_load_pct == 0
+
+
+# ------------------------------------------------------------------------------ node names
+
+
+def test_a_node_whose_name_holds_parentheses_is_read_to_the_details_end() -> None:
+    facts = _one("[TensorRT] ERROR: ../builder/tacticOptimizer.cpp (1715) - TRTInternal Error in computeCosts: 0 (Could not "
+                 "find any implementation for node head: (Unnamed Layer* 3) [Fully Connected] + (Unnamed Layer* 4) "
+                 "[Activation].)")
+    assert facts["layer"] == "head: (Unnamed Layer* 3) [Fully Connected] + (Unnamed Layer* 4) [Activation]"
+
+
+def test_a_foreign_node_whose_detail_lost_its_parenthesis_is_read_whole() -> None:
+    facts = _one(f"{STAMP} [TRT] [E] 10: [optimizer.cpp::computeCosts::3869] Error Code 10: Internal Error (Could not find "
+                 "any implementation for node {ForeignNode[Conv_0 + Relu_1...MatMul_77]}")
+    assert facts["layer"] == "{ForeignNode[Conv_0 + Relu_1...MatMul_77]}"
+
+
+def test_a_node_name_cut_inside_its_brackets_is_not_passed_off_as_whole() -> None:
+    facts = _one(f"{STAMP} [TRT] [E] 10: [optimizer.cpp::computeCosts::3869] Error Code 10: Internal Error (Could not find "
+                 "any implementation for node {ForeignNode[Conv_0 + Relu_1...Mat")
+    assert facts.get("layer") != "{ForeignNode[Conv_0 + Relu_1...Mat"
+    assert "+" not in str(facts.get("layer", ""))

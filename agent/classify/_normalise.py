@@ -96,43 +96,12 @@ def undecorate(text: str) -> str:
 
 # ------------------------------------------------------------------ messages quoted, not printed
 
-# Source code that holds a message in a string literal: an assignment ('_MSG = "CUDA error: out of
-# memory"', "pattern='NVRM: Xid|...'"), a comparison ('if "CUDA out of memory. " in str(e):'), a call
-# with the literal as argument ('require.Equal(t, "kernel: NVRM: Xid ...")'), a list's element
-# ("    'NvMapMemAllocInternalTagged: 1075072515 error 12',"). A documentation table's row
-# ("| GPU hang | NVIDIA `NVRM: Xid` ... |"). None of these is a program reporting a fault.
-_ASSIGNED = re.compile(r"""^\s*(?:export\s+|const\s+|let\s+|var\s+)?[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?::\s*[\w\[\], .]+)?\s*(?:=|:=|\+=)\s*[\[({]?\s*[rbfuRB]?["'`]""")
-_COMPARED = re.compile(r"""\b(?:if|elif|while|assert|and|or|not)\s+(?:[\w.]+\s*(?:==|!=|in)\s*)?[rbfu]?(["'])[^"'\n]*\1\s*(?:in\b|==|!=|:|\))""")
-_CALLED = re.compile(r"""^\s*(?:[\w.]+\(\s*)+(?:[\w.]+,\s*)*[rbfu]?["']""")
-_LIST_ITEM = re.compile(r"""^\s*[\[(]?\s*[rbfu]?(["'])(?:(?!\1)[^\\]|\\.)*\1\s*(?:[,+)\]]\s*)+$""")
-_ESCAPED_NL = re.compile(r"""\\n["']""")
-_TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){2,}\s*$")
-_LOGFMT = re.compile(r"\b(?:level|lvl|msg|time|ts|caller|logger)=")
-
-
-def _quoted_example(line: str) -> bool:
-    if _TABLE_ROW.match(line):
-        return True
-    if '"' not in line and "'" not in line and "`" not in line:
-        return False
-    if _LOGFMT.search(line):
-        return False  # key="value" pairs are a structured log line, not code
-    return bool(
-        _ASSIGNED.match(line) or _COMPARED.search(line) or _CALLED.match(line) or _LIST_ITEM.match(line)
-        or _ESCAPED_NL.search(line)
-    )
-
 
 def blank_quoted_examples(text: str) -> str:
-    """``text`` with the lines that quote a message in code or a documentation table emptied (kept as
-    blank lines, so that line numbers stay): a classifier reads what programs printed, not what
-    their source or their manuals say they might print."""
-    if '"' not in text and "'" not in text and "|" not in text:
-        return text
-    lines = text.split("\n")
-    changed = False
-    for i, line in enumerate(lines):
-        if _quoted_example(line):
-            lines[i] = ""
-            changed = True
-    return "\n".join(lines) if changed else text
+    """``text`` with what it cites rather than prints blanked: a message in source code, a
+    heading, a documentation table or inside a sentence (``agent/classify/_citation.py``): a
+    classifier reads what programs printed, not what their source or their manuals say they might
+    print."""
+    from fleetscope.agent.classify._citation import blank_citations
+
+    return blank_citations(text)

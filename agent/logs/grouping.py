@@ -53,6 +53,13 @@ A line that is not inside a block opens one when it is, tried in this order:
    device block that no summary follows is an event of its own.
 6. A ``kubectl describe`` state: a ``State:`` or ``Last State:`` line and the lines indented
    deeper (or level with it, when they are a state's own fields: a paste that lost the indentation).
+7. A string literal spanning lines in source code: a line that opens one and leaves it open
+   (an assignment of a triple-quoted string or of a double-quoted one continued by a backslash, a
+   Rust raw string, a triple quote alone: the shapes are ``agent/classify/_citation.py``'s) through the line that closes it, at most
+   ``LITERAL_LINES`` lines: the classifiers read a closed literal as code, not output. A literal
+   that nothing closes within that bound, or before the input ends or the block times out, was not
+   one: its first line is an event of its own and the lines after it are grouped afresh, as if it
+   had opened nothing.
 
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
@@ -92,10 +99,12 @@ from __future__ import annotations
 
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from fleetscope.agent.classify._citation import LITERAL_SHAPES, LITERAL_WORDS, literal_closes, literal_opens
 from fleetscope.agent.classify._gate import compile_gate
 from fleetscope.agent.records import LogEvent
 from fleetscope.proto.vocabulary import LOG_LEVEL_RANK
@@ -120,6 +129,7 @@ __all__ = [
 MAX_BLOCK_LINES = 4096  # a kernel task table on a big host is long; a traceback or summary is not
 MAX_BLOCK_CHARS = 1 << 20
 SECTION_LINES = 64  # trtexec sections and kubectl state blocks are a dozen lines
+LITERAL_LINES = 400  # a test fixture's log; a stray triple quote holds no more than this
 SHORT_BURST_LINES = 8  # "Kill process ... or sacrifice child" is followed by "Killed process" at once
 _BLANKS_IN_A_ROW = 2  # Python prints one blank line on each side of a chain's separator
 
@@ -222,7 +232,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
     "page allocation", "Exception has occurred", "Enqueue Time", "GPU Compute", "Host Latency",
-    "H2D Latency", "D2H Latency", "bfc_allocator",
+    "H2D Latency", "D2H Latency", "bfc_allocator", *LITERAL_WORDS,
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -232,6 +242,7 @@ OPEN_SHAPES: tuple[tuple[str, str], ...] = (
     # Mem-Info's buddy lists ("Node 0 Normal: 12*4kB (UME) 3*8kB ..."): each holds "*<n>kB" (its
     # rule, _MEMINFO_OPEN), entered at that rare "*" rather than at the zone's name.
     ("*", r"\d+kB"),
+    *LITERAL_SHAPES,  # a literal continued by a backslash, a Rust raw string (rule 7)
 )
 MAY_OPEN_BLOCK = compile_gate(OPEN_WORDS, (*OPEN_SHAPES, GLOG_SHAPE))
 # The two openers ``scan`` does not find by a word (a frame line, rule 2, and a glog header, rule
@@ -272,14 +283,15 @@ QUIET_BLOCK = (
 _RANK = LOG_LEVEL_RANK
 
 # Block kinds and their states.
-_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC = (
-    "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state", "alloc_report",
+_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _LITERAL = (
+    "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state", "alloc_report", "literal",
 )
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
 _BURST, _KILLED, _MEMINFO = "burst", "killed", "meminfo"
 _HEADER, _STATS, _VERTICAL = "header", "stats", "vertical"
 _BODY = "body"
+_CLOSED = "closed"
 
 # What a block does with a line: take it, take it as its last, end before it (the line is then
 # looked at afresh), or drop it (a blank line inside a kernel burst).
@@ -327,6 +339,7 @@ class _Group(Generic[L]):
     prefix: str = ""  # printed before every line of the block ("" or e.g. "[rank0]: ")
     cap: int | None = None  # the kind's own bound: the block ends at this many lines
     indent: int = 0  # a kubectl state block: the indent of its State: line
+    closer: str = ""  # a string literal: what closes it
     lines: list[L] = field(default_factory=list)
     chars: int = 0
     blank_tail: int = 0  # trailing blank lines, dropped if the block ends here
@@ -467,6 +480,10 @@ def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE, _BODY) if deeper else (_END, _BODY)
 
 
+def _literal_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    return (_TAKE_LAST, _CLOSED) if literal_closes(g.closer, rest) else (_TAKE, g.state)
+
+
 _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _TRACEBACK: _traceback_step,
     _GLOG_BLOCK: _glog_step,
@@ -475,6 +492,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _TRT_DEVICE: _trt_step,
     _K8S: _k8s_step,
     _ALLOC: _alloc_step,
+    _LITERAL: _literal_step,
 }
 
 
@@ -516,6 +534,9 @@ def _opening(text: str, now_ns: int) -> _Group | None:
     m = _K8S_STATE.match(text)
     if m is not None:
         return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)))
+    closer = literal_opens(text)
+    if closer is not None:
+        return _Group(_LITERAL, _BODY, now_ns, "info", cap=LITERAL_LINES, closer=closer)
     return None
 
 
@@ -597,6 +618,8 @@ class LineGrouper(Generic[L, E]):
         self._clock = clock
         self._now_ns = 0  # the time of the current poll: when a block opened, for max_wait_s
         self._sources: dict[str, _Source[L]] = {}
+        self._again: deque[L] = deque()  # lines of a literal left open, to be grouped afresh (rule 7)
+        self._regrouping = False
 
     def feed(self, lines: Iterable[L]) -> list[E]:
         """One poll's lines: the events that ended, in order; blocks still open are held for the
@@ -617,9 +640,12 @@ class LineGrouper(Generic[L, E]):
     def flush_all(self) -> list[E]:
         """Every held block, now (at the end of a file, at shutdown)."""
         out: list[E] = []
+        while any(src.groups for src in self._sources.values()):
+            for src in list(self._sources.values()):
+                for g in list(src.groups):
+                    if g in src.groups:
+                        self._close(src, g, out)  # a literal left open groups its lines afresh (rule 7)
         for src in list(self._sources.values()):
-            for g in list(src.groups):
-                self._close(src, g, out)
             self._release_device(src, out)
         self._sources.clear()
         return out
@@ -637,6 +663,26 @@ class LineGrouper(Generic[L, E]):
     # -- one line ---------------------------------------------------------------------------
 
     def _take(self, line: L, out: list[E]) -> None:
+        if not self._again:
+            self._take_one(line, out)
+            if not self._again:
+                return
+        else:
+            self._again.append(line)
+        self._regroup(out)
+
+    def _regroup(self, out: list[E]) -> None:
+        """Group the lines of a literal left open afresh, in order, without recursing."""
+        if self._regrouping:
+            return  # the caller's loop takes them
+        self._regrouping = True
+        try:
+            while self._again:
+                self._take_one(self._again.popleft(), out)
+        finally:
+            self._regrouping = False
+
+    def _take_one(self, line: L, out: list[E]) -> None:
         src = self._sources.get(line.source)
         if src is not None and src.groups and self._continue(src, line, out):
             return
@@ -708,7 +754,7 @@ class LineGrouper(Generic[L, E]):
 
     def _bound(self, src: _Source[L], g: _Group[L], out: list[E]) -> None:
         """End a block at its kind's bound; cut one at the grouper's, the rest going on as a new one."""
-        if g.cap is not None and len(g.lines) >= g.cap:
+        if g.cap is not None and len(g.lines) >= g.cap or g.kind == _LITERAL and g.chars >= self._max_chars:
             self._close(src, g, out)
         elif len(g.lines) >= self._max_lines or g.chars >= self._max_chars:
             going_on: _Group[L] = _Group(g.kind, g.state, self._now_ns, g.level, prefix=g.prefix, cap=g.cap, indent=g.indent)
@@ -728,6 +774,13 @@ class LineGrouper(Generic[L, E]):
             self._sources.pop(src.name, None)  # a source seen once (a rotated file's name) leaves no state
 
     def _ended(self, src: _Source[L], g: _Group[L], out: list[E]) -> None:
+        if g.kind == _LITERAL and g.state != _CLOSED:
+            # Nothing closed it: not a literal (rule 7). Its first line alone, the others afresh,
+            # before any line still waiting to be grouped afresh.
+            out.append(self._join(g.lines[:1], "info"))
+            self._again.extendleft(reversed(g.lines[1:]))
+            self._regroup(out)
+            return
         kept = g.kept()
         if not kept:
             return
@@ -752,6 +805,8 @@ class LineGrouper(Generic[L, E]):
         now, wait, settle = self._now_ns, self._max_wait_ns, self._settle_ns
         for src in list(self._sources.values()):
             for g in list(src.groups):
+                if g not in src.groups:
+                    continue  # closed while a literal left open was grouped afresh
                 lone_glog = g.kind == _GLOG_BLOCK and len(g.lines) == 1
                 # trtexec prints a summary at once: one whose last line is blank is complete.
                 spent_summary = g.kind == _TRT_SUMMARY and g.blank_tail > 0

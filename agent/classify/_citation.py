@@ -13,7 +13,7 @@ gets through its gate: the agent's and ``fleetscope scan``'s alike):
   an indented literal whose text ends in a space (a message split over literals joined by
   implicit concatenation), or a literal spanning lines (a triple-quoted test fixture, a Rust
   constant continued by backslashes): the grouper keeps such a literal, once it closes, as one
-  event (``agent/logs/grouping.py``, rule 7), and it is blanked whole here.
+  event (``agent/logs/grouping.py``, rule 8), and it is blanked whole here.
 * **A document's structure.** A table row; an inline code span in a section heading
   (``### `NvMapMemHandleAlloc: error 12```).
 * **A message inside a sentence.** An inline code span that a sentence runs into (a word, in any

@@ -4,7 +4,8 @@ Text reaches the classifiers as a program wrote it (the agent follows files and 
 a person pasted it (``fleetscope scan`` over an issue thread, a chat, a web page). Pasting adds
 things no classifier should have to know:
 
-* markdown quote markers (``> ``, ``> > ``) and code fences (```` ``` ````, ``~~~``);
+* markdown quote markers (``> ``, ``> > ``) and code fences (```` ``` ````, ``~~~``; text on a
+  fence's line that is not a language tag is output pasted there, and is kept);
 * comment markers before a log line kept in a program (``# [10/14/2023-22:29:21] [I] ...``);
 * HTML: entities (``&gt;``, ``&#39;``) and the tags a page wraps output in (``<pre>``, ``<br>``);
 * numbers written the reader's way: digit groups (``1,073,741,824 bytes``, ``1 073 741 824``) and a
@@ -29,7 +30,16 @@ _COMMENTED_LOG = re.compile(
     r"^[ \t]*(?:#|//) ?(?=\[\d\d/\d\d/\d{4}-|\[ *\d+\.\d+\]|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d[ T]\d\d:)",
     re.MULTILINE,
 )
-_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)[^\n`]*$", re.MULTILINE)
+_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)([^\n`]*)$", re.MULTILINE)
+# A fence's info string as markdown writes it: a language word ("python", "c++", "shell-session"),
+# maybe attributes after it ('title="x"', "{.python}"). Anything else on the fence's line is the
+# output it fences, pasted on the same line (```` ``` [ 1941.62] swapper/0: page allocation ...````).
+_INFO_STRING = re.compile(r"[ \t]*(?:\{[^}\n]*\}|[\w+#.-]*(?:[ \t]+(?:\{[^}\n]*\}|[\w-]+=\S*))*)[ \t]*")
+
+
+def _unfence(m: re.Match[str]) -> str:
+    info = m.group(1)
+    return "" if _INFO_STRING.fullmatch(info) else info
 # The tags a web page or a chat export wraps machine output in; not printk's "<4>" levels.
 _TAG = re.compile(r"</?(?:pre|code|br|p|div|span|details|summary|b|i|em|strong|tt|kbd|samp|blockquote|font)\b[^>\n]*>",
                   re.IGNORECASE)
@@ -83,7 +93,7 @@ def undecorate(text: str) -> str:
 
         text = _ENTITY.sub(lambda m: unescape(m.group(0)), text)
     if "```" in text or "~~~" in text:
-        text = _FENCE.sub("", text)
+        text = _FENCE.sub(_unfence, text)
     if ">" in text:
         text = _QUOTE.sub("", text)
     if "#" in text or "//" in text:

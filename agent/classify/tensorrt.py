@@ -40,8 +40,8 @@ with or without the ``=== Performance summary ===`` header) becomes one finding 
 ``total_host_walltime_s`` and ``total_gpu_compute_time_s``; the device block
 ("=== Device Information ===") adds ``device_name``, ``compute_capability``, ``sm_count``,
 ``device_memory_bytes`` ... and batch size, precision and TensorRT version are added where the
-event prints them. A device block without a summary is reported on its own
-(``record: device_info``). The summary should reach the classifier as one event (the log source
+event prints them. A device block without a summary is no benchmark (trtexec prints it before
+every build and run, also those that fail): nothing is reported for it. The summary should reach the classifier as one event (the log source
 groups lines); fed line by line, each stat line gives a partial finding
 (``summary_complete: False``). A run quoted by its throughput alone (``[I] Throughput: 96.2 qps``) is
 such a partial finding only with trtexec's ``[I]`` tag: other tools print qps too.
@@ -948,16 +948,9 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
         if "[I]" not in (prefix or ""):
             throughput = False
             facts.pop("throughput_qps", None)
-    device = _device_block(lines, text) if (stats_seen or throughput or "===" in text) else {}
     if not (stats_seen or throughput):
-        if "device_name" not in device:
-            return None
-        facts = dict(device)
-        facts["record"] = "device_info"
-        title = f"trtexec device: {device['device_name']}" + _device_suffix(device)
-        return Finding(
-            kind=KIND_TRT_BENCHMARK, severity="info", title=title, facts=facts, excerpt=_device_excerpt(lines)
-        )
+        return None  # a device block alone (a build's start, a run that failed) measured nothing
+    device = _device_block(lines, text)
     facts["record"] = "performance_summary"
     facts["has_header"] = header
     facts["line_prefix"] = prefix or ""
@@ -1028,21 +1021,6 @@ def _device_block(lines: list[str], text: str) -> dict[str, FactValue]:
         except ValueError:
             continue  # a value of an unexpected shape: leave that fact out
     return out
-
-
-def _device_suffix(device: dict[str, FactValue]) -> str:
-    bits = []
-    if "compute_capability" in device:
-        bits.append(f"CC {device['compute_capability']}")
-    if "sm_count" in device:
-        bits.append(f"{device['sm_count']} SMs")
-    if "device_memory_bytes" in device:
-        bits.append(f"{int(device['device_memory_bytes']) // (1 << 20)} MiB")
-    return f" ({', '.join(bits)})" if bits else ""
-
-
-def _device_excerpt(lines: list[str]) -> str:
-    return "\n".join(line.rstrip() for line in lines if _DEVICE_LINE.match(line))
 
 
 def _run_settings(text: str, facts: dict[str, FactValue]) -> None:

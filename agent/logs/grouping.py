@@ -40,7 +40,10 @@ A line that is not inside a block opens one when it is, tried in this order:
    8 lines; a lone ``Killed process`` line is a burst of its own (with its oom_reaper line). A
    report pasted without its header (its Mem-Info figures, its "Tasks state" line, task-table
    rows alone) or a page-allocation warning (warn_alloc) opens a burst that goes on only while
-   the lines have the shapes of such a report (Mem-Info, zones, the task table, the kill).
+   the lines have the shapes of such a report (Mem-Info, zones, the task table, the kill). So does
+   a report pasted from its stack: dump_stack()'s first line (``CPU: N PID: N Comm: ...``, which
+   names the kernel's release) when the next line is the stack's ``Hardware name:`` or ``Call
+   Trace:``; followed by anything else it is an event of its own.
 5. A trtexec performance summary: from ``=== Performance summary ===`` while the lines, without
    trtexec's ``[date] [I]`` prefix, open no other ``=== ... ===`` section; without that header,
    from ``Throughput: N qps`` while the lines are summary statistics; from a TensorRT <= 7
@@ -53,7 +56,12 @@ A line that is not inside a block opens one when it is, tried in this order:
    device block that no summary follows is an event of its own.
 6. A ``kubectl describe`` state: a ``State:`` or ``Last State:`` line and the lines indented
    deeper (or level with it, when they are a state's own fields: a paste that lost the indentation).
-7. A string literal spanning lines in source code: a line that opens one and leaves it open
+7. A ``kubectl describe pod``: its ``Name:`` line (the pod's, at the line's start) and the lines
+   after it that are kubectl's describe output (lines indented under a field, and the pod's own
+   fields at the line's start: ``Namespace:``, ``Containers:``, ``Events:``, ...), so a container's
+   State block is read with the pod's name and its container's header above it. Any other line
+   ends it; up to ``DESCRIBE_LINES`` lines.
+8. A string literal spanning lines in source code: a line that opens one and leaves it open
    (an assignment of a triple-quoted string or of a double-quoted one continued by a backslash, a
    Rust raw string, a triple quote alone: the shapes are ``agent/classify/_citation.py``'s) through the line that closes it, at most
    ``LITERAL_LINES`` lines: the classifiers read a closed literal as code, not output. A literal
@@ -130,6 +138,7 @@ MAX_BLOCK_LINES = 4096  # a kernel task table on a big host is long; a traceback
 MAX_BLOCK_CHARS = 1 << 20
 SECTION_LINES = 64  # trtexec sections and kubectl state blocks are a dozen lines
 LITERAL_LINES = 400  # a test fixture's log; a stray triple quote holds no more than this
+DESCRIBE_LINES = 400  # a pod's describe output: a few dozen lines per container
 SHORT_BURST_LINES = 8  # "Kill process ... or sacrifice child" is followed by "Killed process" at once
 _BLANKS_IN_A_ROW = 2  # Python prints one blank line on each side of a chain's separator
 
@@ -165,6 +174,14 @@ GLOG_HEADER = _GLOG  # what opens rule 3's block, for ``scan``'s gate
 _GLOG_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "critical"}
 _SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
 _K8S_STATE = re.compile(r"(\s*)(?:Last )?State:\s+\S")
+# ``kubectl describe pod``: the pod's name first, then its fields at the line's start (rule 7).
+_K8S_DESCRIBE = re.compile(r"Name:[ \t]+\S+[ \t]*$")
+_K8S_POD_FIELD = re.compile(
+    r"(?:Namespace|Priority|Priority Class Name|Runtime Class Name|Service Account|Node|Start Time|Labels"
+    r"|Annotations|Status|Reason|Message|SeccompProfile|IP|IPs|Controlled By|NominatedNodeName"
+    r"|Nominated Node Name|Init Containers|Containers|Ephemeral Containers|Readiness Gates|Conditions"
+    r"|Volumes|QoS Class|Node-Selectors|Tolerations|Topology Spread Constraints|Events):(?:[ \t]|$)"
+)
 # trtexec's prefixes: a wrapper's "[INFO] ", the "[MM/DD/YYYY-HH:MM:SS] " stamp, the "[I] " level.
 _TRT_PREFIX = re.compile(
     r"\s*(?:\[(?:INFO|WARNING|ERROR|VERBOSE)\]\s*)?(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*)?(?:\[[IWEVF]\]\s*)?"
@@ -205,6 +222,10 @@ _MEMINFO_MORE = re.compile(
     r"|invoked oom-killer|CPU: \d+|Hardware name|[Cc]all [Tt]race|\[<[0-9a-f]+>\]|cpuset=|mems_allowed="
     r"|warn_alloc|Show Mem|<TASK>|</TASK>|\+0x[0-9a-f]+/0x"
 )
+# dump_stack()'s first line ("CPU: 3 PID: 777 Comm: python3 Not tainted 5.15.0 #1"): a kernel report
+# pasted from its stack when the next line is the stack's "Hardware name:" or "Call Trace:" (rule 4).
+_STACK_HEAD = re.compile(r"CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: ")
+_STACK_NEXT = re.compile(r"Hardware name: |[Cc]all [Tt]race:")  # after any prefix (dmesg, syslog, journal)
 _VSCODE_EXC = re.compile(r"Exception has occurred: [A-Za-z_][\w.]*\s*$")
 # trtexec <= 7 prints each metric as a heading, then one "min: x ms" line per statistic.
 _TRT_HEADING = re.compile(r"(?:End-to-End Host Latency|Host Latency|Enqueue Time|GPU Compute(?: Time)?|H2D Latency|D2H Latency)\s*")
@@ -232,7 +253,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
     "page allocation", "Exception has occurred", "Enqueue Time", "GPU Compute", "Host Latency",
-    "H2D Latency", "D2H Latency", "bfc_allocator", *LITERAL_WORDS,
+    "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", *LITERAL_WORDS,
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -242,7 +263,7 @@ OPEN_SHAPES: tuple[tuple[str, str], ...] = (
     # Mem-Info's buddy lists ("Node 0 Normal: 12*4kB (UME) 3*8kB ..."): each holds "*<n>kB" (its
     # rule, _MEMINFO_OPEN), entered at that rare "*" rather than at the zone's name.
     ("*", r"\d+kB"),
-    *LITERAL_SHAPES,  # a literal continued by a backslash, a Rust raw string (rule 7)
+    *LITERAL_SHAPES,  # a literal continued by a backslash, a Rust raw string (rule 8)
 )
 MAY_OPEN_BLOCK = compile_gate(OPEN_WORDS, (*OPEN_SHAPES, GLOG_SHAPE))
 # The two openers ``scan`` does not find by a word (a frame line, rule 2, and a glog header, rule
@@ -283,12 +304,13 @@ QUIET_BLOCK = (
 _RANK = LOG_LEVEL_RANK
 
 # Block kinds and their states.
-_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _LITERAL = (
+_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _LITERAL, _DESCRIBE = (
     "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state", "alloc_report", "literal",
+    "k8s_describe",
 )
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
-_BURST, _KILLED, _MEMINFO = "burst", "killed", "meminfo"
+_BURST, _KILLED, _MEMINFO, _STACK = "burst", "killed", "meminfo", "stack_head"
 _HEADER, _STATS, _VERTICAL = "header", "stats", "vertical"
 _BODY = "body"
 _CLOSED = "closed"
@@ -437,6 +459,8 @@ def _glog_step(g: _Group[L], rest: str) -> tuple[int, str]:
 
 
 def _kernel_oom_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if g.state == _STACK:  # a stack's first line: a report only when the stack's next line follows
+        return (_TAKE, _MEMINFO) if _STACK_NEXT.search(rest) else (_END, g.state)
     if g.state == _MEMINFO:
         return _meminfo_step(g, rest)
     if g.state == _KILLED:
@@ -480,6 +504,12 @@ def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE, _BODY) if deeper else (_END, _BODY)
 
 
+def _describe_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if _blank(rest):
+        return _END, _BODY
+    return (_TAKE, _BODY) if _indented(rest) or _K8S_POD_FIELD.match(rest) else (_END, _BODY)
+
+
 def _literal_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, _CLOSED) if literal_closes(g.closer, rest) else (_TAKE, g.state)
 
@@ -493,11 +523,12 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _K8S: _k8s_step,
     _ALLOC: _alloc_step,
     _LITERAL: _literal_step,
+    _DESCRIBE: _describe_step,
 }
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 6 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 8 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -520,6 +551,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_KERNEL_OOM, _MEMINFO, now_ns, "info")
     if _SACRIFICE.search(text):
         return _Group(_KERNEL_OOM, _BURST, now_ns, "info", cap=SHORT_BURST_LINES)
+    if _STACK_HEAD.search(text):
+        return _Group(_KERNEL_OOM, _STACK, now_ns, "info")
     if "Killed process" in text:
         return _Group(_KERNEL_OOM, _KILLED, now_ns, "info")
     if "=== Performance summary ===" in text:
@@ -534,6 +567,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
     m = _K8S_STATE.match(text)
     if m is not None:
         return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)))
+    if _K8S_DESCRIBE.match(text):
+        return _Group(_DESCRIBE, _BODY, now_ns, "info", cap=DESCRIBE_LINES)
     closer = literal_opens(text)
     if closer is not None:
         return _Group(_LITERAL, _BODY, now_ns, "info", cap=LITERAL_LINES, closer=closer)
@@ -618,7 +653,7 @@ class LineGrouper(Generic[L, E]):
         self._clock = clock
         self._now_ns = 0  # the time of the current poll: when a block opened, for max_wait_s
         self._sources: dict[str, _Source[L]] = {}
-        self._again: deque[L] = deque()  # lines of a literal left open, to be grouped afresh (rule 7)
+        self._again: deque[L] = deque()  # lines of a literal left open, to be grouped afresh (rule 8)
         self._regrouping = False
 
     def feed(self, lines: Iterable[L]) -> list[E]:
@@ -644,7 +679,7 @@ class LineGrouper(Generic[L, E]):
             for src in list(self._sources.values()):
                 for g in list(src.groups):
                     if g in src.groups:
-                        self._close(src, g, out)  # a literal left open groups its lines afresh (rule 7)
+                        self._close(src, g, out)  # a literal left open groups its lines afresh (rule 8)
         for src in list(self._sources.values()):
             self._release_device(src, out)
         self._sources.clear()
@@ -775,7 +810,7 @@ class LineGrouper(Generic[L, E]):
 
     def _ended(self, src: _Source[L], g: _Group[L], out: list[E]) -> None:
         if g.kind == _LITERAL and g.state != _CLOSED:
-            # Nothing closed it: not a literal (rule 7). Its first line alone, the others afresh,
+            # Nothing closed it: not a literal (rule 8). Its first line alone, the others afresh,
             # before any line still waiting to be grouped afresh.
             out.append(self._join(g.lines[:1], "info"))
             self._again.extendleft(reversed(g.lines[1:]))

@@ -10,8 +10,9 @@ Events
 A classifier is given one *event*. A file's lines are grouped into events by
 :class:`fleetscope.agent.logs.grouping.LineGrouper`, the agent's own grouper, whose docstring
 gives the rules: a Python traceback (with its chained exceptions), a glog block, a kernel OOM
-burst, a trtexec performance summary (with the device block before it), a ``kubectl describe``
-state block are one event each; any other line is an event of its own; blank lines are none.
+burst (also one pasted from its stack), a trtexec performance summary (with the device block
+before it), a ``kubectl describe pod`` (from its ``Name:``) or a lone state block are one event
+each; any other line is an event of its own; blank lines are none.
 A file has no time, so no block is released for waiting: one ends when a line does not continue
 it, or at the end of the file. An event is cut at ``MAX_EVENT_LINES`` lines or
 ``MAX_EVENT_CHARS`` characters (the agent's bounds), so an unterminated block cannot hold a

@@ -345,3 +345,27 @@ def test_a_stack_line_above_unrelated_text_is_not_taken_into_a_partial_report() 
     ])
     f = _one(text)
     assert "kernel_release" not in f.facts and "invoker_pid" not in f.facts
+
+
+# ------------------------------------------------------------------ output on a code fence's line
+
+
+def test_output_pasted_on_the_fences_line_is_read() -> None:
+    text = "\n".join([
+        "``` [ 812.000100] kworker/u8:2: page allocation failure: order:3, mode:0x40cc0(GFP_KERNEL|__GFP_COMP)",
+        " [ 812.000110] CPU: 1 PID: 88 Comm: kworker/u8:2 Not tainted 6.6.0 #1",
+        "```",
+    ])
+    [f] = [f for f in classify_text(text) if f.kind == KIND_MEMORY_ALLOC_FAILURE]
+    assert (f.facts["order"], f.facts["invoker_process"]) == (3, "kworker/u8:2")
+
+
+def test_a_fences_language_tag_and_attributes_are_not_text() -> None:
+    from fleetscope.agent.classify._normalise import undecorate
+
+    for fence in ("```dmesg", "``` text", "~~~console", "```c++", "```shell-session", "```{.log}",
+                  '```log title="kern.log"', "```python {linenos=true}"):
+        assert undecorate(f"{fence}\n[ 1.0] eth0: link up\n```") == "\n[ 1.0] eth0: link up\n", fence
+    # Text after a fence that is not a tag is kept as written; an inline ```span``` is left alone.
+    assert undecorate("```Killed process 5 (a) total-vm:1kB\n```") == "Killed process 5 (a) total-vm:1kB\n"
+    assert undecorate("run ```dmesg``` now") == "run ```dmesg``` now"

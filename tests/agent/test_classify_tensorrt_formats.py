@@ -378,3 +378,28 @@ def test_a_node_name_cut_inside_its_brackets_is_not_passed_off_as_whole() -> Non
                  "any implementation for node {ForeignNode[Conv_0 + Relu_1...Mat")
     assert facts.get("layer") != "{ForeignNode[Conv_0 + Relu_1...Mat"
     assert "+" not in str(facts.get("layer", ""))
+
+
+# ------------------------------------------------------------------ trtexec's device block
+
+_DEVICE = [f"{STAMP} [I] === Device Information ===", f"{STAMP} [I] Selected Device: NVIDIA RTX A4000",
+           f"{STAMP} [I] Compute Capability: 8.6", f"{STAMP} [I] SMs: 48",
+           f"{STAMP} [I] Device Global Memory: 16108 MiB", f"{STAMP} [I] "]
+
+
+def test_a_device_block_without_a_summary_is_no_benchmark(tmp_path: Path) -> None:
+    # trtexec prints it before every build: followed by the build's start, or by the build failing.
+    build = [*_DEVICE, f"{STAMP} [I] TensorRT version: 10.3.0", f"{STAMP} [I] Start parsing network model."]
+    assert TRT.classify("\n".join(_DEVICE)) == []
+    assert _scan(tmp_path, "\n".join(build)) == []
+    failed = [*build, f"{STAMP} [E] Error[2]: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: "
+              "OutOfMemory (Requested size was 4294967296 bytes.)"]
+    assert [f.kind for f in _scan(tmp_path, "\n".join(failed))] == [KIND_TENSORRT_ERROR]
+
+
+def test_the_device_block_still_names_the_gpu_of_the_summary_after_it(tmp_path: Path) -> None:
+    run = [*_DEVICE, f"{STAMP} [I] Starting inference", f"{STAMP} [I] === Performance summary ===",
+           f"{STAMP} [I] Throughput: 812.4 qps", f"{STAMP} [I] Latency: min = 1.1 ms, max = 1.5 ms, mean = 1.2 ms"]
+    [f] = _scan(tmp_path, "\n".join(run))
+    assert f.kind == KIND_TRT_BENCHMARK and f.facts["device_name"] == "NVIDIA RTX A4000"
+    assert f.facts["throughput_qps"] == 812.4

@@ -477,3 +477,107 @@ def test_max_chars_splits_a_huge_block() -> None:
 def test_blank_lines_outside_a_block_are_no_event() -> None:
     lines = [LogEvent(ts_ns=i, source="a.log", message=m) for i, m in enumerate(["one", "", "   ", "two"])]
     assert [e.message for e in EventGrouper(clock=FakeClock()).feed(lines)] == ["one", "two"]
+
+
+# ------------------------------------------------------------------ a kernel report from its stack
+
+STACK_REPORT = [
+    "[  310.000100] CPU: 1 PID: 4242 Comm: redis-server Not tainted 5.10.0-28-amd64 #1 Debian 5.10.209-2",
+    "[  310.000110] Hardware name: Generic KVM guest, BIOS 1.16.0 04/01/2014",
+    "[  310.000120] Call Trace:",
+    "[  310.000130]  dump_stack+0x6b/0x83",
+    "[  310.000140]  dump_header+0x4a/0x1f4",
+    "[  310.000150]  oom_kill_process.cold+0xb/0x10",
+    "[  310.000160]  out_of_memory+0x1bd/0x4e0",
+]
+
+
+def test_a_report_pasted_from_its_stack_is_one_event_with_the_kernels_release() -> None:
+    out = EventGrouper(clock=FakeClock()).feed(kmsg([*STACK_REPORT, "eth0: link up"]))
+    assert [e.message for e in out] == ["\n".join(STACK_REPORT), "eth0: link up"]
+    [f] = classify_text(out[0].message)
+    assert (f.kind, f.facts["kernel_release"], f.facts["invoker_pid"]) == ("host_oom", "5.10.0-28-amd64", 4242)
+
+
+def test_an_arm64_stack_under_a_syslog_prefix_opens_the_same_way() -> None:
+    p = "Mar  3 10:00:00 board kernel: "
+    lines = [p + "[ 50.1] CPU: 0 PID: 9 Comm: python3 Tainted: G        W  4.9.253-tegra #1", p + "[ 50.1] Call trace:",
+             p + "[ 50.1] [<ffffff800808a8a0>] dump_backtrace+0x0/0x1c8"]
+    out = EventGrouper(clock=FakeClock()).feed(kmsg([*lines, "eth0: link up"]))
+    assert [e.message for e in out] == ["\n".join(lines), "eth0: link up"]
+
+
+def test_a_stack_head_followed_by_anything_else_is_a_line_of_its_own() -> None:
+    lines = [STACK_REPORT[0], "[  310.000105] usb 1-1: new high-speed USB device number 2 using xhci_hcd", *STACK_REPORT[3:]]
+    out = EventGrouper(clock=FakeClock()).feed(kmsg(lines))
+    assert out[0].message == STACK_REPORT[0] and out[1].message == lines[1]
+    assert "kernel_release" not in classify_text("\n".join(e.message for e in out[2:]))[0].facts
+
+
+def test_a_warnings_stack_is_no_finding_and_leaves_the_xid_after_it_alone() -> None:
+    # WARN() prints "WARNING: CPU: N PID: N at file:line", then the same stack header: not an OOM.
+    lines = [
+        "[  77.000001] WARNING: CPU: 3 PID: 123 at drivers/gpu/drm/drm_vblank.c:1096 drm_wait_one_vblank+0x1a/0x20",
+        "[  77.000002] CPU: 3 PID: 123 Comm: kworker/3:1 Not tainted 6.1.0-18-amd64 #1 Debian 6.1.76-1",
+        "[  77.000003] Hardware name: ASUS System Product Name/PRIME B550-PLUS, BIOS 2803 04/27/2022",
+        "[  77.000004] Call Trace:",
+        "[  77.000005]  <TASK>",
+        "[  77.000006]  drm_wait_one_vblank+0x1a/0x20",
+        "[  77.000007]  </TASK>",
+        "[  77.000010] NVRM: Xid (PCI:0000:0a:00): 79, pid=0, GPU has fallen off the bus.",
+    ]
+    out = EventGrouper(clock=FakeClock()).feed(kmsg(lines))
+    assert [len(e.message.splitlines()) for e in out] == [1, 6, 1]
+    assert [f.kind for e in out for f in classify_text(e.message)] == ["gpu_xid"]
+
+
+# ------------------------------------------------------------------ kubectl describe pod
+
+DESCRIBE_POD = [
+    "Name:         batch-worker-6d9f7c8b5-q2xlm",
+    "Namespace:    jobs",
+    "Priority:     0",
+    "Node:         node-7/10.0.3.7",
+    "Labels:       app=batch-worker",
+    "              pod-template-hash=6d9f7c8b5",
+    "Status:       Running",
+    "Containers:",
+    "  sidecar:",
+    "    Image:          envoyproxy/envoy:v1.29",
+    "    State:          Running",
+    "      Started:      Tue, 02 Apr 2024 09:00:00 +0000",
+    "    Ready:          True",
+    "  worker:",
+    "    Image:          registry.local/worker:3.1",
+    "    State:          Running",
+    "      Started:      Tue, 02 Apr 2024 10:12:40 +0000",
+    "    Last State:     Terminated",
+    "      Reason:       OOMKilled",
+    "      Exit Code:    137",
+    "      Started:      Tue, 02 Apr 2024 09:58:01 +0000",
+    "      Finished:     Tue, 02 Apr 2024 10:12:38 +0000",
+    "    Restart Count:  4",
+    "QoS Class:       Burstable",
+    "Events:          <none>",
+]
+
+
+def test_a_describe_pod_is_one_event_naming_the_pod_and_the_killed_container() -> None:
+    out = EventGrouper(clock=FakeClock()).feed(events("\n".join([*DESCRIBE_POD, "$ kubectl get pods"])))
+    assert [e.message for e in out] == ["\n".join(DESCRIBE_POD), "$ kubectl get pods"]
+    [f] = classify_text(out[0].message)
+    assert (f.facts["pod"], f.facts["container"], f.facts["exit_code"]) == ("batch-worker-6d9f7c8b5-q2xlm", "worker", 137)
+
+
+def test_a_name_line_that_is_not_a_pods_describe_takes_nothing_after_it() -> None:
+    # pip show prints "Name:" then fields kubectl's pod describe does not have; a traceback after a
+    # Name: line is read as one; a name with spaces (a GPU's) is no pod's.
+    text = "\n".join([
+        "Name: torch", "Version: 2.3.0",
+        "Name: trainer",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB",
+        "Name:   NVIDIA A100-SXM4-80GB", "    Serial: 1324",
+    ])
+    out = EventGrouper(clock=FakeClock()).feed(events(text))
+    assert [e.message for e in out] == text.splitlines()
+    assert [f.kind for e in out for f in classify_text(e.message)] == ["cuda_oom"]

@@ -202,6 +202,7 @@ CHECKS: dict[str, Callable[[list[Finding], str], None]] = {
 # Manifest facts that cannot be checked, with the reason. Every fact is checkable today.
 UNCHECKABLE: dict[str, str] = {}
 _SUMMARY_KEYS = {"throughput_qps", "latency_ms", "gpu_compute_time_ms"}
+_A_SUMMARY = "[I] === Performance summary ===\n[I] Throughput: 100 qps\n[I] Latency: min = 9 ms, max = 11 ms, mean = 10 ms"
 
 
 def test_manifest_and_folder_agree() -> None:
@@ -216,12 +217,18 @@ def test_manifest_and_folder_agree() -> None:
 def test_corpus_sample(name: str) -> None:
     folder = require_corpus(FOLDER)
     pairs = manifest_facts(FOLDER)[name]
-    findings = CLASSIFIER.classify(sample_text(folder / name))
+    text = sample_text(folder / name)
+    findings = CLASSIFIER.classify(text)
+    keys = {k for k, _ in pairs}
+    if "device" in keys and not keys & _SUMMARY_KEYS:
+        # A device block alone is no benchmark; its facts are read once a summary follows it (the
+        # grouper puts the block in front of the summary).
+        assert not findings, "a device block alone measured nothing"
+        findings = CLASSIFIER.classify(text + "\n" + _A_SUMMARY)
     assert findings
     for key, value in pairs:
         if key not in UNCHECKABLE:
             CHECKS[key](findings, value)
-    keys = {k for k, _ in pairs}
     benches = [f for f in findings if f.kind == KIND_TRT_BENCHMARK]
     if keys & _SUMMARY_KEYS:
         [b] = benches
@@ -229,7 +236,7 @@ def test_corpus_sample(name: str) -> None:
         assert b.severity == "info" and "qps" in b.title
     elif "device" in keys:
         [b] = benches
-        assert b.facts["record"] == "device_info"
+        assert b.facts["record"] == "performance_summary"
     else:
         assert not benches, "an error log must not produce a benchmark record"
     if "severities" not in keys:  # untagged lines: no severity tag invented

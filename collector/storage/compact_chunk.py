@@ -26,7 +26,11 @@ from typing import TYPE_CHECKING
 from fleetscope.proto import compact as C
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
+
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
 
 FORMAT = 2
 _HEAD = struct.Struct("<qB")
@@ -71,6 +75,7 @@ def decode_section_chunk(
     except C.CompactError as exc:
         raise ChunkFormatError(f"chunk is corrupt: {exc}") from None
     n = len(msg.ts_ns)
+    _check_shape(msg, n)
     ts = np.array(msg.ts_ns, dtype=np.int64) + correction
     columns: dict[str, np.ndarray] = {}
     for name in names:
@@ -90,3 +95,32 @@ def decode_section_chunk(
         cores, procs = host_texts(msg, n)
         texts = {"cpu_cores": cores, "top_processes": procs}
     return ts, columns, texts
+
+
+def _check_shape(msg: pb.GpuSamples | pb.HostSamples, n: int) -> None:
+    """The per-row counts agree with the lists they index: what ingest checked when the section
+    arrived (``ingest.validation``), checked again because a damaged chunk (a flipped byte the
+    compressor's checksum cannot see) may claim a billion cores or processes for one row."""
+    from fleetscope.collector.storage.chunk_codec import ChunkFormatError
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    def agree(counts: Sequence[int], total: int, what: str) -> None:
+        if not len(counts):
+            return
+        if len(counts) != n:
+            raise ChunkFormatError(f"chunk has {len(counts)} {what} counts for {n} rows")
+        if sum(counts) != total:
+            raise ChunkFormatError(f"chunk's {what} counts sum to {sum(counts)}, it holds {total}")
+
+    if isinstance(msg, pb.GpuSamples):
+        if len(msg.gpu_index) != n:
+            raise ChunkFormatError(f"chunk has {len(msg.gpu_index)} GPU indexes for {n} rows")
+    else:
+        cores, freqs = len(msg.cpu_core_percent), len(msg.cpu_core_freq_mhz)
+        agree(msg.core_count, cores, "core")
+        if freqs and freqs != cores:
+            raise ChunkFormatError(f"chunk has {freqs} core frequencies for {cores} core loads")
+    procs = msg.processes
+    agree(msg.process_count, len(procs.pid), "process")
+    if len(procs.name) != len(procs.pid):
+        raise ChunkFormatError(f"chunk names {len(procs.name)} processes of {len(procs.pid)}")

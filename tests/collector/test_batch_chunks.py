@@ -160,3 +160,42 @@ def test_the_newest_reading_is_kept_and_an_older_batch_never_replaces_it(store) 
         newest = conn.execute(text("SELECT gpu_index, ts_ns FROM gpu_latest WHERE device_id = :d ORDER BY gpu_index"),
                               {"d": device_id}).all()
     assert [tuple(r) for r in newest] == [(0, t0 + 2002 * S), (1, t0 + 1004 * S)], "GPU 1 sent nothing newer"
+
+
+def test_a_damaged_format_2_chunk_is_one_clear_error_and_never_another_exception() -> None:
+    """A compact section stored as it came (format 2) that the disk or a bad copy damaged: the
+    reader says "chunk is ..." in one line, whatever the damage, and a sound chunk still reads."""
+    import random
+
+    import zstandard
+
+    from fleetscope.collector.storage.chunk_codec import ChunkFormatError, decode_chunk
+
+    t0 = (time.time_ns() // S - 600) * S
+    item = _item(1, 1, t0, gpus=2, rows=30)
+    assert item.compact_sections is not None
+    for kind, payload in item.compact_sections.items():
+        blob = compact_chunk.wrap_section(kind, payload, 0, 3)
+        ts, _cols, _texts = decode_chunk(blob)
+        assert len(ts) in (30, 60)
+        body = zstandard.ZstdDecompressor().decompress(blob[2:])
+
+        def wrapped(damaged_body: bytes, blob: bytes = blob) -> bytes:
+            return blob[:2] + zstandard.ZstdCompressor().compress(damaged_body)
+
+        damaged = [blob[:1], blob[:2], blob[:-4], blob[:2] + b"\x00" * 40, bytes([compact_chunk.FORMAT, 9]) + blob[2:],
+                   wrapped(body[:5]), wrapped(body[:-7]), wrapped(body + b"\x01"), wrapped(body[:8] + bytes([7]) + body[9:])]
+        rng = random.Random(kind)
+        for _ in range(300):  # bytes flipped anywhere in the body, then compressed again (what zstd's check cannot see)
+            b = bytearray(body)
+            for _ in range(rng.randint(1, 4)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            damaged.append(wrapped(bytes(b)))
+        refused = 0
+        for bad in damaged:
+            try:
+                decode_chunk(bad)
+            except ChunkFormatError as exc:
+                refused += 1
+                assert str(exc).startswith("chunk") and "\n" not in str(exc), str(exc)
+        assert refused >= 9, "every cut, foreign compressor and foreign section kind is refused"

@@ -72,7 +72,9 @@ def _incidents(engine: Engine, kind: str | None = None) -> list:
 
 
 def _job(engine: Engine, owner: str = "a", **settings) -> DetectorJob:  # type: ignore[no-untyped-def]
-    base = {"settle_s": 0.0, "lookback_s": 3600.0}
+    # A whole first window per pass, whatever the machine's load: a test about the catch-up
+    # budget sets its own (a pass on a busy CI box can outlast the default 0.25 s by itself).
+    base = {"settle_s": 0.0, "lookback_s": 3600.0, "catchup_budget_s": 3600.0}
     base.update(settings)
     return DetectorJob(engine, settings=DetectorSettings(**base), owner=owner, discover_s=0.0)
 
@@ -105,7 +107,7 @@ def test_agent_offline_opens_after_the_threshold_and_resolves_with_the_gap_and_r
     # It comes back at +30 s and its spool replays what it sampled during the gap.
     _rows(engine, host_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "cpu_percent": 5.0} for k in range(1, 31)])
     _rows(engine, ingested_batches, [{"agent_id": "agent-dev-1", "boot_id": "b", "seq": k, "received_ns": T0 + (30 + k) * NS,
-                                      "rows": 10} for k in range(3)])
+                                      "rows": 10, "device_id": d} for k in range(3)])
     _seen(engine, d, T0 + 32 * NS)
     job.run_once(T0 + 33 * NS)
     (inc,) = _incidents(engine, "agent_offline")

@@ -168,6 +168,8 @@ def _print_result(url: str, result: Any, origin: str) -> None:
         print(f"  {line}")
     if result.upgraded_to:
         print(f"{url}: now at schema revision {result.upgraded_to} (head)")
+    for line in result.distributed:
+        print(f"  citus: {line}")
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -149,6 +149,7 @@ class Result:
     rows: dict[str, int] = field(default_factory=dict)
     upgraded_to: str | None = None  # the head, when the export was at an older revision
     upgrade_lines: list[str] = field(default_factory=list)
+    distributed: list[str] = field(default_factory=list)  # what Citus spread after the load (``storage.citus``)
 
     @property
     def total(self) -> int:
@@ -625,6 +626,18 @@ def import_records(engine: Engine, records: Iterable[dict[str, Any]], *, origin:
         raise TransferError(f"import into {url} failed, nothing was changed: {migrations.one_line(exc)}") from exc
     except migrations.StoreUnavailable as exc:
         raise TransferError(str(exc)) from exc
+    if engine.dialect.name == "postgresql":
+        # A Citus coordinator spreads what was loaded, as ``db upgrade`` does, in a transaction of
+        # its own (Citus distributes a table only in one that has not changed it). Should it fail,
+        # the rows are loaded and the next upgrade (a collector's start) spreads them.
+        from fleetscope.collector.storage.citus import distribute
+
+        try:
+            with migrations._migration_transaction(engine) as conn:
+                result.distributed = distribute(conn)
+        except DBAPIError as exc:
+            raise TransferError(f"{url}: the rows are loaded but spreading them over the Citus workers failed "
+                                f"(run 'fleetscope db upgrade --db {url}'): {migrations.one_line(exc)}") from exc
     if engine.dialect.name == "postgresql":  # fresh statistics, so the first queries are planned on real sizes
         with engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")

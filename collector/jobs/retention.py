@@ -196,6 +196,7 @@ class RetentionJob:
         self._column_cache: dict[str, set[str]] = {}
         self._devices: list[int] = []
         self._tables: set[str] = set()
+        self._citus_keys: dict[str, str] = {}  # on Citus: the unique key of each distributed table that has one
 
     # -- thread ----------------------------------------------------------------------------
 
@@ -233,6 +234,7 @@ class RetentionJob:
             with self.engine.connect() as conn:
                 self._devices = [int(d) for d in conn.execute(text("SELECT id FROM devices ORDER BY id")).scalars()]
                 self._tables = set(self._table_names(conn))
+                self._citus_keys = _citus_keys(conn)
             if s.raw_s is not None:
                 raw_cutoff = now_ns - int(s.raw_s * NS)
                 incident_cutoff = None if s.incidents_s is None else now_ns - int(s.incidents_s * NS)
@@ -280,11 +282,22 @@ class RetentionJob:
             if n < self.settings.batch_rows:
                 return
 
-    def _bounded_delete(self, table: str, condition: str) -> str:
-        """A DELETE of at most ``batch_rows`` rows of ``table`` matching ``condition``."""
+    def _bounded_delete(self, table: str, condition: str, *, one_device: bool = False) -> str:
+        """A DELETE of at most ``batch_rows`` rows of ``table`` matching ``condition``;
+        ``one_device``: ``condition`` holds ``device_id = :d``.
+
+        On PostgreSQL the rows are found by ``ctid``. Citus plans that only for a statement routed
+        to one device's worker: a device's delete says its device in the outer WHERE too, and a
+        delete over every device (claims, incidents) names the rows by their unique key instead."""
         n = self.settings.batch_rows
         if self._sqlite:
             return f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {condition} LIMIT {n})"
+        if one_device:
+            return (f"DELETE FROM {table} WHERE device_id = :d"
+                    f" AND ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {condition} LIMIT {n}))")
+        key = self._citus_keys.get(table)
+        if key is not None:
+            return f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {condition} LIMIT {n})"
         return f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {condition} LIMIT {n}))"
 
     # -- tiers -------------------------------------------------------------------------------
@@ -304,7 +317,7 @@ class RetentionJob:
         condition = f"{key} < :cutoff" + (f" AND {end} < :cutoff" if end else "") + (f" AND {where}" if where else "")
         if "device_id" in self._columns(table):
             for device_id in self._devices:
-                self._batched(self._bounded_delete(target, f"device_id = :d AND {condition}"),
+                self._batched(self._bounded_delete(target, f"device_id = :d AND {condition}", one_device=True),
                               {"d": device_id, "cutoff": cutoff}, report, table)
         else:
             self._batched(self._bounded_delete(target, condition), {"cutoff": cutoff}, report, table)
@@ -352,7 +365,7 @@ class RetentionJob:
             " AND n.gpu_index = gpu_state.gpu_index AND n.ts_ns > gpu_state.ts_ns AND n.ts_ns <= :cutoff)"
         )
         for device_id in self._devices:
-            self._batched(self._bounded_delete("gpu_state", cond), {"d": device_id, "cutoff": cutoff}, report, "gpu_state")
+            self._batched(self._bounded_delete("gpu_state", cond, one_device=True), {"d": device_id, "cutoff": cutoff}, report, "gpu_state")
 
     def _purge_claims(self, cutoff: int, report: RetentionReport) -> None:
         """The exactly-once claims of batches received before the raw cutoff, found by
@@ -386,7 +399,7 @@ class RetentionJob:
         for table in ("incident_host_samples", "incident_gpu_samples"):
             if table in self._tables:
                 for device_id in self._devices:
-                    self._batched(self._bounded_delete(table, "device_id = :d AND ts_ns < :cutoff"),
+                    self._batched(self._bounded_delete(table, "device_id = :d AND ts_ns < :cutoff", one_device=True),
                                   {"d": device_id, "cutoff": keep_from}, report, table)
 
     def _purge_alerts(self, cutoff: int, report: RetentionReport) -> None:
@@ -426,6 +439,15 @@ class RetentionJob:
             copied += self._txn(functools.partial(_copy_window, device_id=int(device_id), lo=lo, hi=hi))
         self._kept_until_ns = raw_cutoff
         return copied
+
+
+def _citus_keys(conn: Connection) -> dict[str, str]:
+    """{distributed table: its unique key, as SQL} on a Citus coordinator; {} elsewhere."""
+    from fleetscope.collector.storage.citus import DEVICE_KEYS, is_citus
+
+    if not is_citus(conn):
+        return {}
+    return {table: ", ".join(columns) for table, _constraint, columns, _plain in DEVICE_KEYS}
 
 
 def _drop_one(conn: Connection, name: str) -> int:

@@ -146,9 +146,20 @@ class LatestReadings:
 
 
 def _newest(session: Session, table: Any, ids: list[int], *extra: Any) -> dict[int, int]:
-    """{device id: its newest ts_ns in ``table``} (one index seek per device)."""
+    """{device id: its newest ts_ns in ``table``} (one index seek per device). Citus refuses a
+    subquery correlated with a reference table (``devices``): there the devices' rows are
+    grouped, each worker reading its devices' index entries."""
     if not ids:
         return {}
+    from fleetscope.collector.storage.citus import is_citus
+
+    if is_citus(session.connection()):
+        grouped = (
+            select(table.c.device_id, func.max(table.c.ts_ns))
+            .where(in_ids(table.c.device_id, ids), *extra)
+            .group_by(table.c.device_id)
+        )
+        return {int(d): int(ts) for d, ts in session.execute(grouped).all() if ts is not None}
     newest = (
         select(func.max(table.c.ts_ns)).where(table.c.device_id == Device.id, *extra).correlate(Device).scalar_subquery()
     )

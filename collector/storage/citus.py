@@ -14,8 +14,17 @@ A database whose coordinator has the ``citus`` extension is distributed after ea
 * **Keys.** Citus needs every unique key of a distributed table to hold ``device_id``: the
   incidents' key becomes (device, id) and a claim's (device, agent, boot, seq). Both were
   unique before without the device, and the device is determined by the rest (an incident id is
-  unique; an agent id belongs to one device), so nothing stored before collides. The incidents'
-  foreign key to ``devices`` is dropped (see ``_prepare_device_keys``).
+  unique; an agent id belongs to one device), so nothing stored before collides.
+* **No foreign keys to ``devices``** (``DROPPED_FOREIGN_KEYS``: the incidents' and the
+  streams'): Citus writes a transaction that touches a reference table with a foreign key over
+  one connection per node, and refuses one that wrote several devices' shards in parallel before
+  updating their device rows (every batch group does). Devices are never deleted, and rows are
+  only written for a device that has a row, so the keys guarded nothing that can happen.
+* **Only at head**: ``distribute`` knows the head schema (the claims' device is revision 0010);
+  ``migrations.upgrade`` to an older revision leaves the tables on the coordinator, and
+  ``migrations.downgrade`` first brings them back there (``undistribute``: the keys and
+  foreign keys as the plain schema has them), since the older revisions' steps alter columns a
+  distributed table cannot lose (its ``device_id``).
 * Day partitions (``storage.partitions``) stay as they are: a partition created on a distributed
   table is distributed with it.
 
@@ -46,11 +55,13 @@ REFERENCE = (
 )
 LOCAL = ("alembic_version",)  # the coordinator's own bookkeeping
 
-# Unique keys that must hold the device on Citus: (table, constraint, columns).
-_DEVICE_KEYS = (
-    ("incidents", "incidents_pkey", ("device_id", "id")),
-    ("ingested_batches", "ingested_batches_pkey", ("device_id", "agent_id", "boot_id", "seq")),
+# Unique keys that must hold the device on Citus: (table, constraint, columns on Citus, columns elsewhere).
+DEVICE_KEYS = (
+    ("incidents", "incidents_pkey", ("device_id", "id"), ("id",)),
+    ("ingested_batches", "ingested_batches_pkey", ("device_id", "agent_id", "boot_id", "seq"), ("agent_id", "boot_id", "seq")),
 )
+# Foreign keys to ``devices`` that Citus cannot keep (see the module's note): (table, constraint).
+DROPPED_FOREIGN_KEYS = (("incidents", "incidents_device_id_fkey"), ("streams", "streams_device_id_fkey"))
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,18 @@ def citus_state(conn: Connection) -> CitusState:
     return CitusState(installed=True, workers=int(workers or 0), distributed=distributed, reference=reference)
 
 
+def is_citus(conn: Connection) -> bool:
+    """Whether ``conn``'s database is a Citus coordinator; asked once per pooled connection (the
+    answer is kept in its ``info``), for the few reads whose SQL differs there."""
+    if conn.dialect.name != "postgresql":
+        return False
+    info = conn.connection.info
+    if "fleetscope_citus" not in info:
+        info["fleetscope_citus"] = conn.execute(
+            text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first() is not None
+    return bool(info["fleetscope_citus"])
+
+
 def distribute(conn: Connection) -> list[str]:
     """Spread the schema over the Citus cluster, in the caller's transaction; what it did, a line
     a table (empty when all was done before, or when the database is not Citus)."""
@@ -88,6 +111,13 @@ def distribute(conn: Connection) -> list[str]:
     existing = set(conn.execute(text(
         "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
     )).scalars())
+    # The foreign keys to devices go (see the module's note), also where an earlier fleetscope
+    # distributed the tables and kept one (the streams').
+    for table, constraint in DROPPED_FOREIGN_KEYS:
+        if conn.execute(text("SELECT 1 FROM pg_constraint WHERE conname = :c AND conrelid = to_regclass(:t)"),
+                        {"c": constraint, "t": table}).first() is not None:
+            conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{constraint}"'))
+            done.append(f"{table}: foreign key {constraint} dropped")
     for table in REFERENCE:
         if table in existing and table not in state.reference:
             conn.execute(text("SELECT create_reference_table(:t)"), {"t": table})
@@ -114,13 +144,7 @@ def _prepare_device_keys(conn: Connection, tables: list[str]) -> None:
         ))
         conn.execute(text("DELETE FROM ingested_batches WHERE device_id IS NULL"))
         conn.execute(text("ALTER TABLE ingested_batches ALTER COLUMN device_id SET NOT NULL"))
-    if "incidents" in tables:
-        # A foreign key from a distributed table to a reference table makes Citus write a
-        # transaction's shards over one connection per node, and refuse a batch group that wrote
-        # several devices' rows before updating their device rows. Devices are never deleted, and
-        # incidents are written only for the device a batch was stored for: the key goes.
-        conn.execute(text("ALTER TABLE incidents DROP CONSTRAINT IF EXISTS incidents_device_id_fkey"))
-    for table, constraint, columns in _DEVICE_KEYS:
+    for table, constraint, columns, _plain in DEVICE_KEYS:
         if table not in tables:
             continue
         current = conn.execute(text(
@@ -135,4 +159,37 @@ def _prepare_device_keys(conn: Connection, tables: list[str]) -> None:
         conn.execute(text(f'ALTER TABLE {table} ADD CONSTRAINT "{constraint}" PRIMARY KEY ({", ".join(columns)})'))
 
 
-__all__ = ["ANCHOR", "DISTRIBUTED", "LOCAL", "REFERENCE", "CitusState", "citus_state", "distribute"]
+def undistribute(conn: Connection) -> list[str]:
+    """Bring every table back to the coordinator, with the keys and foreign keys of the plain
+    schema, in the caller's transaction (``migrations.downgrade`` does it first); what it did, a
+    line a table (empty when the database is not Citus or nothing is distributed)."""
+    state = citus_state(conn)
+    if not state.installed:
+        return []
+    done: list[str] = []
+    for table in [*DISTRIBUTED, *REFERENCE]:
+        if table in state.distributed or table in state.reference:
+            conn.execute(text("SELECT undistribute_table(:t)"), {"t": table})
+            done.append(f"{table}: back on the coordinator")
+    if not done:  # never distributed (a database below head): its keys are the plain schema's already
+        return []
+    existing = set(conn.execute(text(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+    )).scalars())
+    for table, constraint, _citus, columns in DEVICE_KEYS:
+        if table in existing:
+            conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT IF EXISTS "{constraint}"'))
+            conn.execute(text(f'ALTER TABLE {table} ADD CONSTRAINT "{constraint}" PRIMARY KEY ({", ".join(columns)})'))
+    if "ingested_batches" in existing:  # NULL again for a claim of before revision 0010, as in the plain schema
+        conn.execute(text("ALTER TABLE ingested_batches ALTER COLUMN device_id DROP NOT NULL"))
+    for table, constraint in DROPPED_FOREIGN_KEYS:
+        if table in existing:
+            conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT IF EXISTS "{constraint}"'))
+            conn.execute(text(f'ALTER TABLE {table} ADD CONSTRAINT "{constraint}" FOREIGN KEY (device_id) REFERENCES devices (id)'))
+    return done
+
+
+__all__ = [
+    "ANCHOR", "DEVICE_KEYS", "DISTRIBUTED", "DROPPED_FOREIGN_KEYS", "LOCAL", "REFERENCE", "CitusState", "citus_state", "distribute",
+    "is_citus", "undistribute",
+]

@@ -2,8 +2,9 @@
 ``tests/citus_cluster.py``): ``db upgrade`` spreads the schema by device, a batch and its claim
 are stored once on the worker of its device, and plain PostgreSQL is left as it was.
 
-The rest of the suite runs on Citus with ``FLEETSCOPE_TEST_CITUS_ALL=1`` (``db_url`` gains a
-third kind); not every query passes there yet (issue 30), so CI runs these."""
+With ``FLEETSCOPE_REQUIRE_CITUS=1`` (CI) the ``db_url`` tests of the modules in
+``tests/conftest.py``'s ``CITUS_MODULES`` run on Citus too; ``FLEETSCOPE_TEST_CITUS_ALL=1`` runs
+every ``db_url`` test there (issue 30)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from fleetscope.cli import main
 from fleetscope.collector.storage import migrations
+from fleetscope.collector.storage.citus import DISTRIBUTED, DROPPED_FOREIGN_KEYS, REFERENCE, is_citus
 from fleetscope.collector.storage.engine import make_engine
 from tests.collector.test_migrations import (
     HEAD,
@@ -25,6 +26,21 @@ CLI = [sys.executable, "-m", "fleetscope.cli"]
 # What ``db upgrade`` prints for each revision after the baseline, in order.
 LATER_STEP_LINES = [f"  {a} -> {b}: {migrations.describe(b)}" for a, b in STEPS_FROM_EMPTY[1:]]
 BASELINE_LINE = f"0001: {migrations.describe('0001')}"
+
+
+def _citus_lines(db_url: str) -> list[str]:
+    """What an upgrade to head prints after its steps on a Citus coordinator: a line a table
+    spread (``storage.citus``); nothing elsewhere."""
+    engine = make_engine(db_url, create=False)
+    try:
+        with engine.connect() as conn:
+            if not is_citus(conn):
+                return []
+    finally:
+        engine.dispose()
+    return [*(f"  citus: {t}: foreign key {c} dropped" for t, c in DROPPED_FOREIGN_KEYS),
+            *(f"  citus: {t}: reference table (copied to every node)" for t in REFERENCE),
+            *(f"  citus: {t}: distributed by device_id" for t in DISTRIBUTED)]
 
 
 def _url(db_url: str) -> str:
@@ -55,6 +71,7 @@ def test_upgrade_of_an_empty_database_prints_each_step_then_nothing_to_do(
         f"{url}: upgrading from no fleetscope schema yet (this fleetscope's head is {HEAD})",
         f"  empty -> {BASELINE_LINE}",
         *LATER_STEP_LINES,
+        *_citus_lines(db_url),
         f"{url}: now at schema revision {HEAD} (head)",
     ], [])
     assert _run(capsys, "db", "upgrade", "--db", db_url) == (0, [
@@ -75,7 +92,7 @@ def test_a_database_made_before_migrations_through_current_and_upgrade(
     assert state_of(db_url).made_before_migrations, "current only reads"
     code, out, err = _run(capsys, "db", "upgrade", "--db", db_url)
     assert (code, err) == (0, [])
-    assert out[1:] == [f"  made before migrations -> {BASELINE_LINE}", *LATER_STEP_LINES,
+    assert out[1:] == [f"  made before migrations -> {BASELINE_LINE}", *LATER_STEP_LINES, *_citus_lines(db_url),
                        f"{url}: now at schema revision {HEAD} (head)"]
 
 

@@ -721,6 +721,7 @@ def test_offline_replayed_rows_count_the_chunks(engine: Engine) -> None:
                 "seq": k,
                 "received_ns": T0 + (30 + k) * NS,
                 "rows": 10,
+                "device_id": devices[mode],
             }
             for mode in MODES
             for k in range(3)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from fleetscope.collector.jobs.retention import RetentionJob, RetentionSettings, describe, parse_retention
 from fleetscope.collector.query import incident_with_context
 from fleetscope.collector.storage.chunk_reader import read_samples
+from fleetscope.collector.storage.citus import is_citus
 from fleetscope.collector.storage.engine import make_engine
 from fleetscope.collector.storage.partitions import day_start_ns, ensure_partitions_ahead
 from fleetscope.collector.storage.registry import register_device
@@ -256,8 +257,10 @@ def test_exactly_once_claims_older_than_the_raw_tier_are_deleted_in_batches_and_
             old.append({"a": "agent-both", "b": "boot-1", "s": 1, "r": RAW_CUTOFF - 1})
             new = [{"a": "agent-new", "b": "boot", "s": i, "r": RAW_CUTOFF + i * 3600 * NS} for i in range(11)]
             new.append({"a": "agent-both", "b": "boot-2", "s": 1, "r": RAW_CUTOFF})  # at the cutoff: kept
-            conn.execute(text("INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows)"
-                              " VALUES (:a, :b, :s, :r, 10)"), old + new)
+            # Claims of before revision 0010 have no device; on Citus every claim has one (storage.citus).
+            device = 1 if is_citus(conn) else None
+            conn.execute(text("INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows, device_id)"
+                              " VALUES (:a, :b, :s, :r, 10, :d)"), [{**r, "d": device} for r in old + new])
         expected = sorted((r["a"], r["b"], r["s"], r["r"]) for r in new)
 
         off = RetentionJob(engine, RetentionSettings(raw_s=None, batch_rows=7), owner="t", clock=lambda: NOW).run_once()

@@ -185,10 +185,27 @@ class NameCache:
     def refresh(self, conn: Connection, device_ids: Sequence[int], now_ns: int) -> None:
         """Every distinct name of each device, in one recursive statement (SQLite and PostgreSQL):
         per device, the smallest name, then the next one after it, each an index seek on
-        (device_id, name, start_ns)."""
+        (device_id, name, start_ns). Citus plans a recursive statement only when it is about one
+        device (then it runs on that device's worker): there it is one statement per device."""
         from sqlalchemy import bindparam, text
 
+        from fleetscope.collector.storage.citus import is_citus
+
         found: dict[int, set[str]] = {d: set() for d in device_ids}
+        if is_citus(conn):
+            one = text(
+                "WITH RECURSIVE n(name) AS ("
+                " SELECT min(h.name) FROM latency_histograms h WHERE h.device_id = :d"
+                " UNION ALL"
+                " SELECT (SELECT min(h.name) FROM latency_histograms h WHERE h.device_id = :d AND h.name > n.name)"
+                " FROM n WHERE n.name IS NOT NULL"
+                ") SELECT name FROM n WHERE name IS NOT NULL"
+            )
+            for d in device_ids:
+                found[d].update(conn.execute(one, {"d": d}).scalars())
+            for d, names in found.items():
+                self._names[d] = (now_ns, names)
+            return
         stmt = text(
             "WITH RECURSIVE n(device_id, name) AS ("
             " SELECT d.id, (SELECT min(h.name) FROM latency_histograms h WHERE h.device_id = d.id)"

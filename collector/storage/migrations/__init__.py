@@ -255,9 +255,9 @@ def upgrade(engine: Engine, target: str = "head") -> MigrationReport:
     ``StoreUnavailable`` when the database cannot be reached or a step fails (then nothing
     changed). On a Citus coordinator the tables are then spread over its workers
     (``storage.citus``), in a second locked transaction: Citus distributes a table only in a
-    transaction that has not changed it."""
+    transaction that has not changed it. Only at head: an older revision stays on the coordinator."""
     report = _migrate(engine, target, upgrading=True)
-    if engine.dialect.name != "postgresql":
+    if engine.dialect.name != "postgresql" or report.after != head():
         return report
     from fleetscope.collector.storage.citus import distribute
 
@@ -269,7 +269,15 @@ def upgrade(engine: Engine, target: str = "head") -> MigrationReport:
 
 def downgrade(engine: Engine, target: str) -> MigrationReport:
     """Take the database back to ``target`` (e.g. the baseline, for collectors from before
-    migrations), in one locked transaction. Not below the baseline."""
+    migrations), in one locked transaction. Not below the baseline. On a Citus coordinator the
+    tables are first brought back to it (``storage.citus.undistribute``), in a locked transaction
+    of their own: the older revisions' steps alter what a distributed table cannot change."""
+    if engine.dialect.name == "postgresql":
+        from fleetscope.collector.storage.citus import undistribute
+
+        with database_errors(engine, "bringing the tables back from the Citus workers failed, nothing was changed in"), \
+                _migration_transaction(engine) as conn:
+            undistribute(conn)
     return _migrate(engine, target, upgrading=False)
 
 

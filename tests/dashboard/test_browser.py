@@ -125,6 +125,12 @@ def test_alerts_page_in_a_browser(browser_page, server: str, pipeline: Pipeline)
 
 
 def test_device_page_alert_periods_in_a_browser(browser_page, server: str, pipeline: Pipeline) -> None:  # type: ignore[no-untyped-def]
-    text, _cells = _load(browser_page, f"{server}/device?device={pipeline.hot}&range=15m", "device-alerts")
+    url = f"{server}/device?device={pipeline.hot}&range=15m"
+    text, _cells = _load(browser_page, url, "device-alerts")
+    for _ in range(3):  # a busy machine's alert job may fire after the first draw: a user reloads
+        if "shaded spans with a bar above are alerts" in text:
+            break
+        time.sleep(5)
+        text, _cells = _load(browser_page, url, "device-alerts")
     _no_failure(text)
     assert "shaded spans with a bar above are alerts" in text

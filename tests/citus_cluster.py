@@ -53,6 +53,7 @@ def citus_installed() -> str | None:
 @dataclass(frozen=True)
 class CitusCluster:
     ports: tuple[int, int, int]  # coordinator, worker1, worker2
+    dir: Path = CITUS_DIR  # the nodes' data directories and logs
 
     def _admin(self, port: int, dbname: str = "postgres"):  # type: ignore[no-untyped-def]
         import psycopg
@@ -96,10 +97,16 @@ class CitusCluster:
         return True
 
     def stop_node(self, index: int) -> None:
-        _pg_ctl("stop", CITUS_DIR / NODES[index], "-m", "fast")
+        _pg_ctl("stop", self.dir / NODES[index], "-m", "fast")
 
     def start_node(self, index: int) -> None:
-        _pg_ctl("start", CITUS_DIR / NODES[index], "-l", str(CITUS_DIR / f"{NODES[index]}.log"))
+        _pg_ctl("start", self.dir / NODES[index], "-l", str(self.dir / f"{NODES[index]}.log"))
+
+    def destroy(self) -> None:
+        """Stop every node and remove its data (a private cluster's end)."""
+        for node in NODES:
+            _stop_quietly(self.dir / node)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -157,14 +164,22 @@ def ensure_cluster() -> CitusCluster:
         return cluster
 
 
-def _make_cluster() -> CitusCluster:
+def private_cluster() -> CitusCluster:
+    """A cluster of its own, for a test that stops its nodes (the shared one serves every other
+    test at the same time); ``CitusCluster.destroy`` ends it."""
+    with _cluster_lock():  # not two port searches at once
+        return _make_cluster(Path(f"/tmp/fleetscope-citus-private-{os.getpid()}-{secrets.token_hex(3)}"))
+
+
+def _make_cluster(where: Path = CITUS_DIR) -> CitusCluster:
     bin_dir = pg_bin()
     assert bin_dir is not None
     ports = _free_ports(len(NODES))
+    where.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
-        shutil.chown(CITUS_DIR, "postgres")
+        shutil.chown(where, "postgres")
     for node, port in zip(NODES, ports):
-        data = CITUS_DIR / node
+        data = where / node
         if data.exists():
             _stop_quietly(data)
             shutil.rmtree(data)
@@ -172,16 +187,16 @@ def _make_cluster() -> CitusCluster:
                                      "--no-sync"]), check=True, capture_output=True)
         with open(data / "postgresql.conf", "a") as conf:
             conf.write(
-                f"\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{CITUS_DIR}'\n"
+                f"\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{where}'\n"
                 "shared_preload_libraries = 'citus'\nfsync = off\nsynchronous_commit = off\n"
                 "full_page_writes = off\nmax_connections = 300\nmax_prepared_transactions = 300\n"
             )
-        _pg_ctl("start", data, "-l", str(CITUS_DIR / f"{node}.log"))
-    cluster = CitusCluster(ports)  # type: ignore[arg-type]
+        _pg_ctl("start", data, "-l", str(where / f"{node}.log"))
+    cluster = CitusCluster(ports, where)  # type: ignore[arg-type]
     deadline = time.monotonic() + 30
     while not cluster.alive():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the Citus test cluster did not start (logs in {CITUS_DIR})")
+            raise RuntimeError(f"the Citus test cluster did not start (logs in {where})")
         time.sleep(0.2)
     return cluster
 

@@ -227,7 +227,11 @@ def test_cli_json_lists_the_incidents_and_incident_id_json_gives_one_whole(store
     assert "context" not in doc and "gpu_samples" not in listed
     assert fleetscope(["incident", str(doc["id"]), "--db", db_url, "--json"]) == 0
     whole = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in whole.items() if k != "context"} == doc, "the same fields as the list, and the context"
+    # The same fields as the list, and the context. The lifecycle's own fields may move between
+    # the two calls: the event incident resolves after its quiet period, on a busy machine in between.
+    moving = {"state", "ended_ns", "updated_ns"}
+    assert set(whole) - {"context"} == set(doc), "the same fields as the list, and the context"
+    assert {k: v for k, v in whole.items() if k not in moving | {"context"}} == {k: v for k, v in doc.items() if k not in moving}
     assert list(whole["context"]) == [
         "incident_id", "device", "ts_ns", "since_ns", "until_ns", "summary", "host", "gpu", "gpu_state", "logs", "nearby",
     ]  # fmt: skip

@@ -429,7 +429,7 @@ def _register(channel: grpc.Channel, agent_id: str) -> None:
     register = channel.unary_unary("/fleetscope.v1.Ingest/Register", request_serializer=pb.RegisterRequest.SerializeToString,
                                    response_deserializer=pb.RegisterResponse.FromString)
     register(pb.RegisterRequest(agent_id=agent_id, boot_id="b", name="replayer", sent_ns=time.time_ns()), metadata=MD,
-             timeout=10)
+             timeout=60)  # a registration on Citus, on a busy 2-core CI box, took more than 10 s
 
 
 def _send(port: int, agent_id: str, batches: list[pb.Batch]) -> list[int]:

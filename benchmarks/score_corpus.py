@@ -4,8 +4,8 @@
     python benchmarks/score_corpus.py --part sealed   # round 1's sealed third (scored once, then read)
     python benchmarks/score_corpus.py --part holdout2 # round 2's held-out set (scored once, then read)
     python benchmarks/score_corpus.py --part holdout3 # round 3's held-out set (scored once, then read)
-    python benchmarks/score_corpus.py --part dev      # every part scored and read: rounds 1 to 3
-    python benchmarks/score_corpus.py --part holdout4 # round 4's held-out set: run once, at the end
+    python benchmarks/score_corpus.py --part holdout4 # round 4's held-out set (scored once, then read)
+    python benchmarks/score_corpus.py --part dev      # every part scored and read: rounds 1 to 4
     python benchmarks/score_corpus.py --failures      # and every sample that missed, with why
 
 How the corpus was drawn, labelled and split, and what "right" means: ``corpus/PROCEDURE.md``.

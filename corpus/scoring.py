@@ -31,9 +31,10 @@ FAMILIES = (
     "cuda_oom", "host_oom", "memory_alloc_failure", "gpu_xid", "jetson_memory", "tensorrt_error",
     "trt_benchmark", TEGRASTATS, NEGATIVE,
 )
-PARTS = ("open", "sealed", "holdout2", "holdout3", "dev", "holdout4", "all")
-HELD_OUT = frozenset({"holdout4"})  # parts not read yet: scored once, their failures never listed
-DEV = frozenset({"open", "sealed", "holdout2", "holdout3"})  # the parts scored and read: development data
+PARTS = ("open", "sealed", "holdout2", "holdout3", "holdout4", "dev", "all")
+HELD_OUT: frozenset[str] = frozenset()  # parts not read yet: scored once, their failures never listed
+DEV = frozenset({"open", "sealed", "holdout2", "holdout3", "holdout4"})  # the parts scored and read: development data
+_ROUND = re.compile(r"^(holdout\d+)-")
 
 # Fact keys each family may be labelled with (PROCEDURE.md, "Families and their fact keys").
 FACT_KEYS: Mapping[str, frozenset[str]] = {
@@ -79,19 +80,30 @@ class Sample:
 def part_of(folder: str, file: str) -> str:
     """``sealed`` for a third of round 1's samples, chosen by a hash of the name (PROCEDURE.md, "The
     split"); ``holdout2``, ``holdout3`` and ``holdout4`` for every sample of rounds 2 to 4 (PROCEDURE.md,
-    "Round 2" to "Round 4")."""
-    for held in ("holdout2", "holdout3", "holdout4"):
-        if folder.startswith(held + "-"):
-            return held
+    "Round 2" to "Round 4"); ``holdoutN`` for any later round's ``holdoutN-*`` folder, so that a round
+    not yet among ``PARTS`` can never fall into open or sealed."""
+    m = _ROUND.match(folder)
+    if m:
+        return m.group(1)
     digest = hashlib.sha256(f"{SEAL_SALT}{folder}/{file}".encode()).hexdigest()
     return "sealed" if int(digest, 16) % 3 == 0 else "open"
 
 
+def known_folder(folder: str) -> bool:
+    """Whether ``folder`` belongs to a part in ``PARTS``: a later round's ``holdoutN-*`` folders, being
+    drawn while its part is not declared yet, are neither opened nor read."""
+    m = _ROUND.match(folder)
+    return m is None or m.group(1) in PARTS
+
+
 def load_manifests(root: Path = CORPUS_DIR) -> list[Sample]:
-    """Every sample of every family folder under ``root``; a broken entry raises ``ManifestError``."""
+    """Every sample of every family folder under ``root`` whose part is known (``known_folder``); a
+    broken entry raises ``ManifestError``."""
     samples: list[Sample] = []
     for manifest in sorted(root.glob("*/MANIFEST.toml")):
         folder = manifest.parent.name
+        if not known_folder(folder):
+            continue
         try:
             data = tomllib.loads(manifest.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:

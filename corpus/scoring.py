@@ -160,14 +160,13 @@ def read_sample(sample: Sample) -> Found:
 
 
 def _tegrastats_readings(text: str) -> list[dict[str, Any]]:
-    from fleetscope.agent.parsers.tegrastats import TegrastatsParseError, parse_tegrastats_line
+    try:
+        from fleetscope.agent.parsers.tegrastats import read_tegrastats_text
+    except ImportError:  # the code of an earlier commit, scored for comparison: one reading per line
+        read_tegrastats_text = _line_by_line
 
     readings = []
-    for line in text.splitlines():
-        try:
-            r = parse_tegrastats_line(line)
-        except TegrastatsParseError:
-            continue
+    for r in read_tegrastats_text(text):
         gr3d = r.gr3d_freq_mhz
         readings.append({
             "ram_used_mb": r.ram_used_mb, "ram_total_mb": r.ram_total_mb, "swap_used_mb": r.swap_used_mb,
@@ -175,6 +174,18 @@ def _tegrastats_readings(text: str) -> list[dict[str, Any]]:
             "gr3d_freq_mhz": gr3d[0] if gr3d else None,
         })
     return readings
+
+
+def _line_by_line(text: str) -> list[Any]:
+    from fleetscope.agent.parsers.tegrastats import TegrastatsParseError, parse_tegrastats_line
+
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(parse_tegrastats_line(line))
+        except TegrastatsParseError:
+            continue
+    return out
 
 
 # ------------------------------------------------------------------------------ comparing facts

@@ -39,6 +39,7 @@ __all__ = [
     "TegrastatsParseError",
     "TegrastatsReading",
     "parse_tegrastats_line",
+    "read_tegrastats_text",
 ]
 
 
@@ -141,6 +142,7 @@ class _Builder:
         self.temps_c: dict[str, tuple[float, ...]] = {}
         self.rails_mw: dict[str, tuple[int, ...]] = {}
         self.unparsed: list[str] = []
+        self.matched: list[_Handler] = []  # the handler of each field read, in order
 
     def build(self) -> TegrastatsReading:
         return TegrastatsReading(
@@ -274,6 +276,7 @@ def _consume(text: str, pos: int, b: _Builder) -> int:
         m = pattern.match(text, pos)
         if m:
             handler(m, b)
+            b.matched.append(handler)
             return m.end() + 1
     end = text.find(" ", pos)
     end = len(text) if end < 0 else end
@@ -281,11 +284,7 @@ def _consume(text: str, pos: int, b: _Builder) -> int:
     return end + 1
 
 
-def parse_tegrastats_line(line: str) -> TegrastatsReading:
-    """One tegrastats line (possibly wrapped over several lines) as a reading.
-
-    Raises TegrastatsParseError when the text is not tegrastats output.
-    """
+def _read(line: str) -> _Builder:
     # Joining on any whitespace also undoes a wrapped line and CRLF endings. A line quoted in a
     # program's string or a note ('tmpStr = "RAM ...', '**RAM 3431/3956MB**') loses the quote and
     # emphasis marks glued to its fields; what comes before its first field stays unparsed.
@@ -298,4 +297,105 @@ def parse_tegrastats_line(line: str) -> TegrastatsReading:
         pos = _consume(text, pos, b)
     if "ram_used_mb" not in b.fields:
         raise TegrastatsParseError(f"no 'RAM used/totalMB' field, not tegrastats output: {text[:120]!r}")
-    return b.build()
+    return b
+
+
+def parse_tegrastats_line(line: str) -> TegrastatsReading:
+    """One tegrastats line (possibly wrapped over several lines) as a reading.
+
+    Raises TegrastatsParseError when the text is not tegrastats output.
+    """
+    return _read(line).build()
+
+
+# ------------------------------------------------------------------------------- pasted text
+
+_HAS_RAM = re.compile(r"RAM \d+/\d+MB")
+# What a page or a program wraps each physical line of a reading in: indentation, a comment or quote
+# marker ("# ", "// ", "> ", "* "), the "+" or quote of a string literal's concatenation, and at the end
+# the literal's closing quote, "\n" escape, concatenation, separator or closing bracket, or a shell's
+# continuation backslash.
+_LINE_OPEN = re.compile(r"^\s*(?:(?:#+|//+|>+|\*|\+|\|)\s*)*[`\"']?")
+
+# Fields a reading prints once: meeting one again means a new reading, not a continuation.
+_ONCE = frozenset({_on_timestamp, _on_ram, _on_swap, _on_iram, _on_cpu, _on_emc, _on_gr3d, _on_ape, _on_mts, _on_edp})
+_MAX_CONTINUATION_LINES = 12
+
+
+def _open_bracket(text: str) -> bool:
+    return text.rfind("[") > text.rfind("]")
+
+
+def _close(line: str) -> str:
+    """``line`` without what closes it: a quote, a "\\n" escape, "+", ";", a shell's "\\", a ","
+    outside a bracket (inside "CPU [5%@729,off," it is the list's own), and a ")" that closes nothing
+    printed on it (so that "(cached 0MB)" keeps its own)."""
+    while True:
+        line = line.rstrip()
+        if line.endswith(("\\n", "\\r")):
+            line = line[:-2]
+        elif line.endswith(("+", ";", "\\", '"', "'", "`")) or (
+            line.endswith(",") and not _open_bracket(line)
+        ) or (line.endswith(")") and line.count(")") > line.count("(")):
+            line = line[:-1]
+        else:
+            return line
+
+
+def _unwrap(line: str) -> str:
+    return _close(_LINE_OPEN.sub("", _GLUED_MARKS.sub(" ", line), count=1))
+
+
+def _continues(before: _Builder, after: _Builder, text: str) -> bool:
+    """Whether ``after`` (the reading with one more physical line, ``text``) is the same reading, longer:
+    the line adds fields, none printed already, and no token that is not a tegrastats field but its
+    last, which may be a field the wrap cut from its value ("POM_5V_IN" before "3410/3410")."""
+    cut = 1 if after.unparsed and text.endswith(after.unparsed[-1]) else 0
+    if len(after.matched) <= len(before.matched) or len(after.unparsed) > len(before.unparsed) + cut:
+        return False
+    once = [h for h in after.matched if h in _ONCE]
+    return len(once) == len(set(once))
+
+
+def read_tegrastats_text(text: str) -> list[TegrastatsReading]:
+    """Every tegrastats reading in a pasted text (a log, a page, a program's source), in order.
+
+    A reading starts on a line with a ``RAM used/totalMB`` field. The lines after it continue it while
+    each adds only tegrastats fields that the reading has not printed yet, once the marks that wrap
+    each physical line are off (indentation, ``#``/``//``/``>`` comment or quote markers, a string
+    literal's quotes and concatenation, a shell's trailing backslash): a reading wrapped by a page or
+    a terminal, split over concatenated string literals, or hand-wrapped into comment lines reads as
+    one. A field split by the wrap (``GR3D_FREQ`` at a line's end, ``0%@[612]`` at the next one's
+    start) is joined too. Lines that are not tegrastats output are skipped.
+    """
+    lines = text.splitlines()
+    readings: list[TegrastatsReading] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not _HAS_RAM.search(line):
+            continue
+        joined = _close(_GLUED_MARKS.sub(" ", line))
+        try:
+            b = _read(joined)
+        except TegrastatsParseError:
+            continue
+        for _ in range(_MAX_CONTINUATION_LINES):
+            if i >= len(lines) or _HAS_RAM.search(lines[i]):
+                break
+            nxt = _unwrap(lines[i])
+            if not nxt.strip():
+                break
+            # A wrap inside a list ("CPU [12%@729,off," then "3%@729]") joins without a space.
+            candidate = joined + ("" if _open_bracket(joined) else " ") + nxt.lstrip()
+            try:
+                longer = _read(candidate)
+            except TegrastatsParseError:
+                break
+            if not _continues(b, longer, candidate):
+                break
+            joined, b = candidate, longer
+            i += 1
+        readings.append(b.build())
+    return readings

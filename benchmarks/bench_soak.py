@@ -5,6 +5,7 @@ database outage; every sample stored exactly once, flat collector memory, bounde
     python benchmarks/bench_soak.py --devices 300 --minutes 3
     python benchmarks/bench_soak.py --pg-cluster "15 soak" --pg-port 5433   # a cluster of its own
     python benchmarks/bench_soak.py --load agents --devices 300   # real agents: spool and uplink too
+    python benchmarks/bench_soak.py --citus --devices 100 --minutes 2   # on Citus, a worker stopped once
 
 What runs, all real: ``--devices`` simulated devices (``agent/tools/simulate.py``'s samplers) at
 1 Hz, each with its own gRPC stream; two ``fleetscope collector`` processes on one PostgreSQL
@@ -14,6 +15,16 @@ what a DNS name with two A records gives). During the run: collector A is killed
 and restarted twice (at 20 % and 70 % of the run), and the database is stopped once
 (``pg_ctlcluster --skip-systemctl-redirect VERSION NAME stop``, at 45 %) for ``--db-outage-s``;
 a ``finally`` starts it again whatever happens.
+
+``--citus``: the same run on a Citus cluster of its own (``tests/citus_cluster.private_cluster``:
+a coordinator and two workers, PostgreSQL 15 on loopback, 4 shards a table), the collectors on
+the coordinator (the schema distributed by ``db upgrade``). Instead of the whole database,
+worker ``--stop-worker`` (default 1) is stopped once at 45 % for ``--worker-outage-s`` (default
+``--db-outage-s``) and started again; the collector kills stay. Writes of the devices whose
+shards are on the stopped worker fail meanwhile: the collectors take that as the database being
+unavailable and their agents resend. The exactly-once check is also given per worker (from
+``pg_dist_placement``), and the run fails unless devices on the stopped worker are among those
+checked. A ``finally`` starts the worker again and destroys the cluster (``--keep-db`` keeps it).
 
 What simulates the devices (``--load``; the collectors and the database are the same either way):
 
@@ -72,6 +83,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 TOKEN = "soak-token"
@@ -79,6 +92,7 @@ BACKOFF_MAX_S = 30.0  # AgentSettings' default: the longest an agent waits betwe
 REPORT_EVERY_S = 5.0  # an agent process's reports: each costs every agent's spool lock, under a busy GIL
 LAG_EVERY_S = 5.0
 WARM_UP_S = 15.0  # the load generator's CPU is measured from here on: start-up and registrations left out
+REPO_ROOT = Path(__file__).resolve().parent.parent  # --citus imports tests/citus_cluster.py from there
 
 
 # -- the agent side (run with --worker) ------------------------------------------------------
@@ -372,7 +386,65 @@ def stored_rows(db_url: str) -> dict[str, list[int]]:
 
 
 def duplicates(db_url: str) -> int:
-    """Raw rows stored twice (same device, GPU and timestamp)."""
+    """Rows stored twice: raw rows with the same device, GPU and timestamp, and the rows of a
+    chunk that starts where another chunk of its device starts (ingest stores each batch's
+    samples as one host and one GPU chunk, so a batch stored twice gives two such chunks)."""
+    from sqlalchemy import create_engine, inspect, text
+
+    from fleetscope.collector.storage.engine import normalise_url
+
+    engine = create_engine(normalise_url(db_url))
+    try:
+        with engine.connect() as conn:
+            # Grouped by the device first, so that Citus answers on each worker (a count(DISTINCT
+            # (device, ts)) over a distributed table is not pushed down); the same figure elsewhere.
+            host = conn.execute(text("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM host_samples"
+                                     " GROUP BY device_id, ts_ns HAVING count(*) > 1) x")).scalar_one()
+            gpu = conn.execute(text("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM gpu_samples"
+                                    " GROUP BY device_id, gpu_index, ts_ns HAVING count(*) > 1) x")).scalar_one()
+            chunked = 0
+            for chunks in set(inspect(engine).get_table_names()) & {"host_chunks", "gpu_chunks"}:
+                chunked += int(conn.execute(text(
+                    f"SELECT coalesce(sum(s - m), 0) FROM (SELECT sum(rows) AS s, min(rows) AS m FROM {chunks}"
+                    " GROUP BY device_id, start_ns HAVING count(*) > 1) x")).scalar_one())
+        return int(host) + int(gpu) + chunked
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def hold_port(port: int) -> Iterator[None]:
+    """Keep a stopped Citus worker's port from being taken meanwhile. ``tests/citus_cluster.py``
+    makes clusters on the first free ports from 6450 up, found by binding them; another run's
+    tests making their shared cluster while the worker is stopped would take its port (seen:
+    the worker could not start again). A socket bound here (not listening: connections are still
+    refused, as by a stopped server) makes that search skip the port; PostgreSQL binds with
+    SO_REUSEADDR, so the socket is closed just before the worker starts."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the stopped server's TIME_WAIT sockets
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError as exc:
+        print(f"  (could not hold port {port} while its worker is stopped: {exc})", flush=True)
+    try:
+        yield
+    finally:
+        s.close()
+
+
+def start_worker(cluster, index: int) -> None:  # type: ignore[no-untyped-def]
+    """``cluster.start_node``, saying why when it fails (the node's log is removed with the cluster)."""
+    try:
+        cluster.start_node(index)
+    except subprocess.CalledProcessError as exc:
+        log_path = cluster.dir / f"worker{index}.log"
+        tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else "(no log)"
+        raise RuntimeError(f"Citus worker{index} did not start again: {exc.stderr or exc.stdout}\n{tail}") from exc
+
+
+def device_workers(db_url: str) -> dict[str, int]:
+    """On Citus: {device name: port of the worker that holds its rows}, from the shard placements
+    of its ``device_id`` (every per-device table is co-located with ``gpu_chunks``)."""
     from sqlalchemy import create_engine, text
 
     from fleetscope.collector.storage.engine import normalise_url
@@ -380,9 +452,10 @@ def duplicates(db_url: str) -> int:
     engine = create_engine(normalise_url(db_url))
     try:
         with engine.connect() as conn:
-            host = conn.execute(text("SELECT count(*) - count(DISTINCT (device_id, ts_ns)) FROM host_samples")).scalar_one()
-            gpu = conn.execute(text("SELECT count(*) - count(DISTINCT (device_id, gpu_index, ts_ns)) FROM gpu_samples")).scalar_one()
-        return int(host) + int(gpu)
+            return {name: int(port) for name, port in conn.execute(text(
+                "SELECT d.name, n.nodeport FROM devices d"
+                " JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('gpu_chunks', d.id)"
+                " JOIN pg_dist_node n ON n.groupid = p.groupid"))}
     finally:
         engine.dispose()
 
@@ -398,22 +471,54 @@ def slope_mib_per_min(points: list[tuple[float, float]]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    import psycopg
-
     # A SIGTERM (a stopped run) unwinds like Ctrl-C: the finally below restarts the database and
     # ends the collectors and agent processes instead of leaving them behind.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    duration = args.minutes * 60
-    admin_url = f"postgresql://postgres@127.0.0.1:{args.pg_port}/postgres"
-    db_name = "fleetscope_soak_" + secrets.token_hex(4)
-    db_url = f"postgresql+psycopg://postgres@127.0.0.1:{args.pg_port}/{db_name}"
-    try:
-        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        print(f"bench_soak: PostgreSQL is not reachable at {admin_url}: {exc}", file=sys.stderr)
+    if not args.citus:
+        return run_soak(args, None)
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.citus_cluster import citus_installed, private_cluster
+
+    missing = citus_installed()
+    if missing:
+        print(f"bench_soak: no Citus cluster can be made here: {missing}", file=sys.stderr)
         return 2
-    admin.execute(f'CREATE DATABASE "{db_name}"')
-    admin.close()
+    cluster = private_cluster()
+    try:
+        return run_soak(args, cluster)
+    finally:
+        if args.keep_db:
+            print(f"\nCitus cluster kept (ports {cluster.ports}, data and logs in {cluster.dir})")
+        else:
+            cluster.destroy()
+
+
+def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyped-def]
+    """The soak on one PostgreSQL (``cluster`` None) or on a Citus cluster's coordinator."""
+    import psycopg
+
+    duration = args.minutes * 60
+    stopped_port = 0  # --citus: the port of the worker stopped
+    if cluster is None:
+        db_port = args.pg_port
+        admin_url = f"postgresql://postgres@127.0.0.1:{db_port}/postgres"
+        db_name = "fleetscope_soak_" + secrets.token_hex(4)
+        db_url = f"postgresql+psycopg://postgres@127.0.0.1:{db_port}/{db_name}"
+        try:
+            admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as exc:
+            print(f"bench_soak: PostgreSQL is not reachable at {admin_url}: {exc}", file=sys.stderr)
+            return 2
+        admin.execute(f'CREATE DATABASE "{db_name}"')
+        admin.close()
+        where = db_url.rsplit("@", 1)[1]
+    else:
+        db_url = cluster.create_database()  # on every node, the workers registered, 4 shards a table
+        db_port, db_name = cluster.ports[0], db_url.rsplit("/", 1)[1]
+        where = (f"Citus coordinator 127.0.0.1:{cluster.ports[0]}/{db_name}, workers 127.0.0.1:{cluster.ports[1]} "
+                 f"and 127.0.0.1:{cluster.ports[2]}")
+        stopped_port = cluster.ports[args.stop_worker]
+    worker_stopped = False
     work = Path(tempfile.mkdtemp(prefix="fleetscope-soak-"))
     subprocess.run([sys.executable, "-m", "fleetscope.cli", "db", "upgrade", "--db", db_url], check=True, capture_output=True)
     port = free_port()
@@ -426,13 +531,16 @@ def run(args: argparse.Namespace) -> int:
     lag_stop = threading.Event()
 
     def watch_lag() -> None:
-        url = f"postgresql://postgres@127.0.0.1:{args.pg_port}/{db_name}"
+        url = f"postgresql://postgres@127.0.0.1:{db_port}/{db_name}"
         while not lag_stop.wait(LAG_EVERY_S):
             try:
                 with psycopg.connect(url, connect_timeout=2) as conn:
-                    newest = conn.execute("SELECT min(mx) FROM (SELECT max(ts_ns) AS mx FROM host_samples GROUP BY device_id) x").fetchone()
+                    # Each device's newest stored host reading (the writer keeps it in host_latest
+                    # with every batch, only ever moving forward); the raw table stays empty since
+                    # ingest stores a batch's samples as chunks, so it cannot tell the lag.
+                    newest = conn.execute("SELECT min(ts_ns) FROM host_latest").fetchone()
             except psycopg.Error:
-                continue  # the database is stopped: the next answer shows the lag it left
+                continue  # the database (or a Citus worker) is stopped: the next answer shows the lag it left
             if newest and newest[0]:
                 lag_series.append((time.monotonic() - start, max(0.0, (time.time_ns() - newest[0]) / 1e9)))
 
@@ -443,14 +551,14 @@ def run(args: argparse.Namespace) -> int:
     cpu_to: tuple[float, list[float | None]] | None = None  # the same when sampling stops
     print(f"soak: {args.devices} devices at 1 Hz, a batch every {args.batch_interval:g} s, as {args.load} in {args.processes} "
           f"process{'es' if args.processes > 1 else ''} -> 2 collectors "
-          f"({target}) on {db_url.rsplit('@', 1)[1]}, {args.minutes:g} min; work in {work}", flush=True)
+          f"({target}) on {where}, {args.minutes:g} min; work in {work}", flush=True)
     try:
         for c in collectors:
             c.start()
         per = -(-args.devices // args.processes)
         for first in range(0, args.devices, per):
             workers.append(Worker(args, first, min(per, args.devices - first), target, work / "spools"))
-        events = [(0.20, "kill"), (0.45, "db"), (0.70, "kill")]
+        events = [(0.20, "kill"), (0.45, "db" if cluster is None else "worker"), (0.70, "kill")]
         start = time.monotonic()
         lag_thread.start()
         next_print = 0.0
@@ -464,6 +572,18 @@ def run(args: argparse.Namespace) -> int:
                     time.sleep(args.restart_after_s)
                     collectors[0].start()
                     outages.append(("collector A killed", down, time.monotonic() - start))
+                elif what == "worker":
+                    node = f"worker{args.stop_worker} (127.0.0.1:{stopped_port})"
+                    print(f"  [{t:5.0f}s] stopping Citus {node} for {args.worker_outage_s:g} s", flush=True)
+                    cluster.stop_node(args.stop_worker)
+                    worker_stopped = True
+                    down = time.monotonic() - start
+                    with hold_port(stopped_port):
+                        time.sleep(args.worker_outage_s)
+                    start_worker(cluster, args.stop_worker)
+                    worker_stopped = False
+                    outages.append((f"{node} stopped", down, time.monotonic() - start))
+                    print(f"  [{time.monotonic() - start:5.0f}s] {node} started again", flush=True)
                 else:
                     print(f"  [{t:5.0f}s] stopping the database ({args.pg_cluster}) for {args.db_outage_s:g} s", flush=True)
                     pg(args.pg_cluster, "stop")
@@ -509,6 +629,11 @@ def run(args: argparse.Namespace) -> int:
         lag_stop.set()
         if db_stopped:
             pg(args.pg_cluster, "start")  # never leave the database stopped
+        if worker_stopped:  # nor a worker (the cluster is destroyed after, unless kept)
+            try:
+                start_worker(cluster, args.stop_worker)
+            except RuntimeError as exc:
+                print(f"bench_soak: {exc}", file=sys.stderr)  # the collectors and load processes still end below
         for w in workers:
             if w.proc.poll() is None:
                 w.proc.kill()
@@ -537,13 +662,29 @@ def run(args: argparse.Namespace) -> int:
     stored_gpu = sum(stored.get(n, [0, 0])[1] for n in sent)
     print("\nexactly once")
     print(f"  host rows: sent {sent_host}, stored {stored_host}; GPU rows: sent {sent_gpu}, stored {stored_gpu}")
-    print(f"  devices whose counts differ: {len(mismatched)} of {len(sent)}; raw rows stored twice: {dup}")
+    print(f"  devices whose counts differ: {len(mismatched)} of {len(sent)}; rows stored twice (raw or chunked): {dup}")
     for name, s, got in mismatched[:10]:
         print(f"    {name}: sent host/GPU {s}, stored {got}")
     if mismatched:
         failures.append(f"{len(mismatched)} devices' stored counts differ from what they sent")
     if dup:
         failures.append(f"{dup} rows stored twice")
+    on_stopped: list[str] = []
+    if cluster is not None:
+        placed = device_workers(db_url)
+        bad = {name for name, _, _ in mismatched}
+        for k, wport in enumerate(cluster.ports[1:], start=1):
+            names = [n for n in sent if placed.get(n) == wport]
+            if wport == stopped_port:
+                on_stopped = names
+            print(f"  on worker{k} (127.0.0.1:{wport}{', the one stopped' if wport == stopped_port else ''}): "
+                  f"{len(names)} devices, {sum(n in bad for n in names)} whose counts differ; host rows stored "
+                  f"{sum(stored.get(n, [0, 0])[0] for n in names)}, GPU rows {sum(stored.get(n, [0, 0])[1] for n in names)}")
+        unplaced = [n for n in sent if n not in placed]
+        if unplaced:
+            print(f"  on no worker (never registered): {len(unplaced)}")
+        if not on_stopped:
+            failures.append(f"no device checked has its rows on the stopped worker{args.stop_worker}")
     print("\ncollector RSS (MiB), per process slot, after each incarnation's first minute")
     for c in collectors:
         settled = [(t, m) for t, m, inc in c.rss if t - min(tt for tt, _, i2 in c.rss if i2 == inc) >= 60]
@@ -587,7 +728,9 @@ def run(args: argparse.Namespace) -> int:
         if span_s > 0:
             print(f"  collector {c.label}: {1000 * used_s / span_s / args.devices:.2f} ms ({used_s / span_s:.2f} cores), "
                   f"over {span_s:.0f} s of its {c.incarnation} runs")
-    if not args.keep_db:
+    if cluster is not None:
+        pass  # the cluster (and the database in it) goes with run()'s finally, unless --keep-db
+    elif not args.keep_db:
         try:
             admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=10)
             admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
@@ -600,7 +743,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nlogs and spools kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
-    print("\nresult: " + ("PASS" if not failures else "FAIL: " + "; ".join(failures)))
+    verdict = "PASS" if not failures else "FAIL: " + "; ".join(failures)
+    if cluster is not None:
+        stops = [(what, b, e) for what, b, e in outages if what.startswith("worker")]
+        kills = sum(1 for what, _, _ in outages if what.startswith("collector"))
+        faults = "; ".join(f"Citus {what} once, {e - b:.1f} s (at {b:.0f}-{e:.0f} s), {len(on_stopped)} of the "
+                           f"{len(sent)} devices checked on it" for what, b, e in stops) or "no worker was stopped"
+        verdict += f" ({faults}; collector A SIGKILLed {kills} times)"
+    print("\nresult: " + verdict)
     return 0 if not failures else 1
 
 
@@ -625,13 +775,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="the cluster pg_ctlcluster stops and starts (default '15 main')")
     p.add_argument("--pg-port", type=int, default=5432, help="its port on 127.0.0.1, trust auth as postgres (default 5432)")
     p.add_argument("--db-outage-s", type=float, default=15.0, help="how long the database stays stopped (default 15)")
+    p.add_argument("--citus", action="store_true",
+                   help="run on a Citus cluster of its own (a coordinator and two workers on loopback, "
+                        "tests/citus_cluster.py) and stop one worker once instead of the database")
+    p.add_argument("--stop-worker", type=int, choices=(1, 2), default=1, help="--citus: the worker stopped (default 1)")
+    p.add_argument("--worker-outage-s", type=float, default=None,
+                   help="--citus: how long the worker stays stopped (default: --db-outage-s)")
     p.add_argument("--restart-after-s", type=float, default=5.0, help="how long a killed collector stays down (default 5)")
     p.add_argument("--batch-interval", type=float, default=1.0, metavar="S",
                    help="seconds between an agent's batches (the agent's --batch-interval; samples stay at 1 Hz). "
                         "A large fleet on a thin link sends every few seconds: fewer messages and commits per sample (default 1)")
     p.add_argument("--drain-s", type=float, default=180.0,
                    help="how long the devices get at the end to deliver what is unacknowledged (default 180)")
-    p.add_argument("--keep-db", action="store_true", help="keep the soak's database (dropped by default)")
+    p.add_argument("--keep-db", action="store_true",
+                   help="keep the soak's database (dropped by default); --citus: keep the whole cluster running")
     p.add_argument("--log-poll-s", type=float, default=0.0,
                    help="--load agents: how often each agent polls its (absent) log files between samples; 0: only "
                         "at each sample (default 0; a real agent's default is 0.25)")
@@ -650,6 +807,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--devices, --stream-processes, --agent-processes, --fresh-every and --minutes must be positive")
     if args.batch_interval <= 0 or args.drain_s < 0:
         p.error("--batch-interval must be positive and --drain-s 0 or more")
+    if args.worker_outage_s is None:
+        args.worker_outage_s = args.db_outage_s
     args.processes = min(args.devices, args.stream_processes if args.load == "streams" else args.agent_processes)
     if len(args.pg_cluster.split()) != 2:
         p.error("--pg-cluster is 'VERSION NAME', e.g. '15 main'")

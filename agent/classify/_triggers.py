@@ -49,6 +49,7 @@ HOST_OOM: tuple[str, ...] = (
     'OfMemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
     'out_of_memory',
     'kB min:',
+    'oomd attempting to kill',  # systemd-oomd naming the process it kills
 )
 # A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
 # oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.

@@ -836,9 +836,26 @@ def _kv(line: str) -> tuple[str, str] | None:
     if not m:
         return None
     v = m["v"].strip()
-    if len(v) >= 2 and v[0] == v[-1] == '"':
+    if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":  # JSON's and YAML's quoted scalars
         v = v[1:-1]
     return m["k"].strip(), v
+
+
+_BLOCK_SCALAR = frozenset({">", ">-", ">+", "|", "|-", "|+"})
+
+
+def _block_value(lines: list[str], j: int, v: str) -> str:
+    """A YAML key's value: after a block scalar's indicator (``containerID: >-``), the deeper lines
+    below the key, joined."""
+    if v not in _BLOCK_SCALAR:
+        return v
+    ind = _indent(lines[j])
+    parts = []
+    for line in lines[j + 1 : j + 12]:
+        if not line.strip() or _indent(line) <= ind:
+            break
+        parts.append(line.strip())
+    return " ".join(parts)
 
 
 def _norm(key: str) -> str:
@@ -860,7 +877,7 @@ def _siblings(lines: list[str], i: int) -> tuple[dict[str, str], int | None]:
             if d == ind:
                 kv = _kv(lines[j])
                 if kv:
-                    sib.setdefault(_norm(kv[0]), kv[1])
+                    sib.setdefault(_norm(kv[0]), _block_value(lines, j, kv[1]))
         j -= 1
     for j in range(i, len(lines)):
         if not lines[j].strip():
@@ -871,11 +888,17 @@ def _siblings(lines: list[str], i: int) -> tuple[dict[str, str], int | None]:
         if d == ind:
             kv = _kv(lines[j])
             if kv:
-                sib.setdefault(_norm(kv[0]), kv[1])
+                sib.setdefault(_norm(kv[0]), _block_value(lines, j, kv[1]))
     return sib, parent
 
 
 _STATE_KEYS = {"laststate": "last", "lastterminationstate": "last", "state": "current"}
+# Keys of a pod's status that hold no container's name: a describe's "Containers:", a status's own keys.
+_NOT_A_CONTAINER = frozenset({"containers", "initcontainers", "containerstatuses", "initcontainerstatuses",
+                              "status", "terminated", "waiting", "running", *_STATE_KEYS})
+# The kubelet's back-off message names the container and the pod ("back-off 5m0s restarting failed
+# container=manager pod=manager-5c4d7c974b-m2z2t_ns(8ff08114-...)"): a pod's name holds no "_".
+_KUBELET_WHO = re.compile(r"\bcontainer=(?P<c>[a-z0-9][\w.-]*)\s+pod=(?P<p>[a-z0-9][a-z0-9.-]*)_[a-z0-9][\w.-]*\(")
 
 
 def _time_ns(value: str | None) -> int | None:
@@ -938,7 +961,7 @@ def _structured(lines: list[str], i: int, docker: bool) -> Finding:
                 if "container" not in f and up is not None:
                     ukv = _kv(lines[up])
                     # describe: "  app:" ; kubelet JSON: '"oom-test": {'
-                    if ukv and ukv[1] in ("", "{") and _norm(ukv[0]) not in ("containers", "initcontainers"):
+                    if ukv and ukv[1] in ("", "{") and _norm(ukv[0]) not in _NOT_A_CONTAINER:
                         f["container"] = ukv[0]
                         lines_used.append(up)
             break
@@ -953,6 +976,10 @@ def _structured(lines: list[str], i: int, docker: bool) -> Finding:
     if state_node is None and not docker:
         f.setdefault("k8s_state", "unknown")
     pod = next((m.group(1) for m in map(_DESCRIBE_NAME.match, lines) if m), None)
+    if not docker and "container=" in "".join(lines):
+        who = _KUBELET_WHO.search(" ".join(line.strip() for line in lines))  # the message may be wrapped
+        if who and who["c"] == f.setdefault("container", who["c"]):
+            pod = pod or who["p"]
     _put(f, "pod", pod)
     who = f.get("container") or f.get("pod") or "container"
     title = f"{'Docker' if docker else 'Kubernetes'}: {who} OOMKilled"
@@ -1054,6 +1081,8 @@ def _kubernetes(lines: list[str], taken: set[int]) -> list[Finding]:
 # with reclaim activity", "Killed ... due to memory used (...) / total (...) and swap used (...) / total (...)
 # being more than 90.00%", and before it "Considered 72 cgroups for killing, top candidates were:".
 _OOMD_KILLED = re.compile(r"\bKilled (?P<cg>/\S+) due to (?P<why>memory pressure|memory used|swap used)")
+# systemd-oomd 252+ names each process it kills in the cgroup it picked: "oomd attempting to kill 407 with KILL".
+_OOMD_ATTEMPT = re.compile(r"\boomd attempting to kill (?P<pid>\d+) with [A-Z]+\b")
 _OOMD_CONSIDERED = re.compile(r"\bConsidered (?P<n>\d+) cgroups for killing, top candidates were:")
 _OOMD_PATH = re.compile(r"^\s*(?:\S+\s+)*?Path: (?P<cg>/\S+)\s*$")
 # Meta's oomd: "Running Action=kill_by_memory_size_or_growth", "Killed 3 pids saving 1.2G from /user.slice/..."
@@ -1125,7 +1154,10 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
             "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm"}.get(source, source)}
         flat_name = _FLAT_NAME.search(line, 0, m.start()) if source == "flat" else None
-        _put(f, "container", g.get("name") or (flat_name.group(1) if flat_name else _attr_name(line)))
+        name = g.get("name") or (flat_name.group(1) if flat_name else _attr_name(line))
+        if name is None and source == "inline_json" and len(lines) > 1:
+            name = _siblings(lines, i)[0].get("name")  # the container's object, printed over lines around it
+        _put(f, "container", name)
         _put(f, "container_id", g.get("cid") or g.get("tcid") or g.get("ecid") or g.get("acid"))
         if source in ("slurm", "srun"):
             _put(f, "slurm_step", g["step"])
@@ -1202,6 +1234,10 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
                     if p:
                         f["top_candidate"] = p["cg"]
                         break
+        elif "attempting to kill" in line:
+            m = _OOMD_ATTEMPT.search(line)
+            if m:
+                f = {"source": "systemd-oomd", "victim_pid": int(m["pid"])}
         elif "oomd[" in line:
             m = _FB_OOMD.search(line)
             if m:

@@ -56,6 +56,11 @@ A line that is not inside a block opens one when it is, tried in this order:
    device block that no summary follows is an event of its own.
 6. A ``kubectl describe`` state: a ``State:`` or ``Last State:`` line and the lines indented
    deeper (or level with it, when they are a state's own fields: a paste that lost the indentation).
+   A container's status as ``kubectl get pod -o yaml`` or ``-o json`` prints it: a status key that
+   opens a mapping or list alone on its line (``containerStatuses:``, ``lastState:``, ``state:``,
+   ``"lastState": {``) and the lines after it that are deeper or are the same document's (a key, a
+   list item, a closing bracket), so a state is read with its container's ``name`` and the
+   kubelet's message beside it; up to ``DESCRIBE_LINES`` lines.
 7. A ``kubectl describe pod``: its ``Name:`` line (the pod's, at the line's start) and the lines
    after it that are kubectl's describe output (lines indented under a field, and the pod's own
    fields at the line's start: ``Namespace:``, ``Containers:``, ``Events:``, ...), so a container's
@@ -174,6 +179,15 @@ GLOG_HEADER = _GLOG  # what opens rule 3's block, for ``scan``'s gate
 _GLOG_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "critical"}
 _SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
 _K8S_STATE = re.compile(r"(\s*)(?:Last )?State:\s+\S")
+# A container's status as ``kubectl get pod -o yaml`` / ``-o json`` prints it (rule 6): a status key that
+# opens a mapping or a list ("containerStatuses:", "lastState:", '"state": {'), its key alone on its line.
+_K8S_STATUS = re.compile(
+    r'([ \t]*)(?:- )?"?(?:containerStatuses|initContainerStatuses|ephemeralContainerStatuses|lastState'
+    r'|lastTerminationState|state)"?[ \t]*:[ \t]*[\[{]?[ \t]*$'
+)
+# A line of the same YAML or JSON document: a key ("name: manager", '"exitCode": 137,'), a list item, or
+# what closes an object or a list.
+_YAML_LINE = re.compile(r'[ \t]*(?:- |[}\]]|(?:- )?"?[A-Za-z_][\w.\-/]*"?[ \t]*:(?:[ \t]|$))')
 # ``kubectl describe pod``: the pod's name first, then its fields at the line's start (rule 7).
 _K8S_DESCRIBE = re.compile(r"Name:[ \t]+\S+[ \t]*$")
 _K8S_POD_FIELD = re.compile(
@@ -253,7 +267,8 @@ OPEN_WORDS: tuple[str, ...] = (
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
     "page allocation", "Exception has occurred", "Enqueue Time", "GPU Compute", "Host Latency",
-    "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", *LITERAL_WORDS,
+    "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", "state:", 'tate":',
+    *LITERAL_WORDS,
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -304,9 +319,9 @@ QUIET_BLOCK = (
 _RANK = LOG_LEVEL_RANK
 
 # Block kinds and their states.
-_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _LITERAL, _DESCRIBE = (
+_TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _LITERAL, _DESCRIBE, _STATUS = (
     "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state", "alloc_report", "literal",
-    "k8s_describe",
+    "k8s_describe", "k8s_status",
 )
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
@@ -504,6 +519,13 @@ def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE, _BODY) if deeper else (_END, _BODY)
 
 
+def _status_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if _blank(rest):
+        return _END, _BODY
+    indent = len(rest) - len(rest.lstrip(" \t"))
+    return (_TAKE, _BODY) if indent > g.indent or _YAML_LINE.match(rest) else (_END, _BODY)
+
+
 def _describe_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest):
         return _END, _BODY
@@ -524,6 +546,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _ALLOC: _alloc_step,
     _LITERAL: _literal_step,
     _DESCRIBE: _describe_step,
+    _STATUS: _status_step,
 }
 
 
@@ -567,6 +590,9 @@ def _opening(text: str, now_ns: int) -> _Group | None:
     m = _K8S_STATE.match(text)
     if m is not None:
         return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)))
+    m = _K8S_STATUS.match(text)
+    if m is not None:
+        return _Group(_STATUS, _BODY, now_ns, "info", cap=DESCRIBE_LINES, indent=len(m.group(1)))
     if _K8S_DESCRIBE.match(text):
         return _Group(_DESCRIBE, _BODY, now_ns, "info", cap=DESCRIBE_LINES)
     closer = literal_opens(text)

@@ -369,3 +369,82 @@ def test_a_fences_language_tag_and_attributes_are_not_text() -> None:
     # Text after a fence that is not a tag is kept as written; an inline ```span``` is left alone.
     assert undecorate("```Killed process 5 (a) total-vm:1kB\n```") == "Killed process 5 (a) total-vm:1kB\n"
     assert undecorate("run ```dmesg``` now") == "run ```dmesg``` now"
+
+
+# ------------------------------------------------------------- kubectl get pod -o yaml / -o json, oomd
+
+
+def _scanned(text: str) -> list[Finding]:
+    from fleetscope.agent.classify.repeats import merge_repeats
+    from fleetscope.agent.tools.scan import iter_events
+
+    return merge_repeats([f for e in iter_events(text.splitlines()) for f in classify_text(e.text)])
+
+
+def test_a_pod_status_in_yaml_is_read_with_its_container_and_the_kubelets_message() -> None:
+    # kubectl get pod -o yaml: a container status, its lastState, quoted and block scalars, the kubelet's
+    # back-off message wrapped by the YAML printer; the container's name after its states.
+    text = "\n".join([
+        "status:",
+        "  containerStatuses:",
+        "  - containerID: >-",
+        "      containerd://0123abcd",
+        "    lastState:",
+        "      terminated:",
+        "        exitCode: 137",
+        "        finishedAt: '2024-03-01T10:00:00Z'",
+        "        reason: OOMKilled",
+        "    name: worker",
+        "    restartCount: 4",
+        "    state:",
+        "      waiting:",
+        "        message: back-off 5m0s restarting failed container=worker",
+        "          pod=api-7d9f8b6c5-x2x9z_prod(0f0e0d0c-0b0a-0908-0706-050403020100)",
+        "        reason: CrashLoopBackOff",
+        "the pod keeps restarting",
+    ])
+    [f] = _scanned(text)
+    assert f.kind == KIND_HOST_OOM
+    assert (f.facts["container"], f.facts["pod"], f.facts["exit_code"]) == ("worker", "api-7d9f8b6c5-x2x9z", 137)
+    assert (f.facts["k8s_state"], f.facts["restarts"]) == ("last", 4)
+    assert f.facts["finished_at"] == "2024-03-01T10:00:00Z"  # a single-quoted YAML scalar
+
+
+def test_a_status_pasted_from_its_state_key_still_names_no_key_as_the_container() -> None:
+    text = "\n".join([
+        "state:",
+        "    waiting:",
+        "      reason: CrashLoopBackOff",
+        "  lastState:",
+        "    terminated:",
+        "      exitCode: 137",
+        "      reason: OOMKilled",
+    ])
+    [f] = _scanned(text)
+    assert "container" not in f.facts and f.facts["exit_code"] == 137
+
+
+def test_a_pod_status_in_json_over_lines_names_its_container() -> None:
+    text = "\n".join([
+        '  "containerStatuses": [',
+        "    {",
+        '      "name": "cache",',
+        '      "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},',
+        '      "restartCount": 2',
+        "    }",
+        "  ]",
+    ])
+    [f] = _scanned(text)
+    assert (f.facts["container"], f.facts["exit_code"]) == ("cache", 137)
+
+
+def test_systemd_oomd_names_each_process_it_kills() -> None:
+    text = "\n".join([
+        "Sep 10 14:59:49 host systemd-oomd[34]: Considered 3 cgroups for killing, top candidates were:",
+        "Sep 10 14:59:49 host systemd-oomd[34]: oomd attempting to kill 63 with KILL",
+        "Sep 10 14:59:49 host systemd-oomd[34]: oomd attempting to kill 66 with KILL",
+        "Sep 10 14:59:49 host systemd-oomd[34]: Killed /user.slice/app.service due to memory pressure for /user.slice",
+    ])
+    found = _scanned(text)
+    assert sorted(f.facts.get("victim_pid") for f in found) == [63, 66]
+    assert {f.facts["source"] for f in found} == {"systemd-oomd"}

@@ -10,6 +10,8 @@ gets through its gate: the agent's and ``fleetscope scan``'s alike):
 * **Source code.** A message in a string literal: assigned (``MSG = "CUDA error: out of memory"``),
   compared (``if "CUDA out of memory. " in str(e):``), passed (``require.Equal(t, "NVRM: Xid ...")``),
   a list's or a test table's element (``("NVRM: Xid (PCI:...): 48, ...", ("0000:01:00", 48)),``),
+  a struct's field (``input: "NVRM: Xid ...",``), a shell command's quoted argument (``logger -p
+  daemon.err "NVRM: Xid ..."``),
   an indented literal whose text ends in a space (a message split over literals joined by
   implicit concatenation), or a literal spanning lines (a triple-quoted test fixture, a Rust
   constant continued by backslashes): the grouper keeps such a literal, once it closes, as one
@@ -61,6 +63,18 @@ _TABLE_ENTRY = re.compile(
 # ..."``). A message quoted alone on its line is a paste, and read.
 _SPLIT_LITERAL = re.compile(r"""^[ \t]+[rbfu]?(["'])(?:(?!\1)[^\\]|\\.)*\s\1\s*$""")
 _ESCAPED_NL = re.compile(r"""\\n["']""")
+# A field of a struct or object literal set to a string, then the comma before the next field: a Go test
+# table's ``input: "NVRM: Xid ...",`` or ``line: `[ 200.65] NVRM: ...`,``, a JavaScript object's. Its key is a
+# bare name: a JSON document's keys are quoted (``"message": "...",`` is data, and read).
+_FIELD_LITERAL = re.compile(r"""^\s*[A-Za-z_]\w*:\s*[rbfu]?(["'`])(?:(?!\1)[^\\]|\\.)*\1\s*,\s*$""")
+# A shell command given the message as a quoted argument (``logger -p daemon.err "[...] NVRM: Xid ..."``,
+# ``kubectl exec ... -- sh -c "echo '<3>NVRM: ...'"``): a command's name, its words (variables, quoted
+# words; none ending in ":" as a log line's "kernel:" does) with an option among them, then a quote at a
+# word's start. A program's own line ('sending SIGTERM to process 12 "python3": ...') has no option.
+_SHELL_WORD = r"""(?:"[^"\n]*"|'[^'\n]*'|[^\s"'`:]+)"""
+_SHELL_ARGUMENT = re.compile(
+    rf"""^\s*(?:\$[ \t]+)?[a-z][\w.-]*(?:[ \t]+{_SHELL_WORD})*?[ \t]+-[-\w]*(?:[ \t]+{_SHELL_WORD})*?[ \t]+["']"""
+)
 _LOGFMT = re.compile(r"\b(?:level|lvl|msg|time|ts|caller|logger)=")
 _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){2,}\s*$")
 
@@ -96,6 +110,7 @@ def cited_line(line: str) -> bool:
     return bool(
         _ASSIGNED.match(line) or _COMPARED.search(line) or _CALLED.match(line) or _LIST_ITEM.match(line)
         or _TABLE_ENTRY.match(line) or _SPLIT_LITERAL.match(line) or _ESCAPED_NL.search(line)
+        or _FIELD_LITERAL.match(line) or _SHELL_ARGUMENT.match(line)
     )
 
 

@@ -97,6 +97,9 @@ _GSP_NOTICE = re.compile(
 # "pid=$PID"), as docs and guides write the line they ask the reader to look for. An ellipsis ("pid=…")
 # is not one: people cut real lines that way too.
 _PLACEHOLDER_PID = re.compile(r"^pid=(?:X{2,}|x{2,}|<pid>|<PID>|\$\w+|\{\w*\})(?:,|$)")
+# The same in the address: a template's "PCI:0000:xx:00", "PCI:$pci", "PCI:<bus>" (the driver prints hex
+# digits there). An ellipsis ("Xid (...)") is not one: people redact their own addresses that way.
+_PLACEHOLDER_PCI = re.compile(r"(?i:\bxx\b)|\$|<\w*>|\{\w*\}")
 _PCI_ID = re.compile(r"\(PCI ID: (?P<devid>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)")
 _ANY_PCI = re.compile(_PCI_FULL)
 
@@ -205,8 +208,8 @@ def _classify(text: str) -> list[Finding]:
     if "Xid" in text:
         for m in _XID.finditer(text):
             covered.append((m.start(), m.end()))
-            if _PLACEHOLDER_PID.match(m.group("rest") or ""):
-                continue  # a template of the line (a guide's "pid=XXXXX"), not the driver's output
+            if _PLACEHOLDER_PID.match(m.group("rest") or "") or _PLACEHOLDER_PCI.search(m.group("pci")):
+                continue  # a template of the line (a guide's "pid=XXXXX", "PCI:0000:xx:00"), not the driver's output
             found.append((m.start(), _xid_finding(text, m)))
             if m.group("xid") == "79":
                 xid79_pcis.append(m.group("pci").lower())

@@ -87,10 +87,33 @@ def test_only_the_cited_span_is_blanked() -> None:
         f'    ("{XID}", ("0000:3b:00", 79)),',  # a test table's row
         f'    ["{NVMAP}", 12, True],',
         "        \"[ 2400.118] NVRM: Xid (PCI:0000:1b:00): 79, pid='<unknown>', \"",  # split by concatenation
+        f'\t\t\tinput:    "{XID}",',  # a Go test table's field
+        f"\t\t\tline:     `[  200.654321] {XID}`,",  # a raw string in one
+        f'    logger -p daemon.err "[6085126.134786] {XID}"',  # a shell command's argument
+        f"  kubectl exec -n \"$NS\" \"$POD\" -- sh -c \"echo '<3>{XID}' > /dev/kmsg\"",
+        f"$ echo -e '{OOM}'",
     ],
 )
 def test_literals_in_code_are_cited(line: str) -> None:
     assert _kinds(line) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'host kernel: {XID}',  # a log line with a lower-case host name
+        'sending SIGTERM to process 12006 "python3": badness 209, VmRSS 2891 MiB',  # earlyoom's own line
+        f'trainer.py main "{OOM}"',  # no option: not known to be a command
+    ],
+)
+def test_lines_that_only_look_like_code_are_read(line: str) -> None:
+    assert _kinds(line) != []
+
+
+@pytest.mark.parametrize("pci", ["0000:xx:00", "PCI:$pci", "PCI:<bus>", "PCI:{bus}"])
+def test_a_templates_placeholder_address_is_no_xid(pci: str) -> None:
+    assert _kinds(f"NVRM: Xid ({pci}): 79, pid=1, GPU has fallen off the bus.") == []
+    assert _kinds("NVRM: Xid (...): 31, ..., Ch 00000033, intr 10000000.") != []  # redacted by its owner: read
 
 
 def test_a_json_log_line_is_not_a_literal() -> None:

@@ -185,9 +185,19 @@ def _blank_spans(line: str) -> str:
 _TARGET = r"""[ \t]*(?:[\w.&:<>\[\], ]*?[\w\]>)][ \t]*(?:=|:=|\(|,)[ \t]*)"""
 _TRIPLE_OPEN = re.compile(_TARGET + r"""?[rbfuRB]{0,2}(\"\"\"|''')""")
 _ESCAPED_OPEN = re.compile(_TARGET + r"""[rbRB]?(?:"\\|r(#+)")[ \t]*$""")
+# An assignment whose value is a bracket left open at the line's end (``LINE_31 = (``, ``lines = [``): when
+# the lines up to the closing bracket hold only string literals, they are one literal split over lines.
+_BRACKET_OPEN = re.compile(
+    r"""[ \t]*(?:const[ \t]+|let[ \t]+|var[ \t]+)?[A-Za-z_][\w.]*(?:[ \t]*:[^=\n]*)?[ \t]*=[ \t]*([(\[])[ \t]*$"""
+)
+_STRINGS = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'""")
+_BRACKET_CLOSER = {"(": ")", "[": "]"}
 # The words and shapes an opening line holds, for the gates of the grouper and ``scan``.
 LITERAL_WORDS: tuple[str, ...] = ('"""', "'''")
-LITERAL_SHAPES: tuple[tuple[str, str], ...] = (('"\\', r"[ \t]*(?:\r?\n|\Z)"), ('#"', r"[ \t]*(?:\r?\n|\Z)"))
+LITERAL_SHAPES: tuple[tuple[str, str], ...] = (
+    ('"\\', r"[ \t]*(?:\r?\n|\Z)"), ('#"', r"[ \t]*(?:\r?\n|\Z)"),
+    ("= (", r"[ \t]*(?:\r?\n|\Z)"), ("= [", r"[ \t]*(?:\r?\n|\Z)"),
+)
 
 
 def literal_opens(line: str) -> str | None:
@@ -198,11 +208,20 @@ def literal_opens(line: str) -> str | None:
     m = _ESCAPED_OPEN.match(line)
     if m is not None:
         return '"' + (m.group(1) or "")
+    m = _BRACKET_OPEN.match(line)
+    if m is not None:
+        return _BRACKET_CLOSER[m.group(1)]
     return None
+
+
+def _outside_strings(line: str) -> str:
+    return _STRINGS.sub("", line) if ('"' in line or "'" in line) else line
 
 
 def literal_closes(closer: str, line: str) -> bool:
     """Whether ``line`` closes a literal that ``closer`` (:func:`literal_opens`) closes."""
+    if closer in (")", "]"):
+        return closer in _outside_strings(line)
     if closer != '"':
         return closer in line
     # A double-quoted literal continued by backslashes: the first quote not escaped closes it.
@@ -220,6 +239,15 @@ def literal_block(lines: list[str]) -> bool:
     if len(lines) < 2:
         return False
     closer = literal_opens(lines[0])
+    if closer in (")", "]"):
+        # Only literals between the brackets, joined by "+" or commas: a string split over lines, not code.
+        last = _outside_strings(lines[-1]).strip(" \t,+;")
+        return (
+            any(_STRINGS.search(x) for x in lines[1:])
+            and all(not _outside_strings(x).strip(" \t,+\\") for x in lines[1:-1])
+            and last.startswith(closer)
+            and not last[1:].strip(" \t,;)]")
+        )
     return (
         closer is not None
         and literal_closes(closer, lines[-1])

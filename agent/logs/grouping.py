@@ -68,7 +68,8 @@ A line that is not inside a block opens one when it is, tried in this order:
    ends it; up to ``DESCRIBE_LINES`` lines.
 8. A string literal spanning lines in source code: a line that opens one and leaves it open
    (an assignment of a triple-quoted string or of a double-quoted one continued by a backslash, a
-   Rust raw string, a triple quote alone: the shapes are ``agent/classify/_citation.py``'s) through the line that closes it, at most
+   Rust raw string, a triple quote alone, an assignment of a bracket left open, ``LINE = (``: the
+   shapes are ``agent/classify/_citation.py``'s) through the line that closes it, at most
    ``LITERAL_LINES`` lines: the classifiers read a closed literal as code, not output. A literal
    that nothing closes within that bound, or before the input ends or the block times out, was not
    one: its first line is an event of its own and the lines after it are grouped afresh, as if it

@@ -133,6 +133,17 @@ def test_literal_openers() -> None:
     assert not literal_block(['LOG = """\\', XID])  # left open: not known to be code
 
 
+def test_a_message_split_over_literals_in_brackets_is_code_and_other_brackets_are_read(tmp_path: Path) -> None:
+    split = f'LINE_79 = (\n    "[ 812.345] {XID[:40]}"\n    "{XID[40:]}"\n)\nassert parse(LINE_79) == 79\n'
+    assert literal_opens("LINE_79 = (") == ")" and literal_opens("rows = [") == "]"
+    assert _scan(tmp_path, split) == []
+    closing_on_its_line = f'ROW = (\n    "[ 812.345] {XID[:40]}"\n    "{XID[40:]}")\n'
+    assert _scan(tmp_path, closing_on_its_line) == []
+    # Brackets holding code, or a log pasted after "x = (" with nothing closing it, are read.
+    assert literal_block(["x = (", "    f(1) +", "    g(2)", ")"]) is False
+    assert _scan(tmp_path, f"x = (\n[ 812.345] {XID}\n") == ["gpu_xid"]
+
+
 def test_a_closed_fixture_is_silent_in_scan_and_agent(tmp_path: Path) -> None:
     text = f'KERN_LOG = """\\\n[ 812.345] {XID}\n[ 900.100] {XID.replace("79", "48")}\n"""\n'
     assert _scan(tmp_path, text) == []

@@ -247,15 +247,7 @@ _SUMMARY = re.compile(
 )
 _SELECTED = re.compile(
     r"(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): "
-    r"[Kk]ill process (?P<pid>\d+|[xX*#]+) ?\((?P<name>.*)\) score (?P<score>\d+) or (?:sacrifice|a) child"
-)
-_KILLED = re.compile(
-    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
-    # RHEL 7 and vendor kernels put the UID after the name: "Killed process 42452 (x), UID 0, total-vm:...".
-    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*)\)(?:, UID (?P<uid1>\d+))?,? "
-    r"(?:total-vm|vsz):(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB"
-    r"(?:, shmem-rss:(?P<shmem>\d+)kB)?(?:,? UID:(?P<uid>\d+)(?= pgtables|,? oom_score_adj))?(?: pgtables:(?P<pgt>\d+)kB)?"
-    r"(?: oom_score_adj:(?P<adj>-?\d+))?"
+    r"[Kk]ill process (?P<pid>\d+|[xX*#]+) ?\((?P<name>.*)\) score (?P<score>\d+) or\s+(?:sacrifice|a)\s+child"
 )
 # The kill line with its verb reworded (a machine-translated paste: "Out of memory: Process stopped 2953
 # (python) total-vm:...kB, anon-rss:...kB"): its figures, in the kernel's order, still say what it is.
@@ -263,12 +255,36 @@ _KILLED_REWORDED = re.compile(
     r"(?P<scope>Memory cgroup out of memory|Out of memory): [^\d(]{1,40}? (?P<pid>\d+) \((?P<name>[^()]*)\),? "
     r"(?:total-vm|vsz):(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB"
 )
-# Kernels before 2.6.32 name the victim only: "Killed process 1235 (httpd)", RHEL 5/6 "Out of memory: Killed process
-# 2592, UID 27, (mysqld).".
-_KILLED_BARE = re.compile(
-    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory): )?Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)?"
-    r" \((?P<name>[^()]*)\)[.,]?\s*$"
+# The kill line read field by field, so that a line cut short ("total-vm:33709852kB, anon-rss:"), wrapped by a
+# terminal ("anon-rss:832856k<padding>B") or printed by a kernel with other fields keeps what it does print:
+# its head, "Killed process PID (name)" (RHEL's ", UID N," before or after the name), then each "key:NkB"
+# field wherever it stands. The head alone is a kill only when the line ends there or a field follows.
+_KILL_HEAD = re.compile(
+    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
+    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?"
+    r"(?=[.,]?\s*$|,? (?:total-vm|vsz|anon-rss|UID):)"
 )
+_KILL_FIELD = re.compile(r"(?<![\w-])(?P<k>total-vm|vsz|anon-rss|file-rss|shmem-rss|pgtables):(?P<v>\d+)kB\b")
+_KILL_UID = re.compile(r"(?<![\w-])UID:(?P<uid>\d+)\b")
+_KILL_ADJ = re.compile(r"(?<![\w-])oom_score_adj:(?P<adj>-?\d+)\b")
+_KILL_FACTS = {"total-vm": "total_vm_bytes", "vsz": "total_vm_bytes", "anon-rss": "anon_rss_bytes",
+               "file-rss": "file_rss_bytes", "shmem-rss": "shmem_rss_bytes", "pgtables": "pgtables_bytes"}
+
+
+def _kill_fields(rest: str, f: dict[str, FactValue]) -> None:
+    """The figures of a kill line after its head, each where it stands; one not printed stays absent."""
+    if ":" not in rest:
+        return
+    for m in _KILL_FIELD.finditer(rest):
+        f.setdefault(_KILL_FACTS[m["k"]], int(m["v"]) * 1024)
+    uid = _KILL_UID.search(rest)
+    if uid:
+        f.setdefault("uid", int(uid["uid"]))
+    adj = _KILL_ADJ.search(rest)
+    if adj:
+        f.setdefault("oom_score_adj", int(adj["adj"]))
+
+
 _REAPER = re.compile(
     r"oom_reaper: reaped process (?P<pid>\d+) \((?P<name>.*)\), now anon-rss:(?P<anon>\d+)kB, "
     r"file-rss:(?P<file>\d+)kB, shmem-rss:(?P<shmem>\d+)kB"
@@ -435,7 +451,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
             continue
         if "illed process" in line or "anon-rss:" in line and "of memory: " in line:
             kl = split_kernel_prefix(line)
-            m = _KILLED.search(kl.body) or _KILLED_REWORDED.search(kl.body) or _KILLED_BARE.search(kl.body)
+            m = _KILL_HEAD.search(kl.body) or _KILLED_REWORDED.search(kl.body)
             if m:
                 pid = int(m["pid"])
                 if pid not in by_pid and selected is not None:
@@ -454,18 +470,14 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                 ep.killed = True
                 f = ep.facts
                 f["victim_process"] = m["name"]
-                if m.re is not _KILLED_BARE:
+                if m.re is _KILL_HEAD:
+                    uid = m["uid0"] or m["uid1"]
+                    _put(f, "uid", int(uid) if uid else None)
+                    _kill_fields(kl.body[m.end() :], f)
+                else:
                     f["total_vm_bytes"] = int(m["vm"]) * 1024
                     f["anon_rss_bytes"] = int(m["anon"]) * 1024
                     f["file_rss_bytes"] = int(m["file"]) * 1024
-                elif m["uid0"]:
-                    f["uid"] = int(m["uid0"])
-                if m.re is _KILLED:
-                    _put(f, "shmem_rss_bytes", _kib(m["shmem"]))
-                    _put(f, "pgtables_bytes", _kib(m["pgt"]))
-                    uid = m["uid"] or m["uid0"] or m["uid1"]
-                    _put(f, "uid", int(uid) if uid else None)
-                    _put(f, "oom_score_adj", int(m["adj"]) if m["adj"] else None)
                 scope = _scope_of(m["scope"])
                 if scope:
                     f.setdefault("oom_scope", scope)

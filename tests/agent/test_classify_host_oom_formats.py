@@ -448,3 +448,22 @@ def test_systemd_oomd_names_each_process_it_kills() -> None:
     found = _scanned(text)
     assert sorted(f.facts.get("victim_pid") for f in found) == [63, 66]
     assert {f.facts["source"] for f in found} == {"systemd-oomd"}
+
+
+def test_a_kill_line_is_read_field_by_field_cut_or_wrapped_by_a_terminal() -> None:
+    pad = " " * 60
+    f = _one(f"[86120.080672] Out of memory: Kill process 6155 (python) score 895 or sacrifice{pad}child\n"
+             f"[86120.080694] Killed process 6155 (python) total-vm:1054044kB, anon-rss:832856k{pad}B, file-rss:2788kB, shmem-rss:0")
+    assert (f.facts["victim_pid"], f.facts["victim_process"], f.facts["total_vm_bytes"]) == (6155, "python", 1054044 * 1024)
+    assert f.facts["file_rss_bytes"] == 2788 * 1024
+    assert "anon_rss_bytes" not in f.facts and "shmem_rss_bytes" not in f.facts  # not printed whole: absent
+    cut = _one("[112950.724529] Killed process 29075 (python3) total-vm:33709852kB, anon-rss:")
+    assert (cut.facts["victim_pid"], cut.facts["total_vm_bytes"]) == (29075, 33709852 * 1024)
+    assert "anon_rss_bytes" not in cut.facts
+    rhel = _one("Out of memory: Killed process 42452 (java), UID 1000, total-vm:9000kB, anon-rss:100kB, file-rss:0kB")
+    assert (rhel.facts["uid"], rhel.facts["anon_rss_bytes"]) == (1000, 102400)
+    new = _one("Out of memory: Killed process 7 (a (b)) total-vm:10kB, anon-rss:5kB, file-rss:1kB, shmem-rss:0kB, "
+               "UID:0 pgtables:40kB oom_score_adj:-998")
+    assert (new.facts["victim_process"], new.facts["uid"], new.facts["oom_score_adj"]) == ("a (b)", 0, -998)
+    assert new.facts["pgtables_bytes"] == 40 * 1024
+    assert HOST.classify("The kernel Killed process 12 (x) and then we rebooted") == []  # no field, no end: prose

@@ -818,6 +818,7 @@ def _kernel_severity(ep: _Episode) -> str:
 # --------------------------------------------------------------------- Kubernetes and Docker
 
 # Also as a page shows it under the command that printed it, commented out ("#       Reason:       OOMKilled").
+_COMMENT = re.compile(r"^([ \t]*)#")
 _DESCRIBE_REASON = re.compile(r"^\s*(?:#\s*)?Reason:\s+(?P<r>OOMKilled|OOM Killed)\s*$")
 _STRUCT_REASON = re.compile(r'^\s*(?:- )?"?reason"?\s*:\s*"?(?P<r>OOMKilled|OOM Killed)"?,?\s*$')
 _DOCKER_OOM = re.compile(r'^\s*"OOMKilled"\s*:\s*true,?\s*$')
@@ -1051,7 +1052,10 @@ def _kubernetes(lines: list[str], taken: set[int]) -> list[Finding]:
             continue
         if "OOMKilled" in line or "OOM Killed" in line:
             if _DESCRIBE_REASON.match(line) or _STRUCT_REASON.match(line):
-                out.append(_structured(lines, i, docker=False))
+                if line.lstrip(" \t").startswith("#"):  # shown commented out: read it uncommented
+                    out.append(_structured([_COMMENT.sub(r"\1 ", x) for x in lines], i, docker=False))
+                else:
+                    out.append(_structured(lines, i, docker=False))
                 continue
             if _DOCKER_OOM.match(line):
                 out.append(_structured(lines, i, docker=True))

@@ -55,7 +55,8 @@ A line that is not inside a block opens one when it is, tried in this order:
    front of it, so the benchmark names its GPU (the event's lines are then not contiguous); a
    device block that no summary follows is an event of its own.
 6. A ``kubectl describe`` state: a ``State:`` or ``Last State:`` line and the lines indented
-   deeper (or level with it, when they are a state's own fields: a paste that lost the indentation).
+   deeper (or level with it, when they are a state's own fields: a paste that lost the indentation);
+   shown commented out under its command (``#   Last State:  Terminated``), its lines commented too.
    A container's status as ``kubectl get pod -o yaml`` or ``-o json`` prints it: a status key that
    opens a mapping or list alone on its line (``containerStatuses:``, ``lastState:``, ``state:``,
    ``"lastState": {``) and the lines after it that are deeper or are the same document's (a key, a
@@ -179,7 +180,8 @@ _GLOG = re.compile(
 GLOG_HEADER = _GLOG  # what opens rule 3's block, for ``scan``'s gate
 _GLOG_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "critical"}
 _SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
-_K8S_STATE = re.compile(r"(\s*)(?:Last )?State:\s+\S")
+# Also as a page shows it under the command that printed it, commented out ("#   Last State:   Terminated").
+_K8S_STATE = re.compile(r"(\s*(?:#[ \t]*)?)(?:Last )?State:\s+\S")
 # A container's status as ``kubectl get pod -o yaml`` / ``-o json`` prints it (rule 6): a status key that
 # opens a mapping or a list ("containerStatuses:", "lastState:", '"state": {'), its key alone on its line.
 _K8S_STATUS = re.compile(
@@ -377,6 +379,7 @@ class _Group(Generic[L]):
     prefix: str = ""  # printed before every line of the block ("" or e.g. "[rank0]: ")
     cap: int | None = None  # the kind's own bound: the block ends at this many lines
     indent: int = 0  # a kubectl state block: the indent of its State: line
+    commented: bool = False  # a kubectl state block shown commented out: its lines start with "#"
     closer: str = ""  # a string literal: what closes it
     lines: list[L] = field(default_factory=list)
     chars: int = 0
@@ -515,6 +518,10 @@ _K8S_STATE_FIELD = re.compile(r"\s*(?:Reason|Exit Code|Signal|Message|Started|Fi
 def _k8s_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest):
         return _END, _BODY
+    if g.commented:
+        if not rest.lstrip(" \t").startswith("#"):
+            return _END, _BODY
+        rest = rest.replace("#", " ", 1)
     indent = len(rest) - len(rest.lstrip(" \t"))
     deeper = indent > g.indent or indent == g.indent and _K8S_STATE_FIELD.match(rest) is not None
     return (_TAKE, _BODY) if deeper else (_END, _BODY)
@@ -590,7 +597,7 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_TRT_SUMMARY, _VERTICAL, now_ns, "info", cap=SECTION_LINES)
     m = _K8S_STATE.match(text)
     if m is not None:
-        return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)))
+        return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)), commented="#" in m.group(1))
     m = _K8S_STATUS.match(text)
     if m is not None:
         return _Group(_STATUS, _BODY, now_ns, "info", cap=DESCRIBE_LINES, indent=len(m.group(1)))

@@ -467,3 +467,17 @@ def test_a_kill_line_is_read_field_by_field_cut_or_wrapped_by_a_terminal() -> No
     assert (new.facts["victim_process"], new.facts["uid"], new.facts["oom_score_adj"]) == ("a (b)", 0, -998)
     assert new.facts["pgtables_bytes"] == 40 * 1024
     assert HOST.classify("The kernel Killed process 12 (x) and then we rebooted") == []  # no field, no end: prose
+
+
+def test_a_describe_state_shown_commented_out_under_its_command_is_read_whole() -> None:
+    text = "\n".join([
+        'kubectl describe pod api-7f8c9d6b4-x2k9p | grep -A5 "Last State"',
+        "#     Last State:     Terminated",
+        "#       Reason:       OOMKilled",
+        "#       Exit Code:    137",
+        "#       Finished:     Sun, 15 Mar 2026 02:17:58 +0000",
+        "",
+        "# Then raise the limit",
+    ])
+    [f] = _scanned(text)
+    assert (f.facts["exit_code"], f.facts["k8s_state"], f.facts["k8s_reason"]) == (137, "last", "OOMKilled")

@@ -50,6 +50,7 @@ HOST_OOM: tuple[str, ...] = (
     'out_of_memory',
     'kB min:',
     'oomd attempting to kill',  # systemd-oomd naming the process it kills
+    'VM: killing process',  # Linux 2.4/2.6's page-fault OOM kill
 )
 # A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
 # oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.

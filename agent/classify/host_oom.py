@@ -64,6 +64,7 @@ def _maybe_oom(text: str) -> bool:
         or "Out Of Memory" in text
         or "*ERROR* Failed to allocate from CMA" in text
         or "oom killer: done" in text
+        or "VM: killing process" in text
         or "out_of_memory" in text
         or "kB min:" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
@@ -1097,6 +1098,11 @@ def _kubernetes(lines: list[str], taken: set[int]) -> list[Finding]:
 # with reclaim activity", "Killed ... due to memory used (...) / total (...) and swap used (...) / total (...)
 # being more than 90.00%", and before it "Considered 72 cgroups for killing, top candidates were:".
 _OOMD_KILLED = re.compile(r"\bKilled (?P<cg>/\S+) due to (?P<why>memory pressure|memory used|swap used)")
+# Ray's memory monitor, an OOM killer of its own: "(raylet) ... node_manager.cc:3084: 4 Workers (tasks / actors)
+# killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node ...".
+_RAY_OOM = re.compile(r"\b(?P<n>\d+) Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)")
+# Linux 2.4/2.6's page-fault path out of memory (arch/*/mm/fault.c): "VM: killing process gammu-smsd".
+_VM_KILLING = re.compile(r"(?:^|[\s:\]>])VM: killing process (?P<name>\S+)\s*$")
 # systemd-oomd 252+ names each process it kills in the cgroup it picked: "oomd attempting to kill 407 with KILL".
 _OOMD_ATTEMPT = re.compile(r"\boomd attempting to kill (?P<pid>\d+) with [A-Z]+\b")
 _OOMD_CONSIDERED = re.compile(r"\bConsidered (?P<n>\d+) cgroups for killing, top candidates were:")
@@ -1131,7 +1137,7 @@ _RUNTIME_MORE = re.compile(
     # Nomad's Terminated task event for a driver that saw the OOM kill: "Exit Code: 137, Exit Message: \"OOM Killed\"".
     # Slurm's step cgroup: slurmstepd "Detected 1 oom-kill event(s) in step 4321.0 cgroup." (before 20.11) or
     # "Detected 1 oom_kill event in StepId=1234.batch." and srun's "srun: error: node3: task 0: Out Of Memory".
-    r"|(?P<slurm>\bDetected (?P<sn>\d+) oom[-_]kill event(?:s|\(s\))? in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?\.(?:\s|$))"
+    r"|(?P<slurm>\bDetected (?P<sn>\d+) oom[-_]kill event(?:s|\(s\))? in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?(?:\.(?:\s|$)|\s*$))"
     r"|(?P<srun>\bsrun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory\b)"
     r"|(?P<nomad>Exit Code: (?P<ncode>-?\d+),(?: Signal: \d+,)? Exit Message: \\?\"OOM Killed\\?\")"
 )
@@ -1254,6 +1260,14 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
             m = _OOMD_ATTEMPT.search(line)
             if m:
                 f = {"source": "systemd-oomd", "victim_pid": int(m["pid"])}
+        elif "killed due to memory pressure" in line:
+            m = _RAY_OOM.search(line)
+            if m:
+                f = {"source": "ray", "workers_killed": int(m["n"])}
+        elif "VM: killing process" in line:
+            m = _VM_KILLING.search(line)
+            if m:
+                f = {"source": "kernel", "victim_process": m["name"]}
         elif "oomd[" in line:
             m = _FB_OOMD.search(line)
             if m:
@@ -1324,6 +1338,7 @@ class HostOomClassifier:
                 or "*ERROR* Failed to allocate from CMA" in text:
             out.extend(_alloc_failures(lines, taken, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "badness" in text \
-                or "killed as a result of limit" in text or "oom killer: done" in text:
+                or "killed as a result of limit" in text or "oom killer: done" in text \
+                or "killed due to memory pressure" in text or "VM: killing process" in text:
             out.extend(_userspace(lines, taken))
         return out

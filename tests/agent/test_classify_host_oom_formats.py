@@ -481,3 +481,14 @@ def test_a_describe_state_shown_commented_out_under_its_command_is_read_whole() 
     ])
     [f] = _scanned(text)
     assert (f.facts["exit_code"], f.facts["k8s_state"], f.facts["k8s_reason"]) == (137, "last", "OOMKilled")
+
+
+def test_rays_memory_monitor_linux_2_4s_fault_path_and_a_cut_slurm_step_are_kills() -> None:
+    ray = _one("(raylet) [2023-07-23 15:21:29,851 E 9751 9751] (raylet) node_manager.cc:3084: 4 Workers (tasks / actors) "
+               "killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: ab12)")
+    assert (ray.facts["source"], ray.facts["workers_killed"]) == ("ray", 4)
+    vm = _one("Mar 29 10:00:01 router kernel: VM: killing process gammu-smsd      ")
+    assert (vm.facts["source"], vm.facts["victim_process"]) == ("kernel", "gammu-smsd")
+    slurm = _one("slurmstepd: error: Detected 1 oom_kill event in StepId=71xxxx")
+    assert slurm.facts["source"] == "slurm"
+    assert HOST.classify("the VM: killing process names is a bad idea, said nobody") == []

@@ -1008,6 +1008,8 @@ _RAW = re.compile(
     r"|(?P<check>Check failed: \(?\w+\)? == cudaSuccess(?: \|\| \(?\w+\)? == cudaErrorCudartUnloading)?"
     r"\s*(?:\(2 vs\. 0\)\s*)?(?:CUDA: )?out of memory)"
     r"|(?P<tv>cuda failed with error 2 out of memory)"  # spconv/tensorview's TV_CUDA_CHECK
+    r"|(?P<ct2>CUDA failed with error out of memory)"  # CTranslate2's CUDA_CHECK (faster-whisper)
+    r"|(?P<ggml2>CUDA error 2 at [\w./\\-]+:\d+: out of memory)"  # ggml's CUDA_CHECK: "CUDA error %d at %s:%d: %s"
     r"|(?P<ocv>\(-217:Gpu API call\) out of memory)"  # OpenCV's CUDA module: cv::Exception
 )
 # A status name in a sentence ("CUDA_ERROR_OUT_OF_MEMORY in TensorFlow means ...", "as indicated by a

@@ -192,8 +192,12 @@ _MAGIC = re.compile(r"(?i)Magic tag does not match|not a valid TensorRT engine")
 # "Version tag does not match", TensorRT 10's "...incompatible serialization version".
 _VERSION_TAG = re.compile(r"(?i)Version tag does not match|engine created with incompatible serialization version")
 # TensorRT 8.x's warning when an engine built on one GPU model is loaded on another.
+# As the message itself, after the logger's tags, a quote's or a code span's opening mark, or a "WARNING:"
+# label (a quoted sentence that runs into it is blanked before: _citation.py).
 _OTHER_DEVICE_MODEL = re.compile(
-    r"^-?\s*Using an engine plan file across different models of devices is not recommended"
+    r"^-?\s*[`\"'\u201c]*\s*(?:(?:WARNING|Warning|\[W\]|W)\s*:?\s*)?"
+    r"Using an engine plan file across different models of devices is not recommended"
+    r"|`(?:WARNING: |\[W\] )?Using an engine plan file across different models of devices is not recommended"
 )
 _WORKSPACE = re.compile(
     r"(?i)(?:insufficient|not have sufficient|too small|increas\w* the workspace|workspace size .*? too small)"

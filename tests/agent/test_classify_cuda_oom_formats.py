@@ -438,3 +438,13 @@ def test_tpu_program_load_failure() -> None:
              "allocate 2.10G. That was not possible. There are 1.45G free.; (0x0x0_HBM0)")
     assert f.facts["requested_bytes"] == parse_size("2.10G") and f.facts["free_bytes"] == parse_size("1.45G")
     _none("Attempting to allocate 2.10G. That was not possible.")  # no status: not read alone
+
+
+def test_ctranslate2_and_ggml_cuda_checks() -> None:
+    # CTranslate2 (faster-whisper): THROW_RUNTIME_ERROR("CUDA failed with error " + cudaGetErrorString(status)).
+    f = _one("RuntimeError: CUDA failed with error out of memory")
+    assert f.facts["cuda_error_code"] == 2
+    # ggml's CUDA_CHECK: "CUDA error %d at %s:%d: %s".
+    g = _one("CUDA error 2 at ggml-cuda.cu:359: out of memory")
+    assert g.facts["cuda_error_code"] == 2
+    _none("CUDA error 700 at ggml-cuda.cu:359: an illegal memory access was encountered")

@@ -403,3 +403,24 @@ def test_the_device_block_still_names_the_gpu_of_the_summary_after_it(tmp_path: 
     [f] = _scan(tmp_path, "\n".join(run))
     assert f.kind == KIND_TRT_BENCHMARK and f.facts["device_name"] == "NVIDIA RTX A4000"
     assert f.facts["throughput_qps"] == 812.4
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[01/02/2024-10:00:00] [TRT] [W] Using an engine plan file across different models of devices is not recommended "
+        "and is likely to affect performance or even cause errors.",
+        "\u201cWARNING: Using an engine plan file across different models of devices is not recommended and is likely "
+        "to affect performance or even cause errors.\u201d",
+        "When loading it I get the warning `Using an engine plan file across different models of devices is not "
+        "recommended and is likely to affect performance or even cause errors.` every time.",
+    ],
+)
+def test_an_engine_from_another_gpu_model_as_printed_quoted_or_reported_in_a_span(line: str) -> None:
+    assert _one(line)["category"] == "engine_other_device_model"
+
+
+def test_the_engine_warning_named_in_a_sentence_is_not_one() -> None:
+    line = ("The message `Using an engine plan file across different models of devices is not recommended` means "
+            "the engine was built on another GPU.")
+    assert [f.kind for f in classify_text(line)] == []

@@ -306,6 +306,7 @@ class TensorRtClassifier:
             or "summary ===" in text
             or "Enqueue Time" in text
             or "GPU Compute" in text
+            or "Host Latency" in text
             or "Cuda Error in" in text
             or "Serialization Error" in text
             or "ngine failed" in text

@@ -424,3 +424,11 @@ def test_the_engine_warning_named_in_a_sentence_is_not_one() -> None:
     line = ("The message `Using an engine plan file across different models of devices is not recommended` means "
             "the engine was built on another GPU.")
     assert [f.kind for f in classify_text(line)] == []
+
+
+def test_a_trtexec_7_vertical_summary_with_only_its_host_latency_is_read(tmp_path: Path) -> None:
+    text = "\n".join(f"[05/21/2021-09:59:29] [I] {x}" + " " * 40 for x in (
+        "Host Latency", "min: 638.401 ms (end to end 638.401 ms)", "mean: 643.169 ms (end to end 643.169 ms)",
+        "median: 643.202 ms (end to end 643.202 ms)"))
+    [f] = [f for f in _scan(tmp_path, text) if f.kind == KIND_TRT_BENCHMARK]
+    assert (f.facts["latency_mean_ms"], f.facts["latency_median_ms"]) == (643.169, 643.202)

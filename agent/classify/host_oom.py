@@ -82,7 +82,8 @@ TASK_ROWS = re.compile(r"\]" + _TASK_ROW_TAIL)
 # vcpu-5 - Guest: <6>[...]"); tried only on a line holding ">[".
 _RELAY = re.compile(r"^[^<\n]{1,80}?(?=<\d>\[\s*\d+\.\d+\])")
 _PREFIX = re.compile(
-    r"^(?:[ \t]+(?=\[\s*\d+\.\d+\]))?"  # the spaces of an indented paste before "[uptime]"
+    # The spaces of an indented paste (a Markdown code block) before "[uptime]" or a syslog/ISO stamp.
+    r"^(?:[ \t]+(?=\[\s*\d+\.\d+\]|\d{4}-\d\d-\d\d[T ]\d\d:|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d))?"
     r"(?:<\d+>)?"
     r"(?:[a-z]+ *:[a-z]+ *: )?"  # dmesg --decode: "kern  :warn  : "
     r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) )?"

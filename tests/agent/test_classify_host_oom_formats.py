@@ -492,3 +492,19 @@ def test_rays_memory_monitor_linux_2_4s_fault_path_and_a_cut_slurm_step_are_kill
     slurm = _one("slurmstepd: error: Detected 1 oom_kill event in StepId=71xxxx")
     assert slurm.facts["source"] == "slurm"
     assert HOST.classify("the VM: killing process names is a bad idea, said nobody") == []
+
+
+def test_a_syslog_task_table_indented_as_a_markdown_code_block_is_read() -> None:
+    rows = [
+        "Aug  1 14:20:36 kiosk kernel: [  601.273660] [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents "
+        "oom_score_adj name",
+        "Aug  1 14:20:36 kiosk kernel: [  601.273671] [    112]     0   112     4734      446   143360       11"
+        "             0 systemd-journal",
+        "Aug  1 14:20:36 kiosk kernel: [  601.273677] [    142]     0   142     4500      201    49152       79"
+        "         -1000 systemd-udevd",
+    ]
+    plain = {f.kind for f in _scanned("\n".join(rows))}
+    assert plain == {KIND_HOST_OOM}
+    assert {f.kind for f in _scanned("\n".join("    " + r for r in rows))} == plain
+    assert split_kernel_prefix("    Aug  1 14:20:36 kiosk kernel: [  601.2] x").log_time == "Aug  1 14:20:36"
+    assert split_kernel_prefix("  active_anon:1 inactive_anon:2").body == "  active_anon:1 inactive_anon:2"

@@ -442,6 +442,49 @@ def start_worker(cluster, index: int) -> None:  # type: ignore[no-untyped-def]
         raise RuntimeError(f"Citus worker{index} did not start again: {exc.stderr or exc.stdout}\n{tail}") from exc
 
 
+def server_cpu_seconds(data_dir: Path) -> tuple[int, float] | None:
+    """(postmaster pid, CPU s) of a PostgreSQL server: the postmaster's own and its exited
+    children's (cutime, cstime), plus its live children's (the backends). A backend that exits
+    adds all its CPU at once: close enough for a rate over minutes."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            child_cpu = cpu_seconds(int(child))
+            if child_cpu is not None:
+                total += round(child_cpu * os.sysconf("SC_CLK_TCK"))
+        return pid, total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class NodeCpu:
+    """--citus: each node's CPU while sampling, per server incarnation (a stopped worker starts anew)."""
+
+    def __init__(self, cluster) -> None:  # type: ignore[no-untyped-def]
+        from tests.citus_cluster import NODES
+
+        self.nodes = [(name, cluster.dir / name) for name in NODES]
+        self.spans: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {}
+
+    def sample(self, t: float) -> None:
+        for name, data in self.nodes:
+            got = server_cpu_seconds(data)
+            if got is not None:
+                key = (name, got[0])
+                first = self.spans.get(key, ((t, got[1]), (t, got[1])))[0]
+                self.spans[key] = (first, (t, got[1]))
+
+    def used(self) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for (name, _), ((t0, c0), (t1, c1)) in self.spans.items():
+            used, span = out.get(name, (0.0, 0.0))
+            out[name] = (used + c1 - c0, span + t1 - t0)
+        return out
+
+
 def device_workers(db_url: str) -> dict[str, int]:
     """On Citus: {device name: port of the worker that holds its rows}, from the shard placements
     of its ``device_id`` (every per-device table is co-located with ``gpu_chunks``)."""
@@ -549,6 +592,7 @@ def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyp
     collector_cpu = [(0.0, 0.0) for _ in collectors]  # (CPU s, s) of each collector slot while sampling
     cpu_from: tuple[float, list[float | None]] | None = None  # (t, each load process's CPU s) after the warm-up
     cpu_to: tuple[float, list[float | None]] | None = None  # the same when sampling stops
+    node_cpu = NodeCpu(cluster) if cluster is not None else None
     print(f"soak: {args.devices} devices at 1 Hz, a batch every {args.batch_interval:g} s, as {args.load} in {args.processes} "
           f"process{'es' if args.processes > 1 else ''} -> 2 collectors "
           f"({target}) on {where}, {args.minutes:g} min; work in {work}", flush=True)
@@ -599,6 +643,8 @@ def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyp
                 c.sample_usage(t)
             if cpu_from is None and t >= min(WARM_UP_S, duration / 4):
                 cpu_from = (t, [cpu_seconds(w.proc.pid) for w in workers])
+            if node_cpu is not None and cpu_from is not None:
+                node_cpu.sample(t)
             reports = [w.last for w in workers if w.last]
             if t >= next_print:
                 next_print += 15
@@ -608,9 +654,20 @@ def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyp
                           f"{sum(r['host'] for r in reports)} host + {sum(r['gpu'] for r in reports)} GPU rows sampled, "
                           f"{sum(r['backlog'] for r in reports)} batches unacknowledged; worst device's lag "
                           f"{lag_series[-1][1] if lag_series else float('nan'):.1f} s; RSS {rss}", flush=True)
+                    idle = [why for r in reports for why in r.get("not_streaming", [])]
+                    for n, why in sorted(idle, reverse=True)[:3]:
+                        print(f"           not streaming: {n} devices, {why}", flush=True)
+                    for r in reports:
+                        if r.get("stalled"):
+                            n, name, since_ack, session, unacked, in_flight = r["stalled"]
+                            print(f"           streaming without an ack for over 60 s: {n} devices; longest {name}, "
+                                  f"{since_ack} s (session {session} s old, {unacked} batches unacknowledged, "
+                                  f"{in_flight} in flight)", flush=True)
             time.sleep(REPORT_EVERY_S)
         cpu_to = (time.monotonic() - start, [cpu_seconds(w.proc.pid) for w in workers])
         collector_cpu = [c.cpu_used() for c in collectors]
+        if node_cpu is not None:
+            node_cpu.sample(cpu_to[0])
         print("  sampling stops; draining what is unacknowledged", flush=True)
         for w in workers:
             w.finish()
@@ -728,6 +785,11 @@ def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyp
         if span_s > 0:
             print(f"  collector {c.label}: {1000 * used_s / span_s / args.devices:.2f} ms ({used_s / span_s:.2f} cores), "
                   f"over {span_s:.0f} s of its {c.incarnation} runs")
+    if node_cpu is not None:
+        for name, (used_s, span_s) in node_cpu.used().items():
+            if span_s > 0:
+                print(f"  Citus {name}: {1000 * used_s / span_s / args.devices:.2f} ms ({used_s / span_s:.2f} cores), "
+                      f"over {span_s:.0f} s")
     if cluster is not None:
         pass  # the cluster (and the database in it) goes with run()'s finally, unless --keep-db
     elif not args.keep_db:

@@ -195,6 +195,9 @@ class SimulatedDevice:
         self.acked = self.rejected = self.reconnects = 0
         self.dropped_batches = self.dropped_samples = 0
         self.last_error = ""
+        self.phase = "starting"  # what the uplink is doing: for the reports of devices not streaming
+        self.last_ack_at = time.monotonic()  # for the reports of devices streaming without progress
+        self.session_started_at = 0.0
 
     # -- sampling and batching --------------------------------------------------------------
 
@@ -285,6 +288,7 @@ class SimulatedDevice:
         while True:
             address = self._addresses[address_index % len(self._addresses)]
             acked_before = self.acked
+            self.phase = "registering"
             retry_after_s = 0.0
             try:
                 await self._session(address)
@@ -316,6 +320,7 @@ class SimulatedDevice:
                     failed_in_round = 0
                     delay = self._backoff.delay(attempt)
                     attempt += 1
+            self.phase = f"waiting {max(delay, retry_after_s):.0f} s" if retry_after_s <= delay else f"told to wait {retry_after_s:.0f} s"
             await asyncio.sleep(max(delay, retry_after_s))
 
     async def _session(self, address: str) -> None:
@@ -338,6 +343,8 @@ class SimulatedDevice:
             self._dropped_in_flight = set()  # acks of the last session's batches can no longer come
             sender = asyncio.create_task(self._send(call))
             self.connected = True
+            self.phase = "streaming"
+            self.session_started_at = time.monotonic()
             try:
                 while True:
                     ack = await call.read()  # raises when the call ends with an error
@@ -391,6 +398,7 @@ class SimulatedDevice:
         self._forget(ack.seq)
         self._in_flight.discard(ack.seq)
         self.acked += 1
+        self.last_ack_at = time.monotonic()
         self._changed.set()
 
 
@@ -399,7 +407,33 @@ def report(devices: list[SimulatedDevice], **extra: object) -> None:
     print(json.dumps({"t": time.time(), "connected": sum(d.connected for d in devices),
                       "backlog": sum(backlog), "max_backlog": max(backlog),
                       "host": sum(d.host_rows for d in devices), "gpu": sum(d.gpu_rows for d in devices),
-                      "rejected": sum(d.rejected for d in devices), **extra}), flush=True)
+                      "rejected": sum(d.rejected for d in devices), "not_streaming": not_streaming(devices),
+                      "stalled": stalled(devices), **extra}),
+          flush=True)
+
+
+def stalled(devices: list[SimulatedDevice], after_s: float = 60.0) -> list:
+    """Devices streaming with batches to deliver and no acknowledgement for ``after_s``: their
+    count, and the one waiting longest (name, s since its last ack, its session's age, batches
+    unacknowledged and in flight)."""
+    now = time.monotonic()
+    stuck = [d for d in devices if d.connected and d.unacked and now - d.last_ack_at > after_s]
+    if not stuck:
+        return []
+    d = min(stuck, key=lambda d: d.last_ack_at)
+    return [len(stuck), d.name, round(now - d.last_ack_at), round(now - d.session_started_at), len(d.unacked), len(d._in_flight)]
+
+
+def not_streaming(devices: list[SimulatedDevice], top: int = 3) -> list[list]:
+    """Why the devices that are not streaming are not: the commonest (phase, last error) pairs
+    with their counts, the error's numbers and addresses left out so that alike ones group."""
+    import re
+    from collections import Counter
+
+    why = Counter(
+        f"{d.phase}; last error: {re.sub(r'[0-9.:]+', '#', d.last_error.split(': ', 1)[-1])[:100] or '-'}"
+        for d in devices if not d.connected)
+    return [[n, text] for text, n in why.most_common(top)]
 
 
 async def run(args: argparse.Namespace) -> int:

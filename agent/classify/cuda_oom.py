@@ -975,12 +975,8 @@ def _xla_listing(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     # not fit, so it is the OOM; what was requested is unknown.
     first = next(i for i, x in enumerate(ev.lines) if "BufferAssignment" in x)
     body = "\n".join(ev.lines)
-    # JAX names its programs "jit(...)" and ships as jaxlib: then the listing is JAX's. Else whose XLA printed
-    # it is not said (TensorFlow, JAX, PyTorch/XLA, EXLA): the framework is left out, so that the listing and
-    # the RESOURCE_EXHAUSTED error it came with, read as two events, stay one fault (repeats.py).
-    facts: dict[str, FactValue] = {"runtime": "xla"}
-    if "jax" in body.lower() or "jit(" in body:
-        facts["framework"] = "jax"
+    # JAX names its programs "jit(...)" and ships as jaxlib: then the listing is JAX's.
+    facts: dict[str, FactValue] = {"framework": "jax" if "jax" in body.lower() or "jit(" in body else "xla"}
     facts["message"] = "XLA BufferAssignment listing"
     facts.update(_buffer_assignment(ev, first, used))
     w = _RAY_WORKER.search(ev.lines[first])

@@ -448,15 +448,3 @@ def test_ctranslate2_and_ggml_cuda_checks() -> None:
     g = _one("CUDA error 2 at ggml-cuda.cu:359: out of memory")
     assert g.facts["cuda_error_code"] == 2
     _none("CUDA error 700 at ggml-cuda.cu:359: an illegal memory access was encountered")
-
-
-def test_an_xla_bufferassignment_listing_read_apart_from_its_error_stays_one_fault() -> None:
-    from fleetscope.agent.classify.repeats import merge_repeats
-
-    error = CUDA.classify("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 117964800 bytes.")
-    listing = CUDA.classify("BufferAssignment OOM Debugging.\nBufferAssignment stats:\n"
-                            "             parameter allocation:  112.50MiB\n              total allocation:  225.00MiB")
-    assert len(error) == 1 and len(listing) == 1
-    assert "framework" not in listing[0].facts  # whose XLA printed it is not said
-    [merged] = merge_repeats([*error, *listing])
-    assert merged.facts["requested_bytes"] == 117964800

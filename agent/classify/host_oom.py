@@ -263,11 +263,14 @@ _KILLED_REWORDED = re.compile(
 # field wherever it stands. The head alone is a kill only when the line ends there or a field follows.
 _KILL_HEAD = re.compile(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
-    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \((?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?"
-    r"(?=[.,]?\s*$|,? (?:total-vm|vsz|anon-rss|UID):)"
+    r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \("
+    # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them.
+    r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):)|(?P<bare>[^()]*)\)(?=[.,]?\s*$))"
 )
 _KILL_FIELD = re.compile(r"(?<![\w-])(?P<k>total-vm|vsz|anon-rss|file-rss|shmem-rss|pgtables):(?P<v>\d+)kB\b")
-_KILL_UID = re.compile(r"(?<![\w-])UID:(?P<uid>\d+)\b")
+# A value is read only when what follows it shows it whole (its unit, or the space before the next field):
+# a line cut inside "UID:1000" must not say UID 1.
+_KILL_UID = re.compile(r"(?<![\w-])UID:(?P<uid>\d+)(?=[\s,])")
 _KILL_ADJ = re.compile(r"(?<![\w-])oom_score_adj:(?P<adj>-?\d+)\b")
 _KILL_FACTS = {"total-vm": "total_vm_bytes", "vsz": "total_vm_bytes", "anon-rss": "anon_rss_bytes",
                "file-rss": "file_rss_bytes", "shmem-rss": "shmem_rss_bytes", "pgtables": "pgtables_bytes"}
@@ -471,7 +474,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                 ep = victim(pid, i, kl)
                 ep.killed = True
                 f = ep.facts
-                f["victim_process"] = m["name"]
+                f["victim_process"] = m["name"] if m["name"] is not None else m["bare"]
                 if m.re is _KILL_HEAD:
                     uid = m["uid0"] or m["uid1"]
                     _put(f, "uid", int(uid) if uid else None)

@@ -73,6 +73,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # A CUDA runtime error ("CUDA error: out of memory") and an allocator's message are two
         # wordings that never relay each other: which one it is belongs to the identity.
         ident["cuda_error"] = facts.get("cuda_error") or ""
+    if kind == KIND_HOST_OOM and facts.get("finished_at") is not None:
+        # A container terminated at two different times was killed twice (its current state and its last
+        # one, both OOMKilled); the same state shown twice, or before and after a restart, is one kill.
+        ident["finished_at"] = " ".join(str(facts["finished_at"]).split())
     if kind == KIND_GPU_XID:
         # "GPU has fallen off the bus" alone implies Xid 79; a GPU is named "0000:01:00" by the Xid
         # line and "0000:01:00.0" by the next one.

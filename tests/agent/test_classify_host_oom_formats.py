@@ -508,3 +508,20 @@ def test_a_syslog_task_table_indented_as_a_markdown_code_block_is_read() -> None
     assert {f.kind for f in _scanned("\n".join("    " + r for r in rows))} == plain
     assert split_kernel_prefix("    Aug  1 14:20:36 kiosk kernel: [  601.2] x").log_time == "Aug  1 14:20:36"
     assert split_kernel_prefix("  active_anon:1 inactive_anon:2").body == "  active_anon:1 inactive_anon:2"
+
+
+def test_a_containers_current_and_last_oom_kill_at_two_times_are_two_faults() -> None:
+    describe = "\n".join([
+        "    State:          Terminated",
+        "      Reason:       OOMKilled",
+        "      Exit Code:    137",
+        "      Finished:     Wed, 15 Jul 2020 15:00:57 +0800",
+        "    Last State:     Terminated",
+        "      Reason:       OOMKilled",
+        "      Exit Code:    137",
+        "      Finished:     Wed, 15 Jul 2020 15:00:22 +0800",
+        "    Ready:          False",
+    ])
+    assert len(_scanned(describe)) == 2
+    twice = describe.split("    Last State:")[0]
+    assert len(_scanned(twice + "\n" + twice)) == 1  # the same state pasted twice: one kill

@@ -29,6 +29,7 @@ CUDA_OOM: tuple[str, ...] = (
     # TensorFlow's pinned host allocator; CUDA.jl's OutOfGPUMemoryError; cuRAND.
     'pinned host memory of size', 'of GPU memory trying', 'ALLOCATION_FAILED',
     "memory isn't enough",  # MindSpore
+    'hipError_t(1002)',  # TensorFlow's ROCm stream executor before HIP named its errors
 )
 # A word with a number inside, entered at its rare capitals: PyTorch's "GPU 0 has a total capacity
 # of ..." sentence on a line of its own.

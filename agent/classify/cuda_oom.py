@@ -97,6 +97,7 @@ def _maybe_oom(text: str) -> bool:
         or "BFCAllocator" in text
         or "memory_limit_" in text
         or "in-use chunks" in text
+        or "hipError_t(1002)" in text
         or "_STATUS_NOT_INITIALIZED" in text
     )
 
@@ -421,9 +422,14 @@ _TF_BFC = re.compile(
     r"(?: \(rounded to (?P<rounded>\d+)\))?(?: ?requested by op (?P<op>\S+))?"
     r"(?: with freed_by_count=(?P<freed>\d+))?"
 )
+# Also its ROCm build: "from device: HIP_ERROR_OutOfMemory", and older releases' "hipError_t(1002)" (HIP's
+# hipErrorMemoryAllocation), which printed the size alone ("failed to allocate 8.00G from device: ...").
+_TF_SE_ERRORS = ("CUDA_ERROR_OUT_OF_MEMORY", "HIP_ERROR_OutOfMemory", "hipError_t(1002)")
 _TF_SE = re.compile(
-    r"failed to alloc(?:ate)? (?:(?P<sz>\d+(?:\.\d+)?(?:[KMGTP]i?B|[KMGTP]|B)?) \()?(?P<bytes>\d+) bytes\)? "
-    r"(?:(?P<where>from device|on host)|(?P<um>unified memory); result): (?P<err>CUDA_ERROR_OUT_OF_MEMORY)"
+    r"failed to alloc(?:ate)? (?:(?:(?P<sz>\d+(?:\.\d+)?(?:[KMGTP]i?B|[KMGTP]|B)?) \()?(?P<bytes>\d+) bytes\)?"
+    r"|(?P<sz_only>\d+(?:\.\d+)?(?:[KMGTP]i?B|[KMGTP]|B)))"
+    r" (?:(?P<where>from device|on host)|(?P<um>unified memory); result): "
+    r"(?P<err>CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|hipError_t\(1002\))"
 )
 # The BFC allocator's dump after a failed allocation: its "Stats:" key/value lines, the bins, the
 # chunk map, the region summary. Each only means something inside an event that is the dump.
@@ -698,13 +704,13 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
                 found[("tf-bfc", size)] = _bfc_acc(ev, text, [], group)
 
     for i, line in enumerate(ev.lines):
-        if "CUDA_ERROR_OUT_OF_MEMORY" not in line or "failed to alloc" not in line:
+        if "failed to alloc" not in line or not any(e in line for e in _TF_SE_ERRORS):
             continue
         m = _TF_SE.search(line)
         if not m:
             continue
         used.add(i)
-        nbytes = int(m["bytes"])
+        nbytes = int(m["bytes"]) if m["bytes"] else parse_size(m["sz_only"])
         host = m["where"] == "on host"
         facts = {
             # TensorFlow's stream_executor, also in jaxlib's build ("external/org_tensorflow/...").
@@ -714,14 +720,16 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
             "cuda_error_code": 2,
             "requested_bytes": nbytes,
         }
-        _put(facts, "requested_printed", m["sz"])
+        _put(facts, "requested_printed", m["sz"] or m["sz_only"])
+        if m["err"] != "CUDA_ERROR_OUT_OF_MEMORY":
+            facts["platform"] = "rocm"
         if host:
             facts["host_pinned_memory"] = True
         if m["um"]:
             facts["unified_memory"] = True
         where = "pinned host memory" if host else "unified memory" if m["um"] else "device memory"
         who = {"jax": "JAX/XLA", "xla": "XLA"}.get(str(facts["framework"]), "TensorFlow")
-        title = f"{who}: failed to allocate {format_bytes(nbytes)} of {where} (CUDA_ERROR_OUT_OF_MEMORY)"
+        title = f"{who}: failed to allocate {format_bytes(nbytes)} of {where} ({m['err']})"
         _add(found, ("tf-se", nbytes, host), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
     _bfc_dump(ev, found, used, text)
 
@@ -1431,6 +1439,8 @@ class CudaOomClassifier:
             "OOM when allocating" in text
             or "an out of memory trying" in text
             or "CUDA_ERROR_OUT_OF_MEMORY" in text
+            or "HIP_ERROR_OutOfMemory" in text
+            or "hipError_t(1002)" in text
             or "BFCAllocator" in text
             or "memory_limit_" in text
             or "in-use chunks" in text

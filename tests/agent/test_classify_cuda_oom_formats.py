@@ -448,3 +448,12 @@ def test_ctranslate2_and_ggml_cuda_checks() -> None:
     g = _one("CUDA error 2 at ggml-cuda.cu:359: out of memory")
     assert g.facts["cuda_error_code"] == 2
     _none("CUDA error 700 at ggml-cuda.cu:359: an illegal memory access was encountered")
+
+
+def test_tensorflows_stream_executor_on_rocm() -> None:
+    f = _one("2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to "
+             "allocate 127.99TiB (140729850295296 bytes) from device: HIP_ERROR_OutOfMemory")
+    assert (f.facts["framework"], f.facts["requested_bytes"], f.facts["platform"]) == ("tensorflow", 140729850295296, "rocm")
+    old = _one("mnist.py: failed to allocate 8.00G from device: hipError_t(1002)")  # the size alone, no byte count
+    assert old.facts["requested_bytes"] == 8 * 1024**3 and old.facts["cuda_error"] == "hipError_t(1002)"
+    _none("failed to allocate 8.00G from device: hipError_t(1001)")

@@ -430,9 +430,9 @@ def not_streaming(devices: list[SimulatedDevice], top: int = 3) -> list[list]:
     import re
     from collections import Counter
 
-    why = Counter(
-        f"{d.phase}; last error: {re.sub(r'[0-9.:]+', '#', d.last_error.split(': ', 1)[-1])[:100] or '-'}"
-        for d in devices if not d.connected)
+    numbers = re.compile(r"\d+(\.\d+)*")  # ports, addresses, seconds: N, so that alike errors group
+    why = Counter(f"{d.phase}; last error: {numbers.sub('N', d.last_error.split(': ', 1)[-1])[:100] or '-'}"
+                  for d in devices if not d.connected)
     return [[n, text] for text, n in why.most_common(top)]
 
 

@@ -67,6 +67,7 @@ JETSON_MEMORY: tuple[str, ...] = (
 XID: tuple[str, ...] = (
     'Xid', 'fallen off', 'XID', 'RmInitAdapter', 'rm_init_adapter', 'RPC history', 'RPC event history',
     'kflcnCoreDump', 'RPC from GSP', 'RPC response from GPU', 'NV_ERR_GPU_IS_LOST',
+    'detected by dmesg', 'detected by kmsg', 'detected by nvml',  # gpud's event message
 )
 
 TENSORRT: tuple[str, ...] = (

@@ -81,6 +81,9 @@ _GPUD = re.compile(
     r"(?P<pci>(?:PCI:)?(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\b"
     r"(?: UUID:(?P<uuid>GPU-[0-9A-Fa-f-]+))?"
 )
+# gpud's event for an Xid it read ("message": "xid 119 detected by dmesg (47 minutes ago)"): the number and
+# where gpud read it; the GPU is in the event's data, not in the message.
+_GPUD_EVENT = re.compile(r"(?<![\w-])xid (?P<xid>\d{1,3}) detected by (?P<src>dmesg|kmsg|nvml)\b")
 # The GSP firmware failing without an Xid line in view: its RPC history dumps ("NVRM: GPU6 RPC history
 # (CPU -> GSP):", "NVRM: GPU6 RPC event history (CPU <- GSP):", printed with Xid 119/120), a falcon
 # core dump ("NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 08 = 0x..."), an RPC timeout printed on
@@ -157,7 +160,7 @@ class XidClassifier:
         # "fallen off", a GPU that failed to initialise "init_adapter"/"InitAdapter", a GSP failure "GSP".
         if "Xid" not in text and "fallen off" not in text and "nitAdapter" not in text and "init_adapter" not in text \
                 and "XID" not in text and "GSP" not in text and "NV_ERR_GPU_IS_LOST" not in text \
-                and "kflcnCoreDump" not in text:
+                and "kflcnCoreDump" not in text and "detected by " not in text:
             return []
         return _classify(text)
 
@@ -234,9 +237,14 @@ def _classify(text: str) -> list[Finding]:
                 found.append((m.start(), _gpud_xid(text, m)))
     if "GSP" in text or "NV_ERR_GPU_IS_LOST" in text or "kflcnCoreDump" in text:
         found.extend(_gsp_notices(text, covered))
+    found = [(pos, f) for pos, f in found if not in_code_literal(text, pos)]
+    if "detected by " in text:
+        # gpud prints its events as JSON: the message is a quoted value under a quoted key, data not code.
+        for m in _GPUD_EVENT.finditer(text):
+            if not _inside(m.start(), covered):
+                found.append((m.start(), _gpud_event(text, m)))
     if not found:
         return []
-    found = [(pos, f) for pos, f in found if not in_code_literal(text, pos)]
     found.sort(key=lambda pair: pair[0])
     return [f for _, f in found]
 
@@ -566,6 +574,16 @@ def _gpud_xid(text: str, m: re.Match[str]) -> Finding:
     info = XID_CATALOG.get(xid)
     title = f"Xid {xid} on {m['pci']} reported by gpud: {info.meaning if info else what or 'undocumented Xid'}"
     return Finding(kind=KIND_GPU_XID, severity=xid_severity(xid), title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
+def _gpud_event(text: str, m: re.Match[str]) -> Finding:
+    xid = int(m["xid"])
+    _, line = _line_at(text, m.start(), m.end())
+    facts: dict[str, FactValue] = {"xid": xid, "relayed_by": "gpud", "detected_by": m["src"]}
+    facts.update(xid_facts(xid))
+    info = XID_CATALOG.get(xid)
+    title = f"Xid {xid} reported by gpud: {info.meaning if info else 'undocumented Xid'}"
+    return Finding(kind=KIND_GPU_XID, severity=xid_severity(xid), title=title, facts=facts, excerpt=line.strip())
 
 
 def _gsp_notices(text: str, covered: list[tuple[int, int]]) -> list[tuple[int, Finding]]:

@@ -254,3 +254,9 @@ def test_dcgm_health_failure_text_names_the_xid_and_the_gpu() -> None:
     assert f.facts["relayed_by"] == "dcgm"
     assert XID.classify("Detected XIDs are listed below") == []
 
+
+
+def test_gpuds_json_event_for_an_xid_it_read() -> None:
+    [f] = XID.classify('        "message": "xid 119 detected by dmesg (47 minutes ago)",')
+    assert (f.kind, f.facts["xid"], f.facts["relayed_by"], f.facts["detected_by"]) == (KIND_GPU_XID, 119, "gpud", "dmesg")
+    assert XID.classify("the xid 119 detected by dmesglike tools") == []

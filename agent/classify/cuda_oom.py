@@ -98,6 +98,7 @@ def _maybe_oom(text: str) -> bool:
         or "memory_limit_" in text
         or "in-use chunks" in text
         or "hipError_t(1002)" in text
+        or "BFCArena::AllocateRawInternal" in text
         or "_STATUS_NOT_INITIALIZED" in text
     )
 
@@ -1124,7 +1125,12 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
 
 # ONNX Runtime's arena: "onnxruntime::BFCArena::AllocateRawInternal(...) Failed to allocate memory for
 # requested buffer of size 939524096".
-_ORT_ARENA = re.compile(r"BFCArena::AllocateRawInternal\b.*?Failed to allocate memory for requested buffer of size (?P<n>\d+)")
+# The arena's only failure that starts so; a line cut inside it ("... bool, onnxruntime::WaitNotificationFn)
+# Failed to alloc") still says which, without the size.
+_ORT_ARENA = re.compile(
+    r"BFCArena::AllocateRawInternal\b.*?Failed to alloc(?:ate memory for requested buffer of size (?P<n>\d+)"
+    r"|(?:a(?:t(?:e(?: (?:m(?:e(?:m(?:o(?:ry?)?)?)?)?)?)?)?)?)?\s*$)"
+)
 # PaddlePaddle 2.x: "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, 6.000000GB
 # memory has been allocated and available memory is only 0.000000B."; 1.8 has no "has been allocated"
 # clause; NPU and XPU builds name their device. A line may end before the last figure (wrapped paste).
@@ -1183,12 +1189,13 @@ def _int(text: str | None) -> int | None:
 def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used or ("emory" not in line and "EMORY" not in line and "] Unable to allocate" not in line
-                         and "] Attempting to allocate" not in line):
+                         and "] Attempting to allocate" not in line and "BFCArena" not in line):
             continue
         facts: dict[str, FactValue] | None = None
         severity = "error"
         if "BFCArena" in line and (m := _ORT_ARENA.search(line)):
-            facts = {"framework": "onnxruntime", "allocator": "BFCArena", "requested_bytes": int(m["n"])}
+            facts = {"framework": "onnxruntime", "allocator": "BFCArena"}
+            _put(facts, "requested_bytes", int(m["n"]) if m["n"] else None)
         elif "error on " in line and (m := _PADDLE.search(line)):
             facts = {"framework": "paddle", "device_index": int(m["dev"])}
             if m["kind"] != "GPU":

@@ -457,3 +457,13 @@ def test_tensorflows_stream_executor_on_rocm() -> None:
     old = _one("mnist.py: failed to allocate 8.00G from device: hipError_t(1002)")  # the size alone, no byte count
     assert old.facts["requested_bytes"] == 8 * 1024**3 and old.facts["cuda_error"] == "hipError_t(1002)"
     _none("failed to allocate 8.00G from device: hipError_t(1001)")
+
+
+def test_onnx_runtimes_arena_failure_whole_or_cut_inside_its_message() -> None:
+    head = ("/onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal("
+            "size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) ")
+    whole = _one(head + "Failed to allocate memory for requested buffer of size 939524096")
+    assert (whole.facts["framework"], whole.facts["requested_bytes"]) == ("onnxruntime", 939524096)
+    cut = _one("# " + head + "Failed to alloc")
+    assert cut.facts["framework"] == "onnxruntime" and "requested_bytes" not in cut.facts
+    _none("I1 BFCArena::AllocateRawInternal] Extending BFCArena for Cuda. bin_num:20 num_bytes: 564000000")

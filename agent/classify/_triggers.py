@@ -80,4 +80,5 @@ TENSORRT: tuple[str, ...] = (
     'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
     'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
     'Failed to create engine from',
+    'In node ',  # onnx-tensorrt's parser: "In node -1 (parseGraph): UNSUPPORTED_NODE: ..."
 )

@@ -117,7 +117,7 @@ def severity_of(facts: Mapping[str, Any]) -> str:
 _TRT_ERROR_CATEGORIES = frozenset({
     "out_of_memory", "error_code", "cuda_runtime_error", "cuda_error", "cuda_init_failure", "unsupported_sm",
     "engine_version_mismatch", "engine_device_mismatch", "engine_invalid", "engine_deserialize_failed",
-    "build_failed", "trtexec_failed", "missing_optimization_profile", "assertion_failed", "error",
+    "build_failed", "trtexec_failed", "missing_optimization_profile", "assertion_failed", "error", "onnx_parser_error",
 })
 
 

@@ -328,6 +328,7 @@ class TensorRtClassifier:
             or "Calibration failure occurred" in text
             or "ngine set up failed" in text
             or "Failed to create engine from" in text
+            or "In node " in text
         ):
             return []
         return _classify(text)
@@ -444,6 +445,7 @@ def _error_line(line: str) -> Finding | None:
         or "weights not found" in line
         or "tensorrt_execution_provider" in line
         or "Calibration failure" in line
+        or "In node " in line
     ):
         return None
     sev = _SEV_TAG.search(line)
@@ -464,7 +466,9 @@ def _error_line(line: str) -> Finding | None:
         return None
     facts["category"] = category
     facts["message"] = message
-    if "layer" not in facts and ("node" in message or "layer" in message or "Layer" in message):
+    if "layer" not in facts and category != "onnx_parser_error" and (
+        "node" in message or "layer" in message or "Layer" in message
+    ):
         # The node a "no implementation" error names runs to the end of its detail (or message).
         detail = facts.get("error_detail")
         impl = None
@@ -486,6 +490,13 @@ def _error_line(line: str) -> Finding | None:
     )
 
 
+# onnx-tensorrt's ErrorCode names (kUNSUPPORTED_NODE, ...), as its ModelImporter prints them.
+_ONNX_PARSER = re.compile(
+    r"\bIn node -?\d+ (?:with name: (?P<name>\S.*?) and operator: (?P<op>\S+) )?\((?P<fn>\w+)\): "
+    r"(?P<code>INTERNAL_ERROR|MEM_ALLOC_FAILED|MODEL_DESERIALIZE_FAILED|INVALID_VALUE|INVALID_GRAPH|INVALID_NODE"
+    r"|UNSUPPORTED_GRAPH|UNSUPPORTED_NODE|UNSUPPORTED_NODE_ATTR|UNSUPPORTED_NODE_INPUT|UNSUPPORTED_NODE_DATATYPE"
+    r"|UNSUPPORTED_NODE_DYNAMIC|UNSUPPORTED_NODE_SHAPE|REFIT_FAILED):"
+)
 _PAIRS = (("(", ")"), ("[", "]"), ("{", "}"))
 
 
@@ -512,6 +523,16 @@ def _sev(printed: str | None, default: str) -> str:
 def _categorise(
     line: str, message: str, facts: dict[str, FactValue], printed: str | None, tagged: bool
 ) -> tuple[str | None, str, str]:
+    m = _ONNX_PARSER.search(line) if "In node " in line else None
+    if m:
+        # onnx-tensorrt's parser (ModelImporter): "In node -1 (parseGraph): UNSUPPORTED_NODE: Assertion failed: ...",
+        # TensorRT 8.6+: "In node 0 with name: /Mul and operator: Mul (parseGraph): INVALID_NODE: ...".
+        facts["onnx_error"] = m["code"]
+        if m["name"]:
+            facts["layer"] = m["name"]
+        if m["op"]:
+            facts["onnx_operator"] = m["op"]
+        return "onnx_parser_error", _sev(printed, "error"), f"TensorRT's ONNX parser failed: {m['code']}"
     m = _SKIP_TACTIC.search(line) if "actic" in line else None
     if m:
         if m.group("status"):

@@ -432,3 +432,12 @@ def test_a_trtexec_7_vertical_summary_with_only_its_host_latency_is_read(tmp_pat
         "median: 643.202 ms (end to end 643.202 ms)"))
     [f] = [f for f in _scan(tmp_path, text) if f.kind == KIND_TRT_BENCHMARK]
     assert (f.facts["latency_mean_ms"], f.facts["latency_median_ms"]) == (643.169, 643.202)
+
+
+def test_onnx_tensorrts_parser_errors() -> None:
+    old = _one("In node -1 (parseGraph): UNSUPPORTED_NODE: Assertion failed: convertOnnxWeights(initializer, &weights, ctx) ")
+    assert (old["category"], old["onnx_error"]) == ("onnx_parser_error", "UNSUPPORTED_NODE") and "layer" not in old
+    new = _one(f"{STAMP} [E] [TRT] ModelImporter.cpp:771: ERROR: ModelImporter.cpp:195 In node 12 with name: /model/Mul_3 "
+               "and operator: Mul (parseGraph): INVALID_NODE: Invalid Node - /model/Mul_3")
+    assert (new["layer"], new["onnx_operator"], new["onnx_error"]) == ("/model/Mul_3", "Mul", "INVALID_NODE")
+    assert TRT.classify("In node 3 (the worker) we saw nothing unusual") == []

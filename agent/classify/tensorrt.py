@@ -177,7 +177,9 @@ _PREC_NOT_SUPPORTED = re.compile(
 _UNSUPPORTED_SM = re.compile(r"Unsupported SM|Target GPU SM (?P<sm>\d+) is not supported")
 _SM_VALUE = re.compile(r"\b(?:SM|sm_?|compute capability)\s*(?P<sm>\d+(?:\.\d+)?)\b")
 _ASSERTION_FAILED = re.compile(r"Assertion failed: (?P<what>.+?)\.?\s*$")
-_C_ASSERT = re.compile(r"Assertion [`'](?P<what>.+?)' failed")
+# glibc's assert(): "file:line: func: Assertion `expr' failed."; a Markdown code span around the line eats its
+# backtick ("Assertion size >= bsize && ...' failed."), the closing quote stays.
+_C_ASSERT = re.compile(r"Assertion [`']?(?P<what>[^`'\s].*?)' failed")
 _ENGINE_VERSION = re.compile(
     r"engine plan file is not compatible with this version of TensorRT[,.] expecting library version "
     r"(?P<lib>\d+(?:\.\d+)*) got (?P<plan>\d+(?:\.\d+)*)"

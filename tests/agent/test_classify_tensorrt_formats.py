@@ -441,3 +441,11 @@ def test_onnx_tensorrts_parser_errors() -> None:
                "and operator: Mul (parseGraph): INVALID_NODE: Invalid Node - /model/Mul_3")
     assert (new["layer"], new["onnx_operator"], new["onnx_error"]) == ("/model/Mul_3", "Mul", "INVALID_NODE")
     assert TRT.classify("In node 3 (the worker) we saw nothing unusual") == []
+
+
+def test_a_tensorrt_assertion_whose_backtick_a_code_span_ate_is_read() -> None:
+    line = ("`loadtrt: engine.cpp:868: bool nvinfer1::rt::Engine::deserialize(const void*, std::size_t, "
+            "nvinfer1::IGpuAllocator&, nvinfer1::IPluginFactory*): Assertion size >= bsize && \"Mismatch between allocated "
+            "memory size and expected size of serialized engine.\"' failed.`")
+    facts = _one(line)
+    assert facts["category"] == "assertion_failed" and facts["assertion"].startswith("size >= bsize")

@@ -567,7 +567,7 @@ def run_compare(args: argparse.Namespace) -> int:
     head = {"PostgreSQL": "PostgreSQL (one server)", "Citus": "Citus (coordinator + 2 workers)"}
 
     def row(what: str, cells: list[str]) -> None:
-        print(f"{what:<44}" + "".join(f"{c:>34}" for c in cells))
+        print(f"{what:<44}" + "".join(f"  {c:>36}" for c in cells))
 
     print(f"ingest, the same load into each: {args.agents} agents in {args.processes} generator processes, {args.seconds:.0f} s each, "
           f"a batch = {args.steps} host + {args.steps * args.gpus} GPU rows ({per_batch_values:,} values), {args.window} unacknowledged a stream")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -47,6 +48,25 @@ LATEST_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 SQLITE_ROWS_PER_STATEMENT = 50
 _SQLITE_MAX_PARAMS = 32_000  # SQLite's default limit is 32,766 bound parameters per statement
+_PG_MAX_PARAMS = 30_000  # PostgreSQL's limit is 65,535 bound parameters per statement
+_ON_CITUS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per driver connection
+
+
+def on_citus(cur) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``cur``'s PostgreSQL database is a Citus coordinator (asked once per connection).
+    There the writer's per-row statements become one statement per group: each statement costs
+    Citus' coordinator a plan and a round trip to a worker (1-2 ms under load, against the
+    worker's 40 µs). Plain PostgreSQL keeps the per-row statements (pipelined and prepared by
+    psycopg's ``executemany``): one long statement, planned afresh every group, was not shown
+    to be faster there (``benchmarks/bench_ingest.py compare``)."""
+    conn = cur.connection
+    found = _ON_CITUS.get(conn)
+    if found is None:
+        cur.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'")
+        found = _ON_CITUS[conn] = cur.fetchone() is not None
+    return found
+
+
 # PostgreSQL binary COPY needs each column's type.
 _PG_TYPES = {
     "device_id": "int4",
@@ -92,9 +112,13 @@ def claim_batches(cur, claims: list[Claim], sqlite: bool) -> list[bool]:  # type
     per device cost the writer about a tenth of its time under load. The lookup is enough
     there because the writer holds the database's only write lock. PostgreSQL may have several collectors
     claiming at once, so each key is claimed with ``ON CONFLICT DO NOTHING``, which waits
-    for a concurrent claim of the same key to commit or roll back.
+    for a concurrent claim of the same key to commit or roll back. On Citus (``on_citus``) the
+    group's keys go in one ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` (each key once; a
+    key is claimed when it comes back), with the same waits.
     """
     if not sqlite:
+        if on_citus(cur):
+            return _pg_claims(cur, claims)
         return [_pg_claim(cur, c) for c in claims]
     stored: set[tuple] = set()
     for part in _chunks(claims, _SQLITE_MAX_PARAMS // 3):
@@ -129,6 +153,23 @@ def _pg_claim(cur, c: Claim) -> bool:  # type: ignore[no-untyped-def]
         (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows, c.device_id),
     )
     return bool(cur.rowcount == 1)
+
+
+def _pg_claims(cur, claims: list[Claim]) -> list[bool]:  # type: ignore[no-untyped-def]
+    first: dict[tuple[str, str, int], int] = {}  # each key's first place in the list: only it may claim
+    for i, c in enumerate(claims):
+        first.setdefault(c.key, i)
+    unique = [claims[i] for i in first.values()]
+    claimed: set[tuple[str, str, int]] = set()
+    for part in _chunks(unique, _PG_MAX_PARAMS // 6):
+        cur.execute(
+            "INSERT INTO ingested_batches (agent_id, boot_id, seq, received_ns, rows, device_id) VALUES "
+            + ", ".join(["(%s,%s,%s,%s,%s,%s)"] * len(part))
+            + " ON CONFLICT DO NOTHING RETURNING agent_id, boot_id, seq",
+            [v for c in part for v in (c.agent_id, c.boot_id, c.seq, c.received_ns, c.sample_rows, c.device_id)],
+        )
+        claimed.update((a, b, int(q)) for a, b, q in cur.fetchall())
+    return [first[c.key] == i and c.key in claimed for i, c in enumerate(claims)]
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:
@@ -174,17 +215,25 @@ def pg_copy(cur, table: str, rows: Iterable[tuple]) -> None:  # type: ignore[no-
 def upsert_latest(cur, table: str, rows: list[tuple], sqlite: bool) -> None:  # type: ignore[no-untyped-def]
     """Each row replaces its key's row only when it is newer (``ts_ns``): a replayed backlog
     never hides a newer reading. ``rows`` hold at most one row per key (the writer keeps each
-    key's newest of a group), as PostgreSQL refuses to update one row twice in a statement."""
-    cur.executemany(_latest_sql(table, sqlite), rows)
+    key's newest of a group), as PostgreSQL refuses to update one row twice in a statement.
+    On Citus (``on_citus``) all the rows go in one multi-row statement (a statement a row cost
+    the coordinator a plan and a round trip each: 9 a server device per group)."""
+    if sqlite or not on_citus(cur):
+        cur.executemany(_latest_sql(table, sqlite), rows)
+        return
+    width = len(LATEST_COLUMNS[table][0])
+    for part in _chunks(rows, _PG_MAX_PARAMS // width):
+        cur.execute(_latest_sql(table, sqlite, len(part)), [v for row in part for v in row])
 
 
-@functools.lru_cache(maxsize=8)
-def _latest_sql(table: str, sqlite: bool) -> str:
+@functools.lru_cache(maxsize=1024)
+def _latest_sql(table: str, sqlite: bool, rows: int = 1) -> str:
     cols, key = LATEST_COLUMNS[table]
     mark = "?" if sqlite else "%s"
     rest = [c for c in cols if c not in key]
+    one = f"({', '.join([mark] * len(cols))})"
     return (
-        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES {', '.join([one] * rows)}"
         f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in rest)}"
         f" WHERE excluded.ts_ns > {table}.ts_ns"
     )
@@ -195,11 +244,17 @@ def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type
     counters and its last rejection (the last three only when the group brought them), and the
     batches re-anchored after a step of the device's clock with the last step.
 
-    SQLite updates every device of the group in one ``UPDATE ... FROM (VALUES ...)``, for the
-    same reason ``claim_batches`` claims in one statement."""
+    SQLite and Citus (``on_citus``) update every device of the group in one ``UPDATE ... FROM
+    (VALUES ...)``, for the same reasons ``claim_batches`` claims in one statement there (on
+    Citus ``devices`` is a reference table: a statement a device was a plan and a write on
+    every node each; there the devices are updated in id order). Plain PostgreSQL runs a
+    statement a device."""
     if not sqlite:
-        for device_id, upd in updates.items():
-            _pg_update_device(cur, device_id, upd)
+        if on_citus(cur):
+            _pg_update_devices(cur, updates)
+        else:
+            for device_id, upd in updates.items():
+                _pg_update_device(cur, device_id, upd)
         return
     items = list(updates.items())
     # The re-anchoring columns only when a batch of the group was re-anchored (rare: a clock
@@ -229,6 +284,34 @@ def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type
             + (", batches_reanchored = batches_reanchored + u.column8,"
                " last_clock_step_ns = COALESCE(u.column9, last_clock_step_ns)" if reanchored else "")
             + f" FROM (VALUES {rows}) AS u WHERE devices.id = u.column1",
+            params,
+        )
+
+
+def _pg_update_devices(cur, updates: dict[int, dict]) -> None:  # type: ignore[no-untyped-def]
+    items = sorted(updates.items())
+    reanchored = any("reanchored" in upd for _, upd in items)
+    one = ("(%s::integer, %s::bigint, %s::bigint, %s::bigint, %s::bigint, %s::json, %s::text"
+           + (", %s::bigint, %s::bigint)" if reanchored else ")"))
+    width = one.count("%s")
+    for part in _chunks(items, _PG_MAX_PARAMS // width):
+        params: list[object] = []
+        for device_id, upd in part:
+            counters = upd.get("counters")
+            params += [device_id, upd["last_seen_ns"], upd["stored"], upd["rejected"], upd.get("clock_skew_ns"),
+                       None if counters is None else json.dumps(counters), upd.get("last_rejection")]
+            if reanchored:
+                params += [upd.get("reanchored", 0), upd.get("clock_step_ns")]
+        cur.execute(
+            "UPDATE devices SET last_seen_ns = u.last_seen_ns, batches_stored = batches_stored + u.stored,"
+            " batches_rejected = batches_rejected + u.rejected, clock_skew_ns = COALESCE(u.skew, devices.clock_skew_ns),"
+            " counters = COALESCE(u.counters, devices.counters), last_rejection = COALESCE(u.rejection, devices.last_rejection)"
+            + (", batches_reanchored = batches_reanchored + u.reanchored,"
+               " last_clock_step_ns = COALESCE(u.step, devices.last_clock_step_ns)" if reanchored else "")
+            + f" FROM (VALUES {', '.join([one] * len(part))})"
+            + " AS u(id, last_seen_ns, stored, rejected, skew, counters, rejection"
+            + (", reanchored, step)" if reanchored else ")")
+            + " WHERE devices.id = u.id",
             params,
         )
 

@@ -81,6 +81,39 @@ def test_replayed_batch_is_acknowledged_and_skipped(store) -> None:  # type: ign
         assert [tuple(c) for c in claims] == [(1, device_id), (2, device_id)]
 
 
+def test_claims_of_one_group_replays_repeats_and_new_keys(db_url: str) -> None:
+    """One group's claims in one statement (PostgreSQL, Citus): a key stored by an earlier group,
+    a key twice in the group (the first claims it) and new keys of two devices come back in the
+    group's order, and each device row counts only its stored batches."""
+    engine = make_engine(db_url)
+    writer = BatchWriter(engine)
+    writer.start()
+    try:
+        drone = _register(engine, "drone-7")
+        server = _register(engine, "gpu-node-1")
+        now = time.time_ns()
+        writer.submit(_item(drone, 1, now, name="drone-7")).result(10)
+        writer.stop()
+        writer = BatchWriter(engine)
+        items = [_item(drone, 1, now, name="drone-7"), _item(drone, 2, now + 10**9, name="drone-7"),
+                 _item(server, 1, now), _item(drone, 2, now + 10**9, name="drone-7"), _item(server, 2, now + 10**9)]
+        futures = [writer.submit(i) for i in items]  # queued before the writer starts: one group
+        writer.start()
+        outcomes = [f.result(10) for f in futures]
+        assert writer.groups == 1
+        assert [o.duplicate for o in outcomes] == [True, False, False, True, False]
+        with Session(engine) as s:
+            assert count_samples(session=s, device="drone-7") == {"host": 2, "gpu": 2}
+            assert count_samples(session=s, device="gpu-node-1") == {"host": 2, "gpu": 2}
+            stored = {d.name: d.batches_stored for d in list_devices(session=s, now_ns=now)}
+            claims = s.execute(text("SELECT device_id, count(*) FROM ingested_batches GROUP BY device_id")).all()
+        assert stored == {"drone-7": 2, "gpu-node-1": 2}
+        assert dict(claims) == {drone: 2, server: 2}
+    finally:
+        writer.stop()
+        engine.dispose()
+
+
 def test_queries_return_what_was_stored(store) -> None:  # type: ignore[no-untyped-def]
     engine, writer = store
     device_id = _register(engine)

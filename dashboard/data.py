@@ -126,8 +126,18 @@ def status(db_url: str) -> Status:
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def fleet(db_url: str, now_ns: int) -> q.FleetOverview:
+    """Every device with its state and current readings; no sparklines (``fleet_sparklines``
+    reads those for the page of the table on view: 30 minutes of every GPU of a 10,000-device
+    fleet is most of the page's time, for rows nobody sees)."""
     with _session(db_url) as s:
-        return q.fleet_overview(session=s, now_ns=now_ns)
+        return q.fleet_overview(session=s, now_ns=now_ns, sparklines=())
+
+
+@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def fleet_sparklines(db_url: str, now_ns: int, agent_ids: tuple[str, ...]) -> dict[str, q.FleetSparklines]:
+    """{agent id: the Fleet table's sparklines} of these devices."""
+    with _session(db_url) as s:
+        return q.fleet_sparklines(session=s, now_ns=now_ns, agent_ids=list(agent_ids))[1]
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)

@@ -8,13 +8,13 @@ default and are tinted, because that is what someone glancing at the screen need
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.query import FleetDevice, FleetOverview, labels_match
+from fleetscope.collector.query import FleetDevice, FleetOverview, FleetSparklines, labels_match
 from fleetscope.dashboard import data, fmt, nav, timerange
 from fleetscope.dashboard.page_alerts import alert_table
 from fleetscope.proto.vocabulary import ALERT_FIRING
@@ -28,6 +28,9 @@ STATES = ("All", "Online", "Offline", "Stopped", "Imported")
 # "imported": made by `fleetscope scan --db` from log files, never an agent: neither online nor offline.
 STATE_COLORS = {"online": "#21a366", "offline": "#d62728", "stopped": "#4c78a8", "imported": "#8c8c8c"}
 _STATE_ORDER = {"offline": 0, "online": 1, "stopped": 2, "imported": 3}
+# The table shows a page of the devices that pass the filters, in the chosen order.
+PAGE_SIZES = (50, 100, 250, 500)
+PAGE_SIZE = 100
 
 
 @dataclass(frozen=True)
@@ -304,21 +307,53 @@ def _open_incidents(overview: FleetOverview) -> None:
         nav.go("incidents", incident=str(int(df.iloc[chosen[0]]["id"])))
 
 
+def _page_of(shown: Sequence[FleetDevice], filters: Filters) -> tuple[list[FleetDevice], int, int]:
+    """The rows of the table's current page (``keep_fleet_page``, ``keep_fleet_page_size``), the
+    index of its first row and the number of pages. Other filters or another sort start again at
+    page 1; a page past the end (devices gone) is the last."""
+    size = int(st.session_state.get("keep_fleet_page_size", PAGE_SIZE))
+    pages = max(1, -(-len(shown) // size))
+    if st.session_state.get("_fleet_page_for") != (filters, size):
+        st.session_state["_fleet_page_for"] = (filters, size)
+        st.session_state["keep_fleet_page"] = 1
+    page = min(max(1, int(st.session_state.get("keep_fleet_page", 1))), pages)
+    st.session_state["keep_fleet_page"] = page
+    first = (page - 1) * size
+    return list(shown[first : first + size]), first, pages
+
+
+def _with_sparklines(devices: Sequence[FleetDevice], sparks: dict[str, FleetSparklines]) -> list[FleetDevice]:
+    out = []
+    for d in devices:
+        s = sparks.get(d.agent_id)
+        out.append(d if s is None else replace(
+            d, spark_util=s.util, spark_mem_percent=s.mem_percent, spark_temp=s.temp, spark_power=s.power))  # fmt: skip
+    return out
+
+
 def _live(filters: Filters, refresh_s: int) -> None:
     now = timerange.now_ns()
     overview = data.fleet(data.url(), now)
     shown = select_devices(overview.devices, filters)
     _summary(overview, shown)
     _offline_notice(overview)
+    first, rows, pages = 0, [], 1
     if not shown:
         st.info("No device matches these filters.")
     else:
-        df = table(shown, overview.now_ns)
+        # One page of the table at a time: a fleet of thousands is found by its filters and sort
+        # (offline first, hottest, busiest...), and only the page on view is sent to the browser
+        # and has its sparklines read.
+        rows, first, pages = _page_of(shown, filters)
+        rows = _with_sparklines(
+            rows, data.fleet_sparklines(data.url(), overview.now_ns, tuple(d.agent_id for d in rows))
+        )
+        df = table(rows, overview.now_ns)
         picked = st.dataframe(
             df,
             hide_index=True,
             width="stretch",
-            column_config=fit_widths(df, _columns(shown)),
+            column_config=fit_widths(df, _columns(rows)),
             on_select="rerun",
             selection_mode="single-row",
             key="fleet_table",
@@ -328,10 +363,19 @@ def _live(filters: Filters, refresh_s: int) -> None:
         if chosen:
             nav.go("device", device=str(df.iloc[chosen[0]]["Device"]))
     every = f"refreshes every {fmt.duration(refresh_s)}" if refresh_s else "auto-refresh off"
-    st.caption(
-        f"{len(shown)} of {len(overview.devices)} devices · updated {fmt.when(overview.now_ns)} · {every} · "
+    if len(shown) > len(rows):
+        counted = f"{first + 1}–{first + len(rows)} of {len(shown)} shown, {len(overview.devices)} devices"
+    else:
+        counted = f"{len(shown)} of {len(overview.devices)} devices"
+    c = st.columns([6, 1, 1]) if pages > 1 or len(shown) > PAGE_SIZES[0] else [st.container()]
+    c[0].caption(
+        f"{counted} · updated {fmt.when(overview.now_ns)} · {every} · "
         "sparklines: last 30 min in 1 min buckets · select a row to open the device"
     )
+    if len(c) > 1:
+        st.session_state.setdefault("keep_fleet_page_size", PAGE_SIZE)
+        c[1].selectbox("Rows per page", PAGE_SIZES, key="keep_fleet_page_size")
+        c[2].number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key="keep_fleet_page")
     _alerts(overview.now_ns)
     _open_incidents(overview)
 

@@ -67,7 +67,7 @@ SURFACES: dict[str, list[str]] = {
     ],
     "fleetscope.collector.query": [
         "AlertPeriod", "AlertRow", "BenchmarkRecord", "ContextSummary", "DeviceCredentialRow", "DeviceMetrics",
-        "DeviceSeries", "DeviceSummary", "Engine", "EnrolmentTokenRow", "FleetDevice", "FleetHealth", "FleetOverview",
+        "DeviceSeries", "DeviceSummary", "Engine", "EnrolmentTokenRow", "FleetDevice", "FleetHealth", "FleetOverview", "FleetSparklines",
         "GpuAtIncident", "GpuHardware", "GpuLimits", "GpuPoint", "GpuProcess", "GpuStatePoint", "GroupComparison",
         "HostAtIncident", "HostPoint", "IncidentContext", "IncidentCount", "IncidentView", "JetsonReading",
         "JetsonView", "JobLag", "LatencySeries", "LatencyStats", "LatestReadings", "LogLine", "MAX_POINTS",
@@ -76,7 +76,7 @@ SURFACES: dict[str, list[str]] = {
         "Session", "SilenceRow", "UnknownDevice", "UnknownIncident", "UnknownIncidentKind", "alert_notifications",
         "alert_periods", "benchmark_records", "compare_groups", "comparison_start", "count_devices", "count_samples",
         "describe_resolution", "device_groups", "device_installs", "device_metrics", "device_model", "device_series",
-        "device_series_all_installs", "device_state", "fleet_health", "fleet_overview", "get_device", "get_incident",
+        "device_series_all_installs", "device_state", "fleet_health", "fleet_overview", "fleet_sparklines", "get_device", "get_incident",
         "gpu_hardware", "gpu_hardware_all_installs", "group_latency_series", "has_schema", "hide_password",
         "incident_counts", "incident_kinds", "incident_with_context", "incidents_with_context", "jetson_view",
         "jetson_view_all_installs", "job_lags", "labels_match", "last_sample_ns", "latency_operations",

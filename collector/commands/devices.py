@@ -29,14 +29,14 @@ def register(sub: Any) -> None:
 
 def run_devices(args: argparse.Namespace) -> int:
     from fleetscope.collector import query
-    from fleetscope.collector.query.devices import device_state, labels_match
+    from fleetscope.collector.query.devices import device_states, labels_match
 
     now = time.time_ns()
     wanted = [f"{k}={v}" for k, v in args.label]  # keys must all match; several values of one key: any
     with open_session(args.db) as session:
         everyone = query.list_devices(session=session, now_ns=now)
     devices = [d for d in everyone if labels_match(d.labels, wanted)]
-    states = {d.agent_id: device_state(d, everyone) for d in everyone}
+    states = device_states(everyone)
     if args.json:
         print_json({"devices": devices})
         return 0

@@ -124,12 +124,13 @@ def _labels(pairs: list[tuple[str, str]]) -> str:
 
 
 def _num(v: float) -> str:
+    if -1e15 < v < 1e15:  # finite and not NaN (every comparison with NaN is false): the common case
+        i = int(v)
+        return str(i) if v == i else repr(v)
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "+Inf" if v > 0 else "-Inf"
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
     return repr(v)
 
 
@@ -147,6 +148,15 @@ class _Families:
             lines = self._lines[name] = []
         lines.append(f"{name}{labels} {_num(value)}")
 
+    def lines(self, name: str, type_: str, help_: str) -> list[str]:
+        """The family's list of lines, to append ``name{labels} value`` lines to directly (the
+        hot loop over every GPU's fields: 1.5 million lines for 45,000 GPUs)."""
+        lines = self._lines.get(name)
+        if lines is None:
+            self._meta[name] = (type_, help_)
+            lines = self._lines[name] = []
+        return lines
+
     def text(self) -> str:
         out: list[str] = []
         for name, lines in self._lines.items():
@@ -154,7 +164,9 @@ class _Families:
             out.append(f"# HELP {name} {help_}")
             out.append(f"# TYPE {name} {type_}")
             out.extend(lines)
-        return "\n".join(out) + "\n" if out else ""
+        if out:
+            out.append("")  # the final newline, joined in (not a copy of the whole text)
+        return "\n".join(out)
 
 
 def _host_labels(dev: LatestDevice) -> list[tuple[str, str]]:
@@ -207,6 +219,7 @@ def render_fleet(readings: LatestReadings) -> str:
             f.add("fleetscope_device_agent_spool_batches", "gauge", "Batches in the agent's spool, as it last reported.", lab, float(c.get("spool_batches", 0) or 0))
             f.add("fleetscope_device_agent_spool_bytes", "gauge", "Bytes in the agent's spool, as it last reported.", lab, float(c.get("spool_bytes", 0) or 0))
             f.add("fleetscope_device_agent_dropped_batches_total", "counter", "Batches the agent dropped unsent, as it last reported.", lab, float(c.get("dropped_batches", 0) or 0))
+    families: dict[str, list[str]] = {}
     for g in readings.gpus:
         dev = devs[g.device]
         lab = _labels(_gpu_labels(dev, g.gpu_index))
@@ -214,14 +227,17 @@ def render_fleet(readings: LatestReadings) -> str:
         for fld in GPU_FIELDS:
             if fld.column:
                 x = vals.get(fld.column)
-                if fld.column == "memory_total_bytes" and x is None:
+                if x is None and fld.column == "memory_total_bytes":
                     x = _inventory_total(dev, g.gpu_index)
             else:  # FB_FREE
                 total = vals.get("memory_total_bytes") or _inventory_total(dev, g.gpu_index)
                 used_b = vals.get("memory_used_bytes")
                 x = max(0.0, total - used_b) if total is not None and used_b is not None else None
             if x is not None:
-                f.add(fld.name, fld.type, fld.help, lab, x * fld.scale)
+                lines = families.get(fld.name)
+                if lines is None:
+                    lines = families[fld.name] = f.lines(fld.name, fld.type, fld.help)
+                lines.append(f"{fld.name}{lab} {_num(x * fld.scale)}")
     last_xid: dict[tuple[str, int | None], tuple[int, int]] = {}
     for xt in readings.xids:
         at = (xt.device, xt.gpu_index)

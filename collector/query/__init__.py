@@ -85,7 +85,13 @@ from fleetscope.collector.query.devices import (
     labels_match,
     list_devices,
 )
-from fleetscope.collector.query.fleet import FleetDevice, FleetOverview, fleet_overview
+from fleetscope.collector.query.fleet import (
+    FleetDevice,
+    FleetOverview,
+    FleetSparklines,
+    fleet_overview,
+    fleet_sparklines,
+)
 from fleetscope.collector.query.hardware import (
     GpuHardware,
     GpuProcess,
@@ -266,7 +272,9 @@ __all__ = [
     # the fleet
     "FleetDevice",
     "FleetOverview",
+    "FleetSparklines",
     "fleet_overview",
+    "fleet_sparklines",
     # latest readings (the Prometheus exposition) and the fleet's health (`fleetscope status`)
     "LatestReadings",
     "latest_readings",

@@ -126,7 +126,7 @@ def compare_groups(
         session, GPU, every_id, since_ns, until_ns, None, per_gpu=True, only=_GPU_FIGURES
     )
     latency = latency_read.result() if latency_read else {}
-    every_device = list_devices(session=session, now_ns=until_ns)
+    every_device = list_devices(session=session, now_ns=until_ns, ids=every_id)  # the groups' installs only
     out = []
     for group in groups:
         ids = ids_by_group[group]

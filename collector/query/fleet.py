@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetscope.collector.query._common import NS, floor_to, max_of, mean_of, sum_of
-from fleetscope.collector.query.devices import STATE_REPLACED, device_model, device_state, list_devices
+from fleetscope.collector.query.devices import STATE_REPLACED, device_model, device_states, list_devices
 from fleetscope.collector.query.incidents import search_incidents
 from fleetscope.collector.query.series import fetch_samples
 from fleetscope.collector.query.types import DeviceSummary, IncidentView
@@ -70,6 +70,16 @@ class FleetOverview:
     open_window_ns: int
 
 
+@dataclass(frozen=True)
+class FleetSparklines:
+    """One device's sparklines: the last ``spark_window`` in ``spark_step_s`` buckets, at ``spark_ts_ns``."""
+
+    util: list[float | None]
+    mem_percent: list[float | None]
+    temp: list[float | None]
+    power: list[float | None]
+
+
 def fleet_overview(
     *,
     session: Session,
@@ -78,15 +88,21 @@ def fleet_overview(
     spark_step_s: int = 60,
     open_window_ns: int = 24 * 3600 * NS,
     current_window_ns: int = 20 * NS,
+    sparklines: Collection[str] | None = None,
 ) -> FleetOverview:
     """Every device with its state, current readings, sparklines and open incidents.
 
     Open incidents are those still open that started in the last ``open_window_ns``, warnings and
     worse (benchmark records and imported incidents, stored resolved, excluded).
+
+    ``sparklines``: the agent ids whose sparklines to read (``None``: every device's). A fleet of
+    thousands shows a page of its devices at a time: the others' sparklines are empty lists
+    (``fleet_sparklines`` reads a page's later), which spares reading 30 minute rollups of every
+    GPU in the fleet.
     """
     every = list_devices(session=session, now_ns=now_ns)
     id_of = {str(a): int(i) for a, i in session.execute(select(Device.agent_id, Device.id))}
-    states = {d.agent_id: device_state(d, every) for d in every}
+    states = device_states(every)
     devices = [d for d in every if states[d.agent_id] != STATE_REPLACED and d.agent_id in id_of]
     by_id = {id_of[d.agent_id]: d for d in devices}
     # A replaced install's incidents count on the newest install of its name.
@@ -96,33 +112,17 @@ def fleet_overview(
     row_of = {
         id_of[x.agent_id]: newest_of_name.get(x.name, id_of[x.agent_id]) for x in every if x.agent_id in id_of
     }
-    step_ns = spark_step_s * NS
-    lo = floor_to(now_ns - spark_window_ns, step_ns) + step_ns
-    spark_ts = list(range(lo, now_ns + 1, step_ns))
-    spark_index = {t: i for i, t in enumerate(spark_ts)}
     all_ids = list(by_id)
-    # One row per device and bucket, its GPUs aggregated in SQL (200 devices x 30 buckets, not
-    # 900 GPUs x 30): mean utilisation, hottest GPU, and memory and power as the per-GPU mean
-    # times the device's GPU count (their sum when every GPU reports, as they do).
-    gpu_acc, _ = fetch_samples(
-        session, GPU, all_ids, lo, now_ns + 1, spark_step_s, per_gpu=False,
-        only=("util_avg", "memory_used_avg", "temp_max", "power_avg"),
-    )  # fmt: skip
-    spark: dict[int, dict[str, list]] = {
-        d: {k: [None] * len(spark_ts) for k in ("util", "mem", "temp", "power")} for d in all_ids
-    }
     totals = {d: _memory_total(by_id[d]) for d in all_ids}
-    for (d, _gi, b), (_n, _span, v) in gpu_acc.items():
-        i = spark_index.get(b)
-        if i is None:
-            continue
-        s = spark[d]
-        gpus = max(1, by_id[d].gpu_count)
-        mem = v["memory_used_avg"] * gpus if v["memory_used_avg"] is not None else None
-        s["util"][i] = v["util_avg"]
-        s["mem"][i] = 100.0 * mem / totals[d] if mem is not None and totals[d] else None
-        s["temp"][i] = v["temp_max"]
-        s["power"][i] = v["power_avg"] * gpus if v["power_avg"] is not None else None
+    if sparklines is None:
+        wanted = all_ids
+    else:
+        asked = set(sparklines)
+        wanted = [d for d in all_ids if by_id[d].agent_id in asked]
+    spark_ts, spark = _sparklines(
+        session, {d: (by_id[d].gpu_count, totals[d]) for d in wanted}, now_ns, spark_window_ns, spark_step_s
+    )
+    none = FleetSparklines([], [], [], [])
 
     current = _current(
         session, [d for d in all_ids if by_id[d].online], now_ns - current_window_ns, now_ns + 1
@@ -169,10 +169,10 @@ def fleet_overview(
                 host_mem_total_bytes=cur.get("host_mem_total")
                 or (summary.inventory or {}).get("memory_total_bytes")
                 or None,
-                spark_util=spark[d]["util"],
-                spark_mem_percent=spark[d]["mem"],
-                spark_temp=spark[d]["temp"],
-                spark_power=spark[d]["power"],
+                spark_util=spark.get(d, none).util,
+                spark_mem_percent=spark.get(d, none).mem_percent,
+                spark_temp=spark.get(d, none).temp,
+                spark_power=spark.get(d, none).power,
                 open_incidents=n,
                 worst_severity=worst,
                 state=states[summary.agent_id],
@@ -198,6 +198,71 @@ def fleet_overview(
     )
 
 
+def fleet_sparklines(
+    *,
+    session: Session,
+    now_ns: int,
+    agent_ids: Sequence[str],
+    spark_window_ns: int = 30 * 60 * NS,
+    spark_step_s: int = 60,
+) -> tuple[list[int], dict[str, FleetSparklines]]:
+    """The sparklines ``fleet_overview`` draws, for these devices only (agent ids: a page of the
+    Fleet table): the bucket times, and {agent id: sparklines} (unknown ids left out)."""
+    if not agent_ids:
+        return _spark_times(now_ns, spark_window_ns, spark_step_s), {}
+    rows = session.execute(
+        select(Device.id, Device.agent_id, Device.inventory).where(Device.agent_id.in_(list(agent_ids)))
+    ).all()
+    agent_of = {int(i): str(a) for i, a, _inv in rows}
+    gpus = {
+        int(i): (len((inv or {}).get("gpus", []) or []), _inventory_memory_total(inv)) for i, _a, inv in rows
+    }
+    ts, by_id = _sparklines(session, gpus, now_ns, spark_window_ns, spark_step_s)
+    return ts, {agent_of[d]: s for d, s in by_id.items()}
+
+
+def _spark_times(now_ns: int, window_ns: int, step_s: int) -> list[int]:
+    step_ns = step_s * NS
+    lo = floor_to(now_ns - window_ns, step_ns) + step_ns
+    return list(range(lo, now_ns + 1, step_ns))
+
+
+def _sparklines(
+    session: Session, devices: dict[int, tuple[int, float | None]], now_ns: int, window_ns: int, step_s: int
+) -> tuple[list[int], dict[int, FleetSparklines]]:
+    """({device id: (GPU count, GPU memory total)} -> the bucket times, {device id: sparklines})."""
+    spark_ts = _spark_times(now_ns, window_ns, step_s)
+    if not devices or not spark_ts:
+        return spark_ts, {d: FleetSparklines([], [], [], []) for d in devices}
+    spark_index = {t: i for i, t in enumerate(spark_ts)}
+    # One row per device and bucket, its GPUs aggregated in SQL (200 devices x 30 buckets, not
+    # 900 GPUs x 30): mean utilisation, hottest GPU, and memory and power as the per-GPU mean
+    # times the device's GPU count (their sum when every GPU reports, as they do).
+    gpu_acc, _ = fetch_samples(
+        session, GPU, list(devices), spark_ts[0], now_ns + 1, step_s, per_gpu=False,
+        only=("util_avg", "memory_used_avg", "temp_max", "power_avg"),
+    )  # fmt: skip
+    out = {d: FleetSparklines(*([None] * len(spark_ts) for _ in range(4))) for d in devices}
+    for (d, _gi, b), (_n, _span, v) in gpu_acc.items():
+        i = spark_index.get(b)
+        if i is None or d not in out:
+            continue
+        s = out[d]
+        gpus, total = devices[d]
+        gpus = max(1, gpus)
+        mem = v["memory_used_avg"] * gpus if v["memory_used_avg"] is not None else None
+        s.util[i] = v["util_avg"]
+        s.mem_percent[i] = 100.0 * mem / total if mem is not None and total else None
+        s.temp[i] = v["temp_max"]
+        s.power[i] = v["power_avg"] * gpus if v["power_avg"] is not None else None
+    return spark_ts, out
+
+
+def _inventory_memory_total(inventory: dict | None) -> float | None:
+    total = sum(float(g.get("memory_total_bytes") or 0) for g in (inventory or {}).get("gpus", []) or [])
+    return total or None
+
+
 def _memory_total(d: DeviceSummary) -> float | None:
     total = sum(float(g.get("memory_total_bytes") or 0) for g in (d.inventory or {}).get("gpus", []))
     return total or None
@@ -214,13 +279,17 @@ def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int
     if not ids:
         return out
     ids = list(ids)
+    # SQLite gets bounded IN lists; PostgreSQL one array parameter, all devices in one statement
+    # (on Citus each statement fans out to every worker: 20 of them for 10,000 devices cost more
+    # than the rows).
+    batch = 500 if session.get_bind().dialect.name == "sqlite" else max(1, len(ids))
     gpu_cols = ("util_gpu_percent", "memory_used_bytes", "temp_c", "power_w")
     g = gpu_latest.c
     latest: dict[tuple[int, int], tuple] = {}
     ahead: set[int] = set()
-    for start in range(0, len(ids), 500):
+    for start in range(0, len(ids), batch):
         q = select(g.device_id, g.gpu_index, g.ts_ns, *[g[c] for c in gpu_cols]).where(
-            in_ids(g.device_id, ids[start : start + 500]), g.ts_ns >= lo
+            in_ids(g.device_id, ids[start : start + batch]), g.ts_ns >= lo
         )
         for row in session.execute(q):
             if row[2] >= hi:
@@ -247,9 +316,9 @@ def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int
     h = host_latest.c
     hosts: dict[int, tuple] = {}
     ahead = set()
-    for start in range(0, len(ids), 500):
+    for start in range(0, len(ids), batch):
         q = select(h.device_id, h.ts_ns, *[h[c] for c in host_cols]).where(
-            in_ids(h.device_id, ids[start : start + 500]), h.ts_ns >= lo
+            in_ids(h.device_id, ids[start : start + batch]), h.ts_ns >= lo
         )
         for hrow in session.execute(q):
             if hrow[1] >= hi:

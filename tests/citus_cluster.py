@@ -121,10 +121,26 @@ def _pg_ctl(action: str, data: Path, *args: str) -> None:
                    check=True, capture_output=True)
 
 
+def _ports_of_other_clusters() -> set[int]:
+    """Every port a cluster made here holds, running or not: a node stopped by a fault test must
+    find its port free when it starts again, not taken by a cluster made meanwhile."""
+    taken: set[int] = set()
+    for record in CITUS_DIR.parent.glob("fleetscope-citus*/ports.json"):
+        try:
+            taken.update(int(p) for p in json.loads(record.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+    return taken
+
+
 def _free_ports(n: int) -> tuple[int, ...]:
     found: list[int] = []
+    taken = _ports_of_other_clusters()
     port = _PORT_SEARCH_FROM
     while len(found) < n:
+        if port in taken:
+            port += 1
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -176,6 +192,7 @@ def _make_cluster(where: Path = CITUS_DIR) -> CitusCluster:
     assert bin_dir is not None
     ports = _free_ports(len(NODES))
     where.mkdir(parents=True, exist_ok=True)
+    (where / "ports.json").write_text(json.dumps(list(ports)))  # held until destroy() removes the folder
     if os.geteuid() == 0:
         shutil.chown(where, "postgres")
     for node, port in zip(NODES, ports):

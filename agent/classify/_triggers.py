@@ -80,5 +80,7 @@ TENSORRT: tuple[str, ...] = (
     'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
     'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
     'Failed to create engine from',
-    'In node ',  # onnx-tensorrt's parser: "In node -1 (parseGraph): UNSUPPORTED_NODE: ..."
+    # onnx-tensorrt's parser ("In node -1 (parseGraph): UNSUPPORTED_NODE: ..."), by its error codes' capitals.
+    'UNSUPPORTED_NODE', 'UNSUPPORTED_GRAPH', 'INVALID_NODE', 'INVALID_GRAPH', 'INVALID_VALUE',
+    'MODEL_DESERIALIZE_FAILED', 'MEM_ALLOC_FAILED', 'REFIT_FAILED', 'INTERNAL_ERROR:',
 )

@@ -58,8 +58,8 @@ A line that is not inside a block opens one when it is, tried in this order:
    deeper (or level with it, when they are a state's own fields: a paste that lost the indentation);
    shown commented out under its command (``#   Last State:  Terminated``), its lines commented too.
    A container's status as ``kubectl get pod -o yaml`` or ``-o json`` prints it: a status key that
-   opens a mapping or list alone on its line (``containerStatuses:``, ``lastState:``, ``state:``,
-   ``"lastState": {``) and the lines after it that are deeper or are the same document's (a key, a
+   opens a mapping or list alone on its line (``containerStatuses:``, ``"containerStatuses": [``,
+   ``lastState:``) and the lines after it that are deeper or are the same document's (a key, a
    list item, a closing bracket), so a state is read with its container's ``name`` and the
    kubelet's message beside it; up to ``DESCRIBE_LINES`` lines.
 7. A ``kubectl describe pod``: its ``Name:`` line (the pod's, at the line's start) and the lines
@@ -183,7 +183,8 @@ _SACRIFICE = re.compile(r"Kill process \d+ .*sacrifice child")
 # Also as a page shows it under the command that printed it, commented out ("#   Last State:   Terminated").
 _K8S_STATE = re.compile(r"(\s*(?:#[ \t]*)?)(?:Last )?State:\s+\S")
 # A container's status as ``kubectl get pod -o yaml`` / ``-o json`` prints it (rule 6): a status key that
-# opens a mapping or a list ("containerStatuses:", "lastState:", '"state": {'), its key alone on its line.
+# opens a mapping or a list ("containerStatuses:", '"containerStatuses": [', "lastState:"), its key alone on its
+# line. (A bare "state:" matches too, but only a line that holds another gate word reaches this.)
 _K8S_STATUS = re.compile(
     r'([ \t]*)(?:- )?"?(?:containerStatuses|initContainerStatuses|ephemeralContainerStatuses|lastState'
     r'|lastTerminationState|state)"?[ \t]*:[ \t]*[\[{]?[ \t]*$'

@@ -378,7 +378,7 @@ def exactly_once(db_url: str, per_agent: dict[str, int]) -> dict:
     claimed: dict[int, int] = {}
     try:
         with engine.connect() as conn:
-            devices = dict(conn.execute(text("SELECT agent_id, id FROM devices")).all())
+            devices: dict[str, int] = dict(conn.execute(text("SELECT agent_id, id FROM devices")).all())
             for sql in ("SELECT device_id, sum(rows) FROM host_chunks GROUP BY device_id",
                         "SELECT device_id, sum(rows) FROM gpu_chunks GROUP BY device_id",
                         "SELECT device_id, count(*) FROM host_samples GROUP BY device_id",

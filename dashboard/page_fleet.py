@@ -337,7 +337,8 @@ def _live(filters: Filters, refresh_s: int) -> None:
     shown = select_devices(overview.devices, filters)
     _summary(overview, shown)
     _offline_notice(overview)
-    first, rows, pages = 0, [], 1
+    rows: list[FleetDevice] = []
+    first, pages = 0, 1
     if not shown:
         st.info("No device matches these filters.")
     else:

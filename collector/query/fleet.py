@@ -242,7 +242,11 @@ def _sparklines(
         session, GPU, list(devices), spark_ts[0], now_ns + 1, step_s, per_gpu=False,
         only=("util_avg", "memory_used_avg", "temp_max", "power_avg"),
     )  # fmt: skip
-    out = {d: FleetSparklines(*([None] * len(spark_ts) for _ in range(4))) for d in devices}
+
+    def empty() -> list[float | None]:
+        return [None] * len(spark_ts)
+
+    out = {d: FleetSparklines(empty(), empty(), empty(), empty()) for d in devices}
     for (d, _gi, b), (_n, _span, v) in gpu_acc.items():
         i = spark_index.get(b)
         if i is None or d not in out:

@@ -995,9 +995,9 @@ def _structured(lines: list[str], i: int, docker: bool) -> Finding:
         f.setdefault("k8s_state", "unknown")
     pod = next((m.group(1) for m in map(_DESCRIBE_NAME.match, lines) if m), None)
     if not docker and "container=" in "".join(lines):
-        who = _KUBELET_WHO.search(" ".join(line.strip() for line in lines))  # the message may be wrapped
-        if who and who["c"] == f.setdefault("container", who["c"]):
-            pod = pod or who["p"]
+        kubelet = _KUBELET_WHO.search(" ".join(line.strip() for line in lines))  # the message may be wrapped
+        if kubelet and kubelet["c"] == f.setdefault("container", kubelet["c"]):
+            pod = pod or kubelet["p"]
     _put(f, "pod", pod)
     who = f.get("container") or f.get("pod") or "container"
     title = f"{'Docker' if docker else 'Kubernetes'}: {who} OOMKilled"

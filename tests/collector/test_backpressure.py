@@ -62,12 +62,12 @@ def test_a_locked_database_slows_the_streams_and_loses_nothing(tmp_path: Path) -
         lock = sqlite3.connect(db_path, timeout=30, isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")  # SQLite's write lock: the collector's writer waits for it
         try:
-            # Acknowledgements of batches committed before the lock may still be on their way (a
-            # busy machine delivered 14 of them after it was taken): count from a moment later.
-            time.sleep(1.5)
             spooled_at_lock = sum(a.spool.stats().batches for a in agents)
+            # Acknowledgements of batches committed before the lock may still be on their way (a
+            # busy machine delivered 14 of them after it was taken): count them from a moment later.
+            time.sleep(1.5)
             acked_at_lock = [a.uplink.status.acked for a in agents]
-            time.sleep(5.0)  # well under the collector's 30 s busy timeout: slow, not failed
+            time.sleep(6.0)  # well under the collector's 30 s busy timeout: slow, not failed
             spooled_under_lock = sum(a.spool.stats().batches for a in agents)
             acked_under_lock = [a.uplink.status.acked for a in agents]
         finally:

@@ -263,20 +263,7 @@ def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type
     width = 9 if reanchored else 7
     for part in _chunks(items, _SQLITE_MAX_PARAMS // width):
         rows = ", ".join(["(" + ",".join("?" * width) + ")"] * len(part))
-        params: list[object] = []
-        for device_id, upd in part:
-            counters = upd.get("counters")
-            params += [
-                device_id,
-                upd["last_seen_ns"],
-                upd["stored"],
-                upd["rejected"],
-                upd.get("clock_skew_ns"),
-                None if counters is None else json.dumps(counters),
-                upd.get("last_rejection"),
-            ]
-            if reanchored:
-                params += [upd.get("reanchored", 0), upd.get("clock_step_ns")]
+        params = [v for device_id, upd in part for v in _device_values(device_id, upd, reanchored)]
         cur.execute(
             "UPDATE devices SET last_seen_ns = u.column2, batches_stored = batches_stored + u.column3,"
             " batches_rejected = batches_rejected + u.column4, clock_skew_ns = COALESCE(u.column5, clock_skew_ns),"
@@ -288,6 +275,16 @@ def update_devices(cur, updates: dict[int, dict], sqlite: bool) -> None:  # type
         )
 
 
+def _device_values(device_id: int, upd: dict, reanchored: bool) -> list[object]:
+    """One device's row of the multi-row ``UPDATE devices ... FROM (VALUES ...)`` (SQLite, Citus)."""
+    counters = upd.get("counters")
+    values: list[object] = [device_id, upd["last_seen_ns"], upd["stored"], upd["rejected"], upd.get("clock_skew_ns"),
+                            None if counters is None else json.dumps(counters), upd.get("last_rejection")]
+    if reanchored:
+        values += [upd.get("reanchored", 0), upd.get("clock_step_ns")]
+    return values
+
+
 def _pg_update_devices(cur, updates: dict[int, dict]) -> None:  # type: ignore[no-untyped-def]
     items = sorted(updates.items())
     reanchored = any("reanchored" in upd for _, upd in items)
@@ -295,13 +292,7 @@ def _pg_update_devices(cur, updates: dict[int, dict]) -> None:  # type: ignore[n
            + (", %s::bigint, %s::bigint)" if reanchored else ")"))
     width = one.count("%s")
     for part in _chunks(items, _PG_MAX_PARAMS // width):
-        params: list[object] = []
-        for device_id, upd in part:
-            counters = upd.get("counters")
-            params += [device_id, upd["last_seen_ns"], upd["stored"], upd["rejected"], upd.get("clock_skew_ns"),
-                       None if counters is None else json.dumps(counters), upd.get("last_rejection")]
-            if reanchored:
-                params += [upd.get("reanchored", 0), upd.get("clock_step_ns")]
+        params = [v for device_id, upd in part for v in _device_values(device_id, upd, reanchored)]
         cur.execute(
             "UPDATE devices SET last_seen_ns = u.last_seen_ns, batches_stored = batches_stored + u.stored,"
             " batches_rejected = batches_rejected + u.rejected, clock_skew_ns = COALESCE(u.skew, devices.clock_skew_ns),"

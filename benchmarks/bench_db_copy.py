@@ -110,15 +110,6 @@ def fill_source(url: str, devices: int, hours: float, gpus: int) -> dict[str, fl
     return {"sample_rows": rows, "folded_rows": report.rows, "chunks": report.chunks}
 
 
-def durable(cluster) -> None:  # type: ignore[no-untyped-def]
-    """The test cluster runs without fsync; a benchmark beside a durable PostgreSQL must not."""
-    for port in cluster.ports:
-        with cluster._admin(port) as conn:
-            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
-                conn.execute(f"ALTER SYSTEM SET {setting} = on")
-            conn.execute("SELECT pg_reload_conf()")
-
-
 def copy(source: str, target: str) -> float:
     t = time.monotonic()
     done = subprocess.run([str(Path(sys.executable).parent / "fleetscope"), "db", "copy", "--from", source,
@@ -161,10 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         made.append(plain_name)
         say("starting a Citus coordinator and two workers")
         cluster = private_cluster()
-        durable(cluster)
-        citus = cluster.create_database()
-        with cluster._admin(cluster.ports[0], citus.rsplit("/", 1)[1]) as conn:
-            conn.execute(f'ALTER DATABASE "{citus.rsplit("/", 1)[1]}" RESET citus.shard_count')  # Citus' default, 32
+        cluster.set_durability({"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"})
+        citus = cluster.create_database(shards=None)  # Citus' default, 32
         citus_name = citus.rsplit("/", 1)[1]
 
         def citus_bytes(_url: str) -> int:  # every node's share: the workers hold the distributed tables

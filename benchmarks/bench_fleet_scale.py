@@ -129,10 +129,7 @@ class Target:
                 raise SystemExit(f"--db citus: {why}")
             say("starting a private Citus cluster (a coordinator and two workers on loopback)")
             self.cluster = private_cluster()
-            self.url = self.cluster.create_database()
-            name = self.url.rsplit("/", 1)[1]
-            with self.cluster._admin(self.cluster.ports[0], name) as db:
-                db.execute(f'ALTER DATABASE "{name}" SET citus.shard_count = {int(shards)}')
+            self.url = self.cluster.create_database(shards=shards)
             say(f"Citus at {self.url} ({shards} shards a table, data in {self.cluster.dir})")
         elif spec == "sqlite":
             self.tmp = Path(tempfile.mkdtemp(prefix="fleet-scale-"))

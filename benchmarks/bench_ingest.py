@@ -539,21 +539,15 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"starting a private Citus cluster (coordinator + 2 workers), durability as the plain server's: {durability}",
               file=sys.stderr)
         cluster = private_cluster()
-        for node_port in cluster.ports:
-            with cluster._admin(node_port) as node:
-                for setting, value in durability.items():
-                    node.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
-                node.execute("SELECT pg_reload_conf()")
+        cluster.set_durability(durability)
         admin.execute(f'CREATE DATABASE "{name}"')
         plain_url = f"postgresql+psycopg://postgres@{host}:{port}/{name}"
         try:
             results["PostgreSQL"] = measure(plain_url, args, "PostgreSQL", [plain_pid] if plain_pid else [])
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        citus_url = cluster.create_database()
+        citus_url = cluster.create_database(shards=None)  # Citus' default (32), not the tests' 4
         db = citus_url.rsplit("/", 1)[1]
-        with cluster._admin(cluster.ports[0], db) as coord:
-            coord.execute(f'ALTER DATABASE "{db}" RESET citus.shard_count')  # Citus' default (32), not the tests' 4
         pids = [p for p in (_postmaster_pid(cluster.dir / node) for node in ("coordinator", "worker1", "worker2")) if p]
         results["Citus"] = measure(citus_url, args, "Citus", pids)
         with cluster._admin(cluster.ports[0], db) as coord:

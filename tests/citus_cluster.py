@@ -61,23 +61,34 @@ class CitusCluster:
         return psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname=dbname, autocommit=True,
                                connect_timeout=10)
 
-    def create_database(self) -> str:
-        """A new database on every node, Citus set up in it; its SQLAlchemy URL (the coordinator's)."""
+    def create_database(self, shards: int | None = 4) -> str:
+        """A new database on every node, Citus set up in it; its SQLAlchemy URL (the coordinator's).
+        ``shards`` a distributed table: 4 for the tests (2 a worker: still spread over both workers,
+        and a test's upgrade distributes its tables in 3 s instead of 5), None for Citus' default
+        (32), what a benchmark measures."""
         name = "fleetscope_citus_" + secrets.token_hex(6)
         with _cluster_lock():  # two at once collide on the workers' catalogs ("tuple concurrently updated")
-            self._create(name)
+            self._create(name, shards)
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.ports[0]}/{name}"
 
-    def _create(self, name: str) -> None:
+    def set_durability(self, settings: dict[str, str]) -> None:
+        """``fsync``, ``synchronous_commit``, ``full_page_writes``... on every node (the cluster
+        starts without them: it holds test data), so a benchmark compares it with a durable server."""
+        for port in self.ports:
+            with self._admin(port) as admin:
+                for setting, value in settings.items():
+                    admin.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
+                admin.execute("SELECT pg_reload_conf()")
+
+    def _create(self, name: str, shards: int | None) -> None:
         for port in self.ports:
             with self._admin(port) as admin:
                 admin.execute(f'CREATE DATABASE "{name}"')
             with self._admin(port, name) as db:
                 db.execute("CREATE EXTENSION citus")
         with self._admin(self.ports[0], name) as db:
-            # 4 shards a table (2 a worker) instead of Citus' 32: still spread over both workers,
-            # and a test's upgrade distributes its tables in 3 s instead of 5.
-            db.execute(f'ALTER DATABASE "{name}" SET citus.shard_count = 4')
+            if shards is not None:
+                db.execute(f'ALTER DATABASE "{name}" SET citus.shard_count = {int(shards)}')
             db.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (self.ports[0],))
             for port in self.ports[1:]:
                 db.execute("SELECT citus_add_node('127.0.0.1', %s)", (port,))

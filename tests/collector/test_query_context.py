@@ -22,6 +22,7 @@ from fleetscope.collector.query import (
     search_incidents,
 )
 from fleetscope.collector.storage.engine import make_engine
+from tests.conftest import wait_until
 from tests.helpers import IdleSampler, make_agent
 
 S = 10**9
@@ -107,6 +108,14 @@ def stored(tmp_path: Path, db_url: str, collector):  # type: ignore[no-untyped-d
     _send(tmp_path, collector.port, "gpu-node-1", steps)
     _send(tmp_path, collector.port, "gpu-node-2", [other])
     engine = make_engine(db_url, create=False)
+
+    def hinted() -> bool:
+        with Session(engine) as session:
+            return bool(search_incidents(session=session, since_ns=0, until_ns=2**62, devices=["gpu-node-1"])[0].hints)
+
+    # The collector's detector pass gives an event incident its hints once, after it lands: wait for
+    # that, so no test reads the incident before and after it (the throttled, growing GPU gives hints).
+    wait_until(hinted, timeout_s=60, message="the detector pass to give the OOM its hints")
     yield engine, t0, incident_ts, log_offsets
     engine.dispose()
 

@@ -18,7 +18,9 @@ agents report, the database's size and open incidents.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import BigInteger, and_, bindparam, case, cast, func, select, text, tuple_
@@ -209,6 +211,16 @@ def _latest_rows(session: Session, table: Any, ids: list[int]) -> list[Any]:
     return out
 
 
+def _values_getter(table: Any, columns: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The values of ``columns``, in that order, from a row of ``select(table)`` (whose columns
+    are the table's, in order)."""
+    position = {c.name: i for i, c in enumerate(table.columns)}
+    get = itemgetter(*[position[c] for c in columns])
+    if len(columns) == 1:
+        return lambda row: (get(row),)
+    return get  # type: ignore[no-any-return]
+
+
 def _newest_gpu_rows(session: Session, ids: list[int]) -> list[Any]:
     """Every GPU's reading at its device's newest GPU sample time (a GPU that stopped reporting
     keeps an older ``gpu_latest`` row; it is not "now" and is left out, as the samples at the
@@ -273,19 +285,24 @@ def latest_readings(
                 gpu_state.c.ts_ns == newest_state.c.ts,
             ),
         )
-        for r in session.execute(q):
+        for r in session.execute(q).all():  # fetched at once: a row at a time cost 45,000 fetches
             states[(int(r.device_id), int(r.gpu_index))] = r
+    # Values by position (one C-level getter per row), not an attribute lookup per column:
+    # 45,000 GPUs times 32 columns is 1.4 million lookups a scrape.
+    sample_values = _values_getter(gpu_latest, GPU_SAMPLE_COLUMNS)
+    state_values = _values_getter(gpu_state, GPU_STATE_COLUMNS)
+    no_state = dict.fromkeys(GPU_STATE_COLUMNS)
     gpus_out = []
     for r in sorted(gpu_rows, key=lambda r: (names[r.device_id], r.gpu_index)):
-        values: dict[str, float | None] = {c: getattr(r, c) for c in GPU_SAMPLE_COLUMNS}
+        values: dict[str, float | None] = dict(zip(GPU_SAMPLE_COLUMNS, sample_values(r)))
         st = states.get((int(r.device_id), int(r.gpu_index)))
-        for c in GPU_STATE_COLUMNS:
-            values[c] = getattr(st, c) if st is not None else None
+        values.update(zip(GPU_STATE_COLUMNS, state_values(st)) if st is not None else no_state)
         gpus_out.append(GpuReading(device=names[r.device_id], gpu_index=int(r.gpu_index), ts_ns=int(r.ts_ns), values=values))
 
     host_rows = _latest_rows(session, host_latest, fresh)
+    host_values = _values_getter(host_latest, HOST_VALUE_COLUMNS)
     hosts_out = [
-        HostReading(device=names[r.device_id], ts_ns=int(r.ts_ns), values={c: getattr(r, c) for c in HOST_VALUE_COLUMNS})
+        HostReading(device=names[r.device_id], ts_ns=int(r.ts_ns), values=dict(zip(HOST_VALUE_COLUMNS, host_values(r))))
         for r in sorted(host_rows, key=lambda r: names[r.device_id])
     ]
 

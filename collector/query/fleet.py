@@ -295,7 +295,7 @@ def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int
         q = select(g.device_id, g.gpu_index, g.ts_ns, *[g[c] for c in gpu_cols]).where(
             in_ids(g.device_id, ids[start : start + batch]), g.ts_ns >= lo
         )
-        for row in session.execute(q):
+        for row in session.execute(q).all():  # at once: not a fetch per row
             if row[2] >= hi:
                 ahead.add(int(row[0]))
             else:
@@ -324,7 +324,7 @@ def _current(session: Session, ids: Sequence[int], lo: int, hi: int) -> dict[int
         q = select(h.device_id, h.ts_ns, *[h[c] for c in host_cols]).where(
             in_ids(h.device_id, ids[start : start + batch]), h.ts_ns >= lo
         )
-        for hrow in session.execute(q):
+        for hrow in session.execute(q).all():
             if hrow[1] >= hi:
                 ahead.add(int(hrow[0]))
             else:

@@ -154,3 +154,31 @@ def test_the_fleet_table_shows_a_page_at_a_time(fleet_engine, db_url: str) -> No
     assert len(frame(at, "fleet_table")) == DEVICES
     assert f"{DEVICES} of {DEVICES} devices" in " ".join(c.value for c in at.caption)
     assert "No device matches" not in texts(at)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_page_load_summarises_the_fleet_once(fleet_engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The filter bar and the table are drawn from one overview, even when "now" moves on to its
+    next quantum in between (at 10,000 devices each overview is a second of the page's time)."""
+    import streamlit as st
+
+    from fleetscope.dashboard import timerange
+
+    real_overview, real_now = query.fleet_overview, timerange.now_ns
+    asked: list[int] = []
+    quanta = iter(range(1, 1000))
+
+    def counted(**kwargs):  # type: ignore[no-untyped-def]
+        asked.append(kwargs["now_ns"])
+        return real_overview(**kwargs)
+
+    monkeypatch.setattr(query, "fleet_overview", counted)
+    # Every reading of the clock is a quantum later: the worst case for a cache keyed by "now".
+    monkeypatch.setattr(timerange, "now_ns", lambda: real_now() + next(quanta) * timerange.QUANTUM_NS)
+    st.cache_data.clear()
+    at = app(db_url, "fleet").run()
+    no_errors(at)
+    assert len(frame(at, "fleet_table")) == PAGE_SIZE
+    assert len(asked) == 1, asked
+    at.run()  # the next run (a refresh) reads the fleet anew, once
+    assert len(asked) == 2 and asked[1] > asked[0]

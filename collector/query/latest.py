@@ -218,7 +218,7 @@ def _values_getter(table: Any, columns: Sequence[str]) -> Callable[[Any], tuple[
     get = itemgetter(*[position[c] for c in columns])
     if len(columns) == 1:
         return lambda row: (get(row),)
-    return get  # type: ignore[no-any-return]
+    return get
 
 
 def _newest_gpu_rows(session: Session, ids: list[int]) -> list[Any]:

@@ -8,16 +8,25 @@ by watts and by GPUs, because a drone and an 8-GPU server are not the same size.
 The selection is in the URL, so a copied link reopens the same comparison:
 ``?a=model: Jetson Orin Nano&b=GPU: NVIDIA A100-SXM4-80GB&op=infer&range=24h`` (one repeated
 parameter per group, ``a`` to ``d``, each value one pick; ``view=Per watt`` for a normalised view).
+
+A fleet of more than a few hundred devices does not list every device in each picker (10,000
+options cost the browser seconds to draw): the pickers list models, GPUs, kinds and labels, and
+the devices found by the search box under each (``device_options``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
 from fleetscope.collector.query import DeviceSummary, GroupComparison, comparison_start, device_groups
-from fleetscope.dashboard import charts, data, fmt, timerange
+from fleetscope.dashboard import charts, data, device_options, fmt, timerange
 from fleetscope.proto.vocabulary import DEVICE_KIND_SERVER
+
+if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
 
 LETTERS = "ABCD"
 URL_KEYS = "abcd"  # ?a=...&a=...&b=...: one repeated parameter per group
@@ -49,17 +58,27 @@ def _pickers(
     each group's picks (what the URL keeps)."""
     defaults = _defaults(options, devices)
     groups_map = device_groups(devices)
+    listed = device_options.every_device_listed(options)
     cols = st.columns(n)
     out: dict[str, list[str]] = {}
     names: dict[str, str] = {}
     all_picks: list[list[str]] = []
     for i in range(n):
         key = f"keep_cmp_group_{i}"
+        find_key = f"keep_cmp_find_{i}"
         if key not in st.session_state:
             st.session_state[key] = [d for d in defaults[i] if d in options]
-        picks = cols[i].multiselect(
-            f"Group {LETTERS[i]}", options, key=key, placeholder="models, GPUs, labels, devices…"
-        )
+        if listed:
+            shown, placeholder = options, "models, GPUs, labels, devices…"
+        else:
+            # Read before the search box is drawn (below the picker): what was typed last run.
+            shown = device_options.shown_options(
+                options, picked=st.session_state[key], search=st.session_state.get(find_key, "")
+            )
+            placeholder = "models, GPUs, labels… (devices: find them below)"
+        picks = cols[i].multiselect(f"Group {LETTERS[i]}", shown, key=key, placeholder=placeholder)
+        if not listed:
+            _find_box(cols[i], find_key, options)
         all_picks.append(list(picks))
         members = sorted({m for p in picks for m in groups_map.get(p, [])})
         if picks and members:
@@ -70,6 +89,25 @@ def _pickers(
                 + (" …" if len(members) > 6 else "")
             )
     return out, names, all_picks
+
+
+def _find_box(col: DeltaGenerator, find_key: str, options: list[str]) -> None:
+    """A fleet too large to list every device in a picker: devices are found by part of their
+    name, and the matches join the picker's list above."""
+    search = col.text_input(
+        "Find devices", key=find_key, placeholder="part of a device name", label_visibility="collapsed"
+    )
+    if search.strip():
+        found = device_options.matching_devices(options, search)
+        if not found:
+            col.caption(f"No device name contains “{search.strip()}”.")
+        elif len(found) > device_options.FOUND_AT_MOST:
+            col.caption(
+                f"{len(found)} devices match; the first {device_options.FOUND_AT_MOST} are listed in the picker. "
+                "Type more of the name, or pick a model, GPU or label instead."
+            )
+        else:
+            col.caption(f"{len(found)} device{'s' if len(found) != 1 else ''} listed in the picker above.")
 
 
 def _from_url(options: list[str]) -> None:
@@ -87,11 +125,12 @@ def _from_url(options: list[str]) -> None:
         st.session_state["keep_cmp_op"] = st.query_params["op"]
     if not any(wanted):
         return
-    unknown = [v for g in wanted for v in g if v not in options]
+    known = set(options)
+    unknown = [v for g in wanted for v in g if v not in known]
     if unknown:
         st.warning(f"Not in this fleet any more, left out: {', '.join(unknown)}", icon=":material/search_off:")
     for i, picks in enumerate(wanted):
-        st.session_state[f"keep_cmp_group_{i}"] = [v for v in picks if v in options]
+        st.session_state[f"keep_cmp_group_{i}"] = [v for v in picks if v in known]
     used = max(i for i, g in enumerate(wanted) if g) + 1
     st.session_state["keep_cmp_n"] = max(2, used)
 

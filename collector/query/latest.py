@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, bindparam, case, cast, func, select, text, tuple_
+from sqlalchemy import BigInteger, Text, and_, bindparam, case, cast, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
@@ -211,6 +211,42 @@ def _latest_rows(session: Session, table: Any, ids: list[int]) -> list[Any]:
     return out
 
 
+def _newest_point_rows(session: Session, ids: list[int], names: Sequence[str]) -> list[Any]:
+    """The ``metric_points`` rows of each name at its device's newest time for that name."""
+    if not ids:
+        return []
+    from fleetscope.collector.storage.citus import is_citus
+
+    if not is_citus(session.connection()):
+        out: list[Any] = []
+        for name in names:  # an index seek per device (a correlated max) for each name
+            cond = metric_points.c.name == name
+            out.extend(_rows_at(session, metric_points, _newest(session, metric_points, ids, cond), cond))
+        return out
+    # Citus groups the devices' rows on the workers (see ``_newest``) whether one name or all
+    # are asked: one statement for every name, not two per name, each sent to every worker.
+    mp = metric_points.c
+    grouped = (
+        select(mp.device_id, mp.name, func.max(mp.ts_ns))
+        .where(in_ids(mp.device_id, ids), mp.name.in_(list(names)))
+        .group_by(mp.device_id, mp.name)
+    )
+    newest = session.execute(grouped).all()
+    if not newest:
+        return []
+    k = (
+        func.unnest(
+            cast(bindparam("newest_ids", [int(d) for d, _n, _t in newest]), ARRAY(BigInteger)),
+            cast(bindparam("newest_names", [str(n) for _d, n, _t in newest]), ARRAY(Text)),
+            cast(bindparam("newest_ts", [int(t) for _d, _n, t in newest]), ARRAY(BigInteger)),
+        )
+        .table_valued("device_id", "name", "ts_ns")
+        .render_derived(name="newest")
+    )
+    q = select(metric_points).join(k, and_(mp.device_id == k.c.device_id, mp.name == k.c.name, mp.ts_ns == k.c.ts_ns))
+    return list(session.execute(q).all())
+
+
 def _values_getter(table: Any, columns: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
     """The values of ``columns``, in that order, from a row of ``select(table)`` (whose columns
     are the table's, in order)."""
@@ -308,18 +344,17 @@ def latest_readings(
 
     points_out: list[PointReading] = []
     parsed: dict[str, dict[str, str]] = {}  # a few label sets repeat over every Jetson: parsed once each
-    for name in JETSON_POINT_NAMES if jetsons else ():
-        cond = metric_points.c.name == name
-        for r in _rows_at(session, metric_points, _newest(session, metric_points, jetsons, cond), cond):
-            text_ = r.labels or "{}"
-            labels = parsed.get(text_)
-            if labels is None:
-                try:
-                    labels = {str(k): str(v) for k, v in json.loads(text_).items()}
-                except (ValueError, AttributeError):
-                    labels = {}
-                parsed[text_] = labels
-            points_out.append(PointReading(device=names[r.device_id], name=name, labels=dict(labels), ts_ns=int(r.ts_ns), value=float(r.value)))
+    for r in _newest_point_rows(session, jetsons, JETSON_POINT_NAMES):
+        name = str(r.name)
+        text_ = r.labels or "{}"
+        labels = parsed.get(text_)
+        if labels is None:
+            try:
+                labels = {str(k): str(v) for k, v in json.loads(text_).items()}
+            except (ValueError, AttributeError):
+                labels = {}
+            parsed[text_] = labels
+        points_out.append(PointReading(device=names[r.device_id], name=name, labels=dict(labels), ts_ns=int(r.ts_ns), value=float(r.value)))
     points_out.sort(key=lambda p: (p.device, p.name, sorted(p.labels.items())))
 
     tallies: list[IncidentTally] = []

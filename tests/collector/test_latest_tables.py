@@ -34,6 +34,7 @@ from fleetscope.collector.storage.schema import (
     gpu_samples,
     host_latest,
     host_samples,
+    metric_points,
 )
 from tests.latest_rows import refresh_latest, store_chunk
 
@@ -285,3 +286,37 @@ def test_rows_written_the_old_way_read_as_they_did_once_migration_0011_carries_t
         assert firing[("hot-gpu", "0")]["sample_ns"] == NOW - 3 * NS
     finally:
         engine.dispose()
+
+
+def test_each_jetson_point_name_reads_at_its_own_newest_time(engine: Engine) -> None:
+    """Every label set of a point name at the device's newest time for that name (two rails at
+    once), older readings of it left out, each name's newest time its own, each device's its own:
+    what ``/metrics/fleet`` shows for a drone (on Citus one statement for every name)."""
+    with Session(engine) as s:
+        from fleetscope.collector.storage.schema import Device as D
+
+        for name in ("drone-a", "drone-b"):
+            s.add(D(agent_id=f"agent-{name}", name=name, kind="jetson", labels={}, first_seen_ns=NOW - 3600 * NS,
+                    last_seen_ns=NOW, inventory={"batch_interval_s": 1.0, "gpus": []}))  # fmt: skip
+        s.commit()
+        ids = {d.name: d.id for d in s.query(D)}
+    a, b = ids["drone-a"], ids["drone-b"]
+    rows = [
+        (a, NOW - 20 * NS, "jetson.power_mw", 5000.0, '{"rail":"VDD_IN"}'),  # older: left out
+        (a, NOW - 10 * NS, "jetson.power_mw", 6000.0, '{"rail":"VDD_IN"}'),
+        (a, NOW - 10 * NS, "jetson.power_mw", 2000.0, '{"rail":"VDD_CPU_GPU_CV"}'),
+        (a, NOW - 30 * NS, "jetson.temp_c", 51.0, '{"sensor":"cpu"}'),  # its name's newest, older than power's
+        (a, NOW - 5 * NS, "other.metric", 1.0, "{}"),  # not a Jetson point the exposition shows
+        (b, NOW - 40 * NS, "jetson.power_mw", 7000.0, '{"rail":"VDD_IN"}'),
+        (b, NOW - 50 * NS, "jetson.power_mw", 1.0, '{"rail":"VDD_CPU_GPU_CV"}'),  # older than b's newest: left out
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(metric_points), [dict(zip(("device_id", "ts_ns", "name", "value", "labels"), r)) for r in rows])
+    with Session(engine) as s:
+        got = latest_readings(session=s, now_ns=NOW)
+    assert sorted((p.device, p.name, tuple(p.labels.items()), p.ts_ns, p.value) for p in got.points) == [
+        ("drone-a", "jetson.power_mw", (("rail", "VDD_CPU_GPU_CV"),), NOW - 10 * NS, 2000.0),
+        ("drone-a", "jetson.power_mw", (("rail", "VDD_IN"),), NOW - 10 * NS, 6000.0),
+        ("drone-a", "jetson.temp_c", (("sensor", "cpu"),), NOW - 30 * NS, 51.0),
+        ("drone-b", "jetson.power_mw", (("rail", "VDD_IN"),), NOW - 40 * NS, 7000.0),
+    ]

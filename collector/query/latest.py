@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import BigInteger, Text, and_, bindparam, case, cast, func, select, text, tuple_
+from sqlalchemy import BigInteger, and_, bindparam, case, cast, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
@@ -223,28 +223,19 @@ def _newest_point_rows(session: Session, ids: list[int], names: Sequence[str]) -
             cond = metric_points.c.name == name
             out.extend(_rows_at(session, metric_points, _newest(session, metric_points, ids, cond), cond))
         return out
-    # Citus groups the devices' rows on the workers (see ``_newest``) whether one name or all
-    # are asked: one statement for every name, not two per name, each sent to every worker.
+    # Citus reads all the devices' rows of a name on the workers anyway (see ``_newest``): one
+    # statement ranks every name's rows there (a window by device: pushed down to each shard),
+    # where two per name each went to every worker.
     mp = metric_points.c
-    grouped = (
-        select(mp.device_id, mp.name, func.max(mp.ts_ns))
-        .where(in_ids(mp.device_id, ids), mp.name.in_(list(names)))
-        .group_by(mp.device_id, mp.name)
-    )
-    newest = session.execute(grouped).all()
-    if not newest:
-        return []
-    k = (
-        func.unnest(
-            cast(bindparam("newest_ids", [int(d) for d, _n, _t in newest]), ARRAY(BigInteger)),
-            cast(bindparam("newest_names", [str(n) for _d, n, _t in newest]), ARRAY(Text)),
-            cast(bindparam("newest_ts", [int(t) for _d, _n, t in newest]), ARRAY(BigInteger)),
+    ranked = (
+        select(
+            metric_points,
+            func.rank().over(partition_by=(mp.device_id, mp.name), order_by=mp.ts_ns.desc()).label("newest_first"),
         )
-        .table_valued("device_id", "name", "ts_ns")
-        .render_derived(name="newest")
+        .where(in_ids(mp.device_id, ids), mp.name.in_(list(names)))
+        .subquery()
     )
-    q = select(metric_points).join(k, and_(mp.device_id == k.c.device_id, mp.name == k.c.name, mp.ts_ns == k.c.ts_ns))
-    return list(session.execute(q).all())
+    return list(session.execute(select(*[ranked.c[c.name] for c in metric_points.columns]).where(ranked.c.newest_first == 1)).all())
 
 
 def _values_getter(table: Any, columns: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:

@@ -701,7 +701,7 @@ def scrape(engine, fleet: Fleet, runs: int) -> dict[str, list[float]]:  # type: 
 
     fleet_x = FleetExposition(engine, cache_s=1.0)
     server = MetricsHttpServer(
-        "127.0.0.1:0", {"/metrics/fleet": lambda: (200, CONTENT_TYPE, fleet_x.render())}
+        "127.0.0.1:0", {"/metrics/fleet": lambda: (200, CONTENT_TYPE, fleet_x.render_chunks())}  # as the collector serves it
     ).start()
     out: dict[str, list[float]] = {"scrape": [], "scrape_cpu": [], "bytes": [], "lines": []}
     cpu = Cpu(str(engine.url.render_as_string(hide_password=False)))

@@ -147,8 +147,10 @@ class _Families:
         # name, labels, value, name, labels, value...: C-level iteration, no line string made.
         parts.extend(chain.from_iterable(zip(repeat(name.encode()), labels, map(self._numbers.__getitem__, present))))
 
-    def bytes(self) -> bytes:
-        return b"".join(chain.from_iterable(chain((self._head[name],), parts) for name, parts in self._parts.items()))
+    def chunks(self) -> list[bytes]:
+        """The exposition as one chunk per family, in order (a client reads them one after the
+        other: joining 460 MB into one buffer cost more than writing the chunks)."""
+        return [b"".join(chain((self._head[name],), parts)) for name, parts in self._parts.items()]
 
 
 def _scaled(values: list[float | None], scale: float) -> list[float | None]:
@@ -180,6 +182,11 @@ def render_fleet(readings: LatestReadings) -> str:
 def render_fleet_bytes(readings: LatestReadings, series_labels: SeriesLabels, numbers: NumberTexts) -> bytes:
     """``render_fleet``, encoded, with label texts kept in ``series_labels`` and value texts in
     ``numbers`` from one rendering to the next."""
+    return b"".join(render_fleet_chunks(readings, series_labels, numbers))
+
+
+def render_fleet_chunks(readings: LatestReadings, series_labels: SeriesLabels, numbers: NumberTexts) -> list[bytes]:
+    """``render_fleet_bytes`` as one chunk per metric family, to be written one after the other."""
     f = _Families(numbers)
     texts = series_labels.of(readings.devices)
     # Series of one device name (two installs of a name: the last one's labels, as before).
@@ -230,7 +237,7 @@ def render_fleet_bytes(readings: LatestReadings, series_labels: SeriesLabels, nu
     for tally in readings.incidents:
         lab = label_set([("fleetscope_device", tally.device), ("kind", tally.kind), ("severity", tally.severity)])
         f.add("fleetscope_incidents_open", "gauge", "Incidents not resolved, by device, kind and severity.", lab, tally.open)
-    return f.bytes()
+    return f.chunks()
 
 
 def _inventory_total(dev: LatestDevice, gpu_index: int) -> float | None:
@@ -249,13 +256,17 @@ class FleetExposition:
         self._clock = clock
         self._observe = observe
         self._lock = threading.Lock()
-        self._cached: tuple[float, bytes] | None = None
+        self._cached: tuple[float, list[bytes]] | None = None
         # Kept between scrapes (used under the lock): label texts change only with a device's
         # labels or inventory, and most values repeat.
         self._series_labels = SeriesLabels()
         self._numbers = NumberTexts()
 
     def render(self) -> bytes:
+        return b"".join(self.render_chunks())
+
+    def render_chunks(self) -> list[bytes]:
+        """The exposition as chunks to write in order (what ``/metrics/fleet`` serves)."""
         with self._lock:
             now = time.monotonic()
             if self._cached is not None and now - self._cached[0] < self._cache_s:
@@ -263,7 +274,7 @@ class FleetExposition:
             started = time.monotonic()
             with query.session_scope(self._engine) as session:
                 readings = latest_readings(session=session, now_ns=self._clock())
-            body = render_fleet_bytes(readings, self._series_labels, self._numbers)
+            body = render_fleet_chunks(readings, self._series_labels, self._numbers)
             if self._observe is not None:
                 self._observe(time.monotonic() - started)
             self._cached = (time.monotonic(), body)
@@ -271,4 +282,4 @@ class FleetExposition:
 
 
 __all__ = ["CONTENT_TYPE", "GPU_FIELDS", "HOST_FIELDS", "JETSON_FIELDS", "Field", "FleetExposition", "render_fleet",
-           "render_fleet_bytes"]
+           "render_fleet_bytes", "render_fleet_chunks"]

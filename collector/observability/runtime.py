@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 
 from fleetscope.collector.observability.fleet_exposition import CONTENT_TYPE, FleetExposition
 from fleetscope.collector.observability.health import DatabaseProbe
-from fleetscope.collector.observability.http import TEXT, MetricsHttpServer
+from fleetscope.collector.observability.http import TEXT, MetricsHttpServer, Route
 from fleetscope.collector.observability.self_metrics import CollectorSelfMetrics
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ class Observability:
     def _metrics(self) -> tuple[int, str, bytes]:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
 
-    def _fleet(self) -> tuple[int, str, bytes]:
-        return 200, CONTENT_TYPE, self.fleet.render()
+    def _fleet(self) -> tuple[int, str, list[bytes]]:
+        return 200, CONTENT_TYPE, self.fleet.render_chunks()
 
     @staticmethod
     def _healthz() -> tuple[int, str, bytes]:
@@ -97,7 +97,7 @@ class Observability:
             await self._set_health(self.probe.reachable)
             self._watch = asyncio.create_task(self._follow_probe())
         if self._metrics_listen:
-            routes = {"/metrics": self._metrics, "/metrics/fleet": self._fleet, "/healthz": self._healthz, "/readyz": self._readyz}
+            routes: dict[str, Route] = {"/metrics": self._metrics, "/metrics/fleet": self._fleet, "/healthz": self._healthz, "/readyz": self._readyz}
             try:
                 self.http = MetricsHttpServer(self._metrics_listen, routes, default_port=DEFAULT_METRICS_PORT).start()
                 log.info("metrics on http://%s:%d/metrics (fleet: /metrics/fleet)", self.http.host, self.http.port)

@@ -30,6 +30,7 @@ from itertools import chain, compress, repeat
 from sqlalchemy import Engine
 
 from fleetscope.collector import query
+from fleetscope.collector.gc_pause import paused_gc
 from fleetscope.collector.observability.prom_text import NumberTexts, label_set
 from fleetscope.collector.observability.series_labels import SeriesLabels, gpu_identity, gpu_pairs
 from fleetscope.collector.query.latest import GpuReading, LatestDevice, LatestReadings, latest_readings
@@ -274,7 +275,8 @@ class FleetExposition:
             started = time.monotonic()
             with query.session_scope(self._engine) as session:
                 readings = latest_readings(session=session, now_ns=self._clock())
-            body = render_fleet_chunks(readings, self._series_labels, self._numbers)
+            with paused_gc():  # millions of line parts: a large, acyclic build (see gc_pause)
+                body = render_fleet_chunks(readings, self._series_labels, self._numbers)
             if self._observe is not None:
                 self._observe(time.monotonic() - started)
             self._cached = (time.monotonic(), body)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from fleetscope.collector.gc_pause import builds_with_paused_gc
 from fleetscope.collector.query._common import NS, floor_to, max_of, mean_of, sum_of
 from fleetscope.collector.query.devices import STATE_REPLACED, device_model, device_states, list_devices
 from fleetscope.collector.query.incidents import search_incidents
@@ -80,6 +81,7 @@ class FleetSparklines:
     power: list[float | None]
 
 
+@builds_with_paused_gc  # every device's summary and readings: 10,000 at a time
 def fleet_overview(
     *,
     session: Session,

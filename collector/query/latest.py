@@ -273,7 +273,7 @@ def latest_readings(
     rule = offline_rule(session)
     columns = (Device.id, Device.name, Device.agent_id, Device.kind, Device.hostname, Device.labels, Device.inventory,
                Device.last_seen_ns, Device.counters, Device.clock_skew_ns)  # fmt: skip
-    for d in session.execute(select(*columns).order_by(Device.name)):  # rows, not ORM objects: 10,000 of them
+    for d in session.execute(select(*columns).order_by(Device.name)).all():  # rows at once, not ORM objects: 10,000
         inv = d.inventory or {}
         gpus = [
             GpuIdentity(

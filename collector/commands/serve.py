@@ -78,10 +78,23 @@ def register(sub: Any) -> None:
                         help="bytes of batches read from all streams and not yet stored; above it streams are not read, "
                              "so a slow database slows the agents (their spools keep the rest) instead of growing this "
                              "process (default 64MiB)")
+    limits.add_argument("--max-registrations-in-flight", type=_at_least_one, default=8, metavar="N",
+                        help="agent registrations written to the database at once; more wait until their deadline, and "
+                             "beyond four times this many waiting are refused with a retry-after (default %(default)s)")
     from fleetscope.collector.commands import security  # TLS, limits per agent; `certs`, `token`, `device`
 
     security.add_collector_arguments(p)
     p.set_defaults(func=needs_collector(run_collector))
+
+
+def _at_least_one(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is below 1")
+    return n
 
 
 def _listen_arg(value: str) -> str:
@@ -138,6 +151,7 @@ def run_collector(args: argparse.Namespace) -> int:
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
                                  handshake_timeout_s=args.handshake_timeout / 1e9, keepalive_time_s=args.keepalive_time / 1e9,
                                  keepalive_timeout_s=args.keepalive_timeout / 1e9, max_unacked_bytes=args.max_unacked,
+                                 max_registrations_in_flight=args.max_registrations_in_flight,
                                  alerts_file=args.alerts, dashboard_url=args.dashboard_url, metrics_listen=args.metrics_listen,
                                  **_detector_args(args), **_retention_settings(args), **security.collector_security(args))
     if args.alerts is not None:

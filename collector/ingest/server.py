@@ -117,6 +117,8 @@ class CollectorSettings:
     # Limits per agent (collector/ingest/agent_limits.py); how often revocations are looked for.
     agent_limits: AgentLimits = field(default_factory=AgentLimits)
     revocation_poll_s: float = 1.0
+    # Registrations written at once; more wait until their deadline (ingest/registration_gate.py).
+    max_registrations_in_flight: int = 8
     # Freed memory given back to the system this often (malloc_trim: collector/ingest/memory.py),
     # so a closed connection flood does not leave RSS high; 0 turns it off.
     trim_interval_s: float = 10.0
@@ -325,6 +327,7 @@ class Collector:
             agent_limits=self.settings.agent_limits,
             revocation_poll_s=self.settings.revocation_poll_s,
             allow_unauthenticated=self.settings.allow_unauthenticated,
+            max_registrations_in_flight=self.settings.max_registrations_in_flight,
         )
         add_ingest_service(self._service, server)  # its deserialisers turn bad bytes into INVALID_ARGUMENT
         from fleetscope.collector.observability import Observability

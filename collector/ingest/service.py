@@ -37,6 +37,7 @@ from fleetscope.collector.ingest.identity import (
     grpc_code,
     quota_group,
 )
+from fleetscope.collector.ingest.registration_gate import RegistrationGate, RegistrationShed
 from fleetscope.collector.ingest.validation import (
     Limits,
     check_batch_identity,
@@ -72,12 +73,14 @@ class IngestService(pb_grpc.IngestServicer):
         agent_limits: AgentLimits | None = None,
         revocation_poll_s: float = 1.0,
         allow_unauthenticated: bool = False,
+        max_registrations_in_flight: int = 8,
     ) -> None:
         self._engine = engine
         # Identity (ingest/identity.py), limits per agent (ingest/agent_limits.py), and the open
         # streams by agent id, each with the event that ends it when its device is revoked.
         self._auth = Authenticator(engine, tokens, allow_unauthenticated=allow_unauthenticated)
         self.limiter = AgentLimiter(agent_limits or AgentLimits())
+        self.registrations = RegistrationGate(max_registrations_in_flight)
         # Agent ids whose device key passed here (SHA-256 of the key): their calls are never
         # throttled for what other callers at the same address (a NAT, a proxy) had refused.
         self._verified: dict[str, str] = {}
@@ -178,8 +181,16 @@ class IngestService(pb_grpc.IngestServicer):
             context.set_trailing_metadata((("retry-after", f"{retry_after:.1f}"),))
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many registrations: retry after {retry_after:.1f} s")
         try:
-            reg = await asyncio.to_thread(register_device, self._engine, request, received_ns=received,
-                                          authorize=self._auth.registration_check(presented, request))
+            async with self.registrations.slot(context.time_remaining()):
+                reg = await asyncio.to_thread(register_device, self._engine, request, received_ns=received,
+                                              authorize=self._auth.registration_check(presented, request))
+        except RegistrationShed as exc:
+            if exc.expired:  # the agent stopped waiting; it calls again
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "registration not written: its deadline passed while "
+                                    "other agents' registrations were being written")
+            context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:.1f}"),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.waiting} registrations are waiting: retry after "
+                                f"{exc.retry_after_s:.1f} s")
         except IdentityRefused as exc:
             self._log_refusal(context, request.agent_id, str(exc))  # once per agent and reason
             await self._refuse(context, presented, IdentityRefused(exc.code, f"registration refused: {exc}",

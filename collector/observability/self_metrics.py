@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -23,6 +23,9 @@ from fleetscope.collector import query
 from fleetscope.collector.observability.health import DatabaseProbe
 from fleetscope.collector.query.latest import JobLag, job_lags
 from fleetscope.collector.storage.shares import JOB_SHARES
+
+if TYPE_CHECKING:
+    from fleetscope.collector.ingest.registration_gate import RegistrationGate
 
 # Group commits take from a fraction of a millisecond (SQLite, a few batches) to seconds
 # (PostgreSQL under a flood, 100,000 rows).
@@ -98,6 +101,7 @@ class CollectorSelfMetrics:
         yield GaugeMetricFamily("fleetscope_collector_streams_open", "Agent streams open now (about one per connected agent).",
                                 value=service.streams_open if service is not None else 0)
         yield from _budget_metrics(getattr(service, "budget", None))
+        yield from _registration_metrics(getattr(service, "registrations", None))
         if self._max_connections is not None:
             yield GaugeMetricFamily("fleetscope_collector_connections_max", "The most connections this collector accepts at once.",
                                     value=self._max_connections)
@@ -169,3 +173,18 @@ def _budget_metrics(budget: Any) -> Iterator[Metric]:
 
 
 __all__ = ["COMMIT_BUCKETS", "JOB_LABEL", "CollectorSelfMetrics"]
+
+
+def _registration_metrics(gate: RegistrationGate | None) -> Iterator[Metric]:
+    """The registration gate (ingest/registration_gate.py): what it holds now and what it shed."""
+    yield GaugeMetricFamily("fleetscope_collector_registrations_in_flight", "Agent registrations being written now.",
+                            value=gate.in_flight if gate is not None else 0)
+    yield GaugeMetricFamily("fleetscope_collector_registrations_waiting", "Agent registrations waiting for a slot.",
+                            value=gate.waiting if gate is not None else 0)
+    shed = CounterMetricFamily("fleetscope_collector_registrations_shed",
+                               "Registrations not written: their deadline passed while they waited (expired), or too "
+                               "many were waiting and they were refused with a retry-after (queue_full).",
+                               labels=["reason"])
+    for reason in ("expired", "queue_full"):
+        shed.add_metric([reason], gate.shed[reason] if gate is not None else 0)
+    yield shed

@@ -41,11 +41,13 @@ class Backlog:
     last_ns: int
 
 
-def spool_backlog(spool_dir: Path, seconds: int, *, name: str = "drone-1", ago_s: float = 60.0) -> Backlog:
+def spool_backlog(spool_dir: Path, seconds: int, *, name: str = "drone-1", ago_s: float = 60.0,
+                  batch_s: int = 1) -> Backlog:
     """A Jetson drone's spool after ``seconds`` out of coverage, ending ``ago_s`` ago: a real
     agent (simulated Jetson sampler, batcher, spool) ticks through that stretch of past time with
-    no collector, a batch a second. The live agent started later on ``spool_dir`` is the same
-    agent (same id and device key) and sends it."""
+    no collector, a batch every ``batch_s`` seconds (an agent out of reach seals its readings and
+    logs together once a batch interval). The live agent started later on ``spool_dir`` is the
+    same agent (same id and device key) and sends it."""
     sampler = SimulatedSampler(kind="jetson", gpus=1, seed=7, latency=False)
     agent = Agent(AgentSettings(collectors=("127.0.0.1:1",), spool_dir=spool_dir, token="test-token", name=name,
                                 spool_max_bytes=1 << 30),
@@ -54,7 +56,8 @@ def spool_backlog(spool_dir: Path, seconds: int, *, name: str = "drone-1", ago_s
     for s in range(seconds):
         now = first + s * 10**9
         agent.tick(now)  # a caller's time: no monotonic reading, so nothing is re-anchored
-        agent.flush(now)
+        if (s + 1) % batch_s == 0 or s == seconds - 1:
+            agent.flush(now)
     db = agent.spool._db
     assert db is not None
     batches, rows, logs, size = db.execute("SELECT count(*), sum(samples), sum(logs), sum(size) FROM batches").fetchone()
@@ -73,6 +76,25 @@ def query(db_url: str, sql: str, **params: object) -> int:
 
 def backlog_batches_stored(db_url: str, backlog: Backlog) -> int:
     return query(db_url, "SELECT count(*) FROM ingested_batches WHERE boot_id = :b", b=backlog.boot_id)
+
+
+@dataclass(frozen=True)
+class BacklogStored:
+    batches: int  # claims of the backlog's stream
+    claimed_rows: int  # the sample rows those claims say they carried
+    sample_rows: int  # host and GPU rows readable in the backlog's time range
+    log_rows: int
+
+
+def backlog_stored(db_url: str, backlog: Backlog) -> BacklogStored:
+    """What the collector holds of ``backlog``: equal to it when every batch landed exactly once."""
+    between = {"lo": backlog.first_ns, "hi": backlog.last_ns + 10**9}
+    return BacklogStored(
+        batches=backlog_batches_stored(db_url, backlog),
+        claimed_rows=query(db_url, "SELECT sum(rows) FROM ingested_batches WHERE boot_id = :b", b=backlog.boot_id),
+        sample_rows=sample_count(db_url, "host", **between) + sample_count(db_url, "gpu", **between),
+        log_rows=query(db_url, "SELECT count(*) FROM log_events WHERE ts_ns >= :lo AND ts_ns < :hi", **between),
+    )
 
 
 def cuda_ooms_stored(db_url: str) -> int:
@@ -121,14 +143,10 @@ def test_an_oom_after_reconnecting_overtakes_the_backlog_on_a_32kbit_link(tmp_pa
         agent.stop()
         proxy.stop()
     print(f"OOM stored {took:.2f} s after it was written; {stored_then}/{backlog.batches} backlog batches in by then")
-    assert backlog_batches_stored(sqlite_url, backlog) == backlog.batches, "every batch of the backlog, once"
-    between = {"lo": backlog.first_ns, "hi": backlog.last_ns + 10**9}
-    host = sample_count(sqlite_url, "host", **between)
-    gpu = sample_count(sqlite_url, "gpu", **between)
-    claimed = query(sqlite_url, "SELECT sum(rows) FROM ingested_batches WHERE boot_id = :b", b=backlog.boot_id)
-    assert host + gpu == claimed == backlog.sample_rows, "every sample row of the backlog, none twice"
-    logs = query(sqlite_url, "SELECT count(*) FROM log_events WHERE ts_ns >= :lo AND ts_ns < :hi", **between)
-    assert logs == backlog.log_rows
+    stored = backlog_stored(sqlite_url, backlog)
+    assert stored.batches == backlog.batches, "every batch of the backlog, once"
+    assert stored.sample_rows == stored.claimed_rows == backlog.sample_rows, "every sample row of the backlog, none twice"
+    assert stored.log_rows == backlog.log_rows
     assert cuda_ooms_stored(sqlite_url) == 1
 
 

@@ -10,6 +10,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, undefer_group
 
 from fleetscope.collector.errors import UnknownDevice
+from fleetscope.collector.storage.id_lists import in_texts
 from fleetscope.collector.storage.schema import Device
 
 NS = 10**9
@@ -87,13 +88,13 @@ def device_ids(session: Session, names: Iterable[str]) -> dict[str, int]:
         return {}
     rows = session.execute(
         select(Device.name, Device.agent_id, Device.id, Device.first_seen_ns).where(
-            Device.name.in_(names) | Device.agent_id.in_(names)
+            in_texts(Device.name, names) | in_texts(Device.agent_id, names)
         )
     ).all()
     newest: dict[str, tuple[int, int]] = {}  # name -> (first_seen, id) of its newest install
     for name, first_seen, i in session.execute(
-        select(Device.name, Device.first_seen_ns, Device.id).where(Device.name.in_({r.name for r in rows}))
-    ):
+        select(Device.name, Device.first_seen_ns, Device.id).where(in_texts(Device.name, {r.name for r in rows}))
+    ).all():
         if name not in newest or (first_seen, i) > newest[name]:
             newest[name] = (first_seen, i)
     out: dict[str, int] = {}

@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # A registration admitted with less time than this left could not finish before the caller's
 # deadline: it would be written for an agent that is no longer waiting for the answer.
@@ -54,11 +56,25 @@ class RegistrationGate:
         self.waiting = 0
         self.shed = {"expired": 0, "queue_full": 0}
 
-    @asynccontextmanager
-    async def slot(self, time_remaining_s: float | None) -> AsyncIterator[None]:
-        """Hold one of the slots for a registration's write; raises RegistrationShed instead
-        when the caller (``time_remaining_s`` left of its deadline, None: no deadline) should
-        not be written now."""
+    async def write(self, time_remaining_s: float | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in a worker thread once a slot is free; raises RegistrationShed
+        instead when the caller (``time_remaining_s`` left of its deadline, None: no deadline)
+        should not be written now. The slot is held until ``fn`` returns, even when the caller
+        goes away meanwhile: the thread is still writing, and the cap is on the writes."""
+        await self._acquire(time_remaining_s)
+        self.in_flight += 1
+        began = time.monotonic()
+
+        def release(_: asyncio.Future) -> None:
+            self.in_flight -= 1
+            self._slots.release()
+            self._mean_s += 0.1 * ((time.monotonic() - began) - self._mean_s)
+
+        work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+        work.add_done_callback(release)
+        return await asyncio.shield(work)
+
+    async def _acquire(self, time_remaining_s: float | None) -> None:
         if self.waiting >= self.max_waiting and self._slots.locked():
             self.shed["queue_full"] += 1
             raise RegistrationShed(expired=False, retry_after_s=self._retry_after(), waiting=self.waiting)
@@ -74,16 +90,11 @@ class RegistrationGate:
                 raise RegistrationShed(expired=False, retry_after_s=self._retry_after(), waiting=self.waiting) from None
             self.shed["expired"] += 1
             raise RegistrationShed(expired=True) from None
+        except asyncio.CancelledError:  # the caller went first (its deadline, or it hung up)
+            self.shed["expired"] += 1
+            raise
         finally:
             self.waiting -= 1
-        self.in_flight += 1
-        began = time.monotonic()
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            self._slots.release()
-            self._mean_s += 0.1 * ((time.monotonic() - began) - self._mean_s)
 
     def _retry_after(self) -> float:
         """Long enough for the queue ahead to drain at the recent pace, spread over a further

@@ -181,9 +181,9 @@ class IngestService(pb_grpc.IngestServicer):
             context.set_trailing_metadata((("retry-after", f"{retry_after:.1f}"),))
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many registrations: retry after {retry_after:.1f} s")
         try:
-            async with self.registrations.slot(context.time_remaining()):
-                reg = await asyncio.to_thread(register_device, self._engine, request, received_ns=received,
-                                              authorize=self._auth.registration_check(presented, request))
+            reg = await self.registrations.write(context.time_remaining(), register_device, self._engine, request,
+                                                 received_ns=received,
+                                                 authorize=self._auth.registration_check(presented, request))
         except RegistrationShed as exc:
             if exc.expired:  # the agent stopped waiting; it calls again
                 await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "registration not written: its deadline passed while "

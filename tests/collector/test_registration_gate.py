@@ -128,3 +128,23 @@ def test_beyond_the_waiting_room_registrations_are_refused_at_once_with_a_retry_
     assert value(scrape(mport), "fleetscope_collector_registrations_shed_total", reason="queue_full") == 1
     # The refused agent, retrying after the storm, gets in.
     assert register_call(addr, "one-too-many", 10)[0] == grpc.StatusCode.OK
+
+
+def test_a_caller_gone_mid_write_keeps_its_slot_until_the_write_ends(gated) -> None:  # type: ignore[no-untyped-def]
+    collector, addr, db = gated
+    mport = collector.observability.metrics_port
+    assert register_call(addr, "warm-up", 10)[0] == grpc.StatusCode.OK
+    lock = HeldWriteLock(db)
+    try:
+        # Admitted at once, then stuck on the lock past its own deadline: gRPC cancels its handler.
+        assert register_call(addr, "gone", 1.5)[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+        # Its thread is still waiting to write: the slot is still its, so the next one waits too.
+        assert value(scrape(mport), "fleetscope_collector_registrations_in_flight") == 1
+        assert register_call(addr, "next", 1.5)[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        lock.release()
+    wait_until(lambda: value(scrape(mport), "fleetscope_collector_registrations_in_flight") == 0, timeout_s=30,
+               message="the slot given back when the write ended")
+    assert device_rows(db, "next") == 0
+    assert value(scrape(mport), "fleetscope_collector_registrations_shed_total", reason="expired") == 1
+    assert register_call(addr, "next", 10)[0] == grpc.StatusCode.OK

@@ -406,9 +406,10 @@ def test_memory_growth_of_a_gpu_and_a_process_with_slope_and_time_to_exhaustion(
 # ------------------------------------------------------------------------ OOMs, lifecycle
 
 
-def _oom(engine: Engine, d: int, ts: int, pid: int, name: str = "python", kind: str = "cuda_oom") -> None:
+def _oom(engine: Engine, d: int, ts: int, pid: int, name: str = "python", kind: str = "cuda_oom",
+         received_ns: int | None = None) -> None:
     _rows(engine, Incident.__table__, [{
-        "device_id": d, "ts_ns": ts, "received_ns": ts, "kind": kind, "severity": "error", "title": "OOM",
+        "device_id": d, "ts_ns": ts, "received_ns": ts if received_ns is None else received_ns, "kind": kind, "severity": "error", "title": "OOM",
         "facts": {"pid": pid, "process_name": name}, "source": "sdk", "excerpt": "", "context": {},
         "pid": pid, "process_name": name, "last_seen_ns": ts, "updated_ns": ts, "hints": []}])
 
@@ -448,6 +449,17 @@ def test_quiet_event_incidents_resolve_and_get_hints(engine: Engine) -> None:
     job.run_once(T0 + 661 * NS)
     (oom,) = _incidents(engine, "cuda_oom")
     assert oom.state == "resolved" and oom.ended_ns == T0 + 600 * NS and oom.updated_ns == T0 + 661 * NS
+
+
+def test_an_hours_old_oom_that_lands_before_the_first_pass_gets_its_hints(engine: Engine) -> None:
+    d = _device(engine)
+    _rows(engine, host_samples, [{"device_id": d, "ts_ns": T0 + k * NS, "cpu_percent": 97.0} for k in range(600)])
+    first_pass = T0 + 600 * NS + 2 * 3600 * NS  # a drone's backlog: the OOM is two hours old when it lands
+    _oom(engine, d, T0 + 600 * NS, 100, received_ns=first_pass - NS)
+    job = _job(engine, quiet_period_s=60.0, lookback_s=900.0, disabled=frozenset({"memory_growth"}))
+    job.run_once(first_pass)
+    (oom,) = _incidents(engine, "cuda_oom")
+    assert any("host CPU saturated (97 %" in h["text"] for h in oom.hints), oom.hints
 
 
 def test_lifecycle_open_refresh_resolve_keeps_one_open_per_key(engine: Engine) -> None:

@@ -125,7 +125,10 @@ def lifecycle(ctx: PassContext) -> Changes:
         _I.id > last_id, _I.kind.not_in(event_kinds), _I.origin == ORIGIN_AGENT
     )
     if until is None:  # a first pass: only what arrived lately, not the whole history
-        q = q.where(_I.ts_ns >= ctx.now_ns - int(ctx.settings.lookback_s * NS))
+        # By arrival, not by when it happened: a drone's backlog brings OOMs hours old, and one
+        # that landed before this pass would otherwise be passed over for good (the mark below
+        # moves past it).
+        q = q.where(_I.received_ns >= ctx.now_ns - int(ctx.settings.lookback_s * NS))
     rows = ctx.conn.execute(q.order_by(_I.id).limit(200)).all()
     for r in rows:
         if loads(r.hints):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from fleetscope.proto.vocabulary import BINARY_BYTE_UNITS
@@ -61,6 +62,21 @@ def collector_address(text: str) -> str:
     if problem := collector_address_problem(text):
         raise argparse.ArgumentTypeError(problem.split(" ", 1)[1])  # argparse names the flag itself
     return text
+
+
+def whole_number_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number, ``minimum`` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"not {minimum} or more: {text!r}")
+        return value
+
+    return parse
 
 
 def size_bytes(text: str) -> int:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetscope.cli.args import duration_ns, format_ns
+from fleetscope.cli.args import duration_ns, format_ns, whole_number_at_least
 from fleetscope.cli.terminal import visible
 from fleetscope.collector.commands.output import db_url_arg, needs_extra
 
@@ -35,14 +35,7 @@ def _expiry(text: str) -> int | None:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
-    return value
+_count = whole_number_at_least(0)
 
 
 def _fleet(text: str) -> str:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetscope.cli.args import duration_ns, listen_address, size_bytes
+from fleetscope.cli.args import duration_ns, listen_address, size_bytes, whole_number_at_least
 from fleetscope.cli.terminal import visible
 from fleetscope.collector.commands.output import DEFAULT_DB, needs_collector
 
@@ -78,23 +78,13 @@ def register(sub: Any) -> None:
                         help="bytes of batches read from all streams and not yet stored; above it streams are not read, "
                              "so a slow database slows the agents (their spools keep the rest) instead of growing this "
                              "process (default 64MiB)")
-    limits.add_argument("--max-registrations-in-flight", type=_at_least_one, default=8, metavar="N",
+    limits.add_argument("--max-registrations-in-flight", type=whole_number_at_least(1), default=8, metavar="N",
                         help="agent registrations written to the database at once; more wait until their deadline, and "
                              "beyond four times this many waiting are refused with a retry-after (default %(default)s)")
     from fleetscope.collector.commands import security  # TLS, limits per agent; `certs`, `token`, `device`
 
     security.add_collector_arguments(p)
     p.set_defaults(func=needs_collector(run_collector))
-
-
-def _at_least_one(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} is below 1")
-    return n
 
 
 def _listen_arg(value: str) -> str:

@@ -59,6 +59,8 @@ def _maybe_oom(text: str) -> bool:
         or "vmalloc" in text
         or "vmap allocation" in text
         or "badness" in text
+        or "illing process" in text
+        or "sending SIG" in text
         or "killed as a result of limit" in text
         or "OfMemoryError: Container" in text
         or "Out Of Memory" in text
@@ -1113,10 +1115,52 @@ _OOMD_CONSIDERED = re.compile(r"\bConsidered (?P<n>\d+) cgroups for killing, top
 _OOMD_PATH = re.compile(r"^\s*(?:\S+\s+)*?Path: (?P<cg>/\S+)\s*$")
 # Meta's oomd: "Running Action=kill_by_memory_size_or_growth", "Killed 3 pids saving 1.2G from /user.slice/..."
 _FB_OOMD = re.compile(r"\boomd\[\d+\]:.*?(?:Running Action=(?P<action>kill_\w+)|Killed (?P<pids>\d+) pids?\b.*?from (?P<cg>/?\S+))")
-# earlyoom: 'sending SIGTERM to process 1234 uid 1000 "firefox": badness 900, VmRSS 1024 MiB'
+# earlyoom's kill line, as kill.c printed it release by release (rfjakob/earlyoom, git tags):
+#   v0.5-v1.0   "Killing process %d %s"                                      (the name to the line's end)
+#   v1.1        "Killing process: %s, pid: %d, badness: %d, VmRSS: %lu MiB"
+#   v1.2        "Killing process '%s' with signal %d, pid: %d, badness: %d, VmRSS: %lu MiB"
+#   v1.3-rc1    "killing process %d \"%s\" with signal %d: badness %d, VmRSS %lu MiB"
+#   v1.3-v1.7   "sending %s to process %d [uid %d ]\"%s\": badness %d, VmRSS %lld MiB"
+#   v1.8-       "sending %s to process %d uid %d \"%s\": oom_score %d, [oom_score_adj %d, ]VmRSS %lld MiB, cmdline ..."
+# and its desktop notification (v1.0-): "Low memory! Killing process %d %s". The bare v0.x line and the
+# notification say nothing of earlyoom by themselves: they count only beside earlyoom's own words (its name,
+# a journald "earlyoom[pid]:" tag, "Out of memory! avail:"/"mem min:" just before, or "Low memory!").
 # earlyoom's old "-k" mode hands the kill to the kernel through sysrq: "Invoking oom killer: done".
 _EARLYOOM_SYSRQ = re.compile(r"^\s*Invoking oom killer: done\b")
-_EARLYOOM = re.compile(r'\bsending SIG(?:TERM|KILL) to process (?P<pid>\d+) (?:uid \d+ )?"?(?P<name>[^":]+)"?: badness')
+_EARLYOOM = re.compile(
+    r'\bsending SIG(?:TERM|KILL|\d+) to process (?P<pid>\d+) (?:uid \d+ )?"(?P<name>[^"\n]*)": (?:badness|oom_score)\b'
+    r'|\bkilling process (?P<pid2>\d+) "(?P<name2>[^"\n]*)" with signal \d+: badness\b'
+    r"|\bKilling process '(?P<name3>[^'\n]*)' with signal \d+, pid: (?P<pid3>\d+), badness:"
+    r"|\bKilling process: (?P<name4>[^\n]+?), pid: (?P<pid4>\d+), badness:"
+)
+# v0.5-v0.12 print the second field of /proc/PID/stat read with "%s": "(chrome)", or only its first word,
+# "(Web", when the name holds a space; v1.0 prints the name without its parentheses. A name not printed whole
+# (cut, or split at its space) is left out.
+_EARLYOOM_BARE = re.compile(r"(?:^|[\s:\]'])(?P<low>Low memory! )?Killing process (?P<pid>\d+)(?: (?P<name>[^'\n]*?))?'?\s*$")
+_EARLYOOM_OWN = re.compile(r"\bearlyoom\b|\bOut of memory! (?:avail|mem min):|\b[Ll]ow [Mm]emory! [Aa]t or below")
+_EARLYOOM_LOOKBACK = 40  # lines: v0.x prints its candidates' debug lines between "Out of memory!" and the kill
+
+
+def _earlyoom(lines: list[str], i: int) -> dict[str, FactValue] | None:
+    line = lines[i]
+    m = _EARLYOOM.search(line)
+    if m:
+        pid = m["pid"] or m["pid2"] or m["pid3"] or m["pid4"]
+        name = next(n for n in (m["name"], m["name2"], m["name3"], m["name4"]) if n is not None)
+        f: dict[str, FactValue] = {"source": "earlyoom", "victim_pid": int(pid)}
+        _put(f, "victim_process", name.strip() or None)
+        return f
+    b = _EARLYOOM_BARE.search(line)
+    if b is None:
+        return None
+    if not b["low"] and not any(_EARLYOOM_OWN.search(lines[j]) for j in range(max(0, i - _EARLYOOM_LOOKBACK), i + 1)):
+        return None
+    f = {"source": "earlyoom", "victim_pid": int(b["pid"])}
+    name = (b["name"] or "").strip()
+    if name.startswith("("):
+        name = name[1:-1] if name.endswith(")") and len(name) > 2 else ""
+    _put(f, "victim_process", name or None)
+    return f
 
 
 # Container runtimes and orchestrators saying a container was OOM-killed in their own words.
@@ -1281,10 +1325,8 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
         elif "oom killer: done" in line:
             if _EARLYOOM_SYSRQ.match(line):
                 f = {"source": "earlyoom", "earlyoom_sysrq_oom": True}
-        elif "badness" in line:
-            m = _EARLYOOM.search(line)
-            if m:
-                f = {"source": "earlyoom", "victim_pid": int(m["pid"]), "victim_process": m["name"].strip()}
+        elif "illing process" in line or "sending SIG" in line:
+            f = _earlyoom(lines, i)
         elif "killed as a result of limit" in line:
             m = _TASK_IN.search(line)
             if m:
@@ -1341,7 +1383,8 @@ class HostOomClassifier:
         if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text \
                 or "*ERROR* Failed to allocate from CMA" in text:
             out.extend(_alloc_failures(lines, taken, text))
-        if "oomd" in text or "Considered" in text or "Killed /" in text or "badness" in text \
+        if "oomd" in text or "Considered" in text or "Killed /" in text or "illing process" in text \
+                or "sending SIG" in text \
                 or "killed as a result of limit" in text or "oom killer: done" in text \
                 or "killed due to memory pressure" in text or "VM: killing process" in text:
             out.extend(_userspace(lines, taken))

@@ -48,6 +48,7 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_TRT_BENCHMARK: ("throughput_qps", "latency_mean_ms", "latency_median_ms", "trt_version"),
 }
 WINDOW = 64
+_USERSPACE_KILLERS = frozenset({"earlyoom"})  # killers that name one pid and no cgroup
 # Identity facts that are measurements: two values this close are one report's (its lines are stamped
 # a few milliseconds apart), farther apart two reports.
 _NEAR: Mapping[str, float] = {"kernel_uptime_s": 1.0}
@@ -73,6 +74,11 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # A CUDA runtime error ("CUDA error: out of memory") and an allocator's message are two
         # wordings that never relay each other: which one it is belongs to the identity.
         ident["cuda_error"] = facts.get("cuda_error") or ""
+    if kind == KIND_HOST_OOM and "victim_pid" in ident and ident.get("source") in _USERSPACE_KILLERS:
+        # A process killed is one fault whoever reports it: earlyoom's SIGTERM to a pid and the kernel's kill of
+        # that pid after it (the process did not exit in time) are one OOM kill. (The source stays a key: a container's termination named by its pod is never
+        # one fault with a pid's kill by their absent facts alone.)
+        ident["source"] = "kernel"
     if kind == KIND_HOST_OOM and facts.get("finished_at") is not None:
         # A container terminated at two different times was killed twice (its current state and its last
         # one, both OOMKilled); the same state shown twice, or before and after a restart, is one kill.

@@ -525,3 +525,52 @@ def test_a_containers_current_and_last_oom_kill_at_two_times_are_two_faults() ->
     assert len(_scanned(describe)) == 2
     twice = describe.split("    Last State:")[0]
     assert len(_scanned(twice + "\n" + twice)) == 1  # the same state pasted twice: one kill
+
+
+# earlyoom's kill line as kill.c printed it in each release (rfjakob/earlyoom, tags v0.5 to v1.9):
+# the victim's pid and name read from every wording, a name split by v0.x's "%s" left out.
+def test_earlyoom_kill_line_of_every_release() -> None:
+    lines = {
+        # v1.8+: warn("sending %s to process %d uid %d \"%s\": oom_score %d, oom_score_adj %d, VmRSS %lld MiB, cmdline \"%s\"\n")
+        'earlyoom[611]: sending SIGTERM to process 3120 uid 1000 "Isolated Web Co": oom_score 845, oom_score_adj 167, '
+        'VmRSS 2210 MiB, cmdline "/usr/lib/firefox/firefox -contentproc"': (3120, "Isolated Web Co"),
+        # v1.4-v1.7: warn("sending %s to process %d uid %d \"%s\": badness %d, VmRSS %lld MiB\n")
+        'sending SIGKILL to process 77 uid 0 "node": badness 910, VmRSS 5012 MiB': (77, "node"),
+        # v1.3: warn("sending %s to process %d \"%s\": badness %d, VmRSS %lu MiB\n")
+        'sending SIGTERM to process 12 "my prog": badness 500, VmRSS 800 MiB': (12, "my prog"),
+        # v1.3-rc1: warn("killing process %d \"%s\" with signal %d: badness %d, VmRSS %lu MiB\n")
+        'killing process 4401 "java" with signal 15: badness 702, VmRSS 3333 MiB': (4401, "java"),
+        # v1.2: warn("Killing process '%s' with signal %d, pid: %d, badness: %d, VmRSS: %lu MiB\n")
+        "Killing process 'chromium' with signal 9, pid: 9001, badness: 640, VmRSS: 1500 MiB": (9001, "chromium"),
+        # v1.1: fprintf(stderr, "Killing process: %s, pid: %d, badness: %d, VmRSS: %lu MiB\n")
+        "Killing process: gimp-2.10, pid: 5005, badness: 601, VmRSS: 2900 MiB": (5005, "gimp-2.10"),
+        # v1.0's notification: "Low memory! Killing process %d %s"
+        "notify-send -i dialog-warning earlyoom 'Low memory! Killing process 6006 qemu-system-x86'": (6006, "qemu-system-x86"),
+    }
+    for line, (pid, name) in lines.items():
+        f = _one(line)
+        assert f.facts["source"] == "earlyoom"
+        assert (f.facts["victim_pid"], f.facts.get("victim_process")) == (pid, name), line
+    # v0.5-v0.12: fprintf(stderr, "Killing process %d %s\n") with /proc/PID/stat's "(comm)" read by "%s", after
+    # "Out of memory! avail: %lu MiB < min: %lu MiB"; a name holding a space is cut at it, and is left out.
+    f = _one("Out of memory! avail: 98 MiB < min: 100 MiB\nKilling process 5120 (chromium-browse)")
+    assert (f.facts["victim_pid"], f.facts["victim_process"]) == (5120, "chromium-browse")
+    f = _one("Out of memory! avail: 98 MiB < min: 100 MiB\nKilling process 5121 (Web")
+    assert f.facts["victim_pid"] == 5121 and "victim_process" not in f.facts
+
+
+def test_a_bare_killing_process_line_without_earlyoom_is_silent() -> None:
+    assert classify_text("supervisord: Killing process 5120 gunicorn") == []
+    assert classify_text("INFO Killing process 44 (worker) after timeout") == []
+
+
+def test_earlyoom_term_then_the_kernels_kill_of_that_pid_is_one_fault() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    term = classify_text('sending SIGTERM to process 27541 uid 1000 "bash": badness 550, VmRSS 7609 MiB')
+    kill = classify_text("[ 812.000100] Out of memory: Killed process 27541 (bash) total-vm:8118236kB, "
+                         "anon-rss:8098448kB, file-rss:3264kB, shmem-rss:0kB")
+    other = classify_text('sending SIGTERM to process 999 uid 1000 "bash": badness 550, VmRSS 7609 MiB')
+    merged = merge_repeats(term + kill + other)
+    assert [f.facts["victim_pid"] for f in merged] == [27541, 999]
+    assert merged[0].facts["occurrences"] == 2

@@ -1302,6 +1302,7 @@ _CALL_PAREN = re.compile(r"_STATUS_\w+ \((\w+)\)")
 _CNTK = re.compile(r"CUBLAS failure (\d+):")
 _GPU_EQ = re.compile(r"GPU=(\d+)")
 _CPP_FRAME = re.compile(r"^frame #\d+:")
+_FRAMEWORKS = frozenset({"pytorch", "tensorflow", "jax"})
 
 
 def _caller(text: str, lib: str) -> str | None:
@@ -1365,7 +1366,14 @@ def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:
         _put(facts, "device_index", int(gpu.group(1)) if gpu else None)
         exc = _LEAD_EXC.search(line)
         _put(facts, "exception", exc.group(1) if exc else ev.vscode_exception())
-        _put(facts, "caller_framework", _caller(text, lib))
+        caller = _caller(text, lib) or _bfc_framework(ev, idx[0], text, path_only=True)
+        _put(facts, "caller_framework", caller)
+        if caller in _FRAMEWORKS:
+            # The framework whose call failed is the finding's framework; the library that returned the status
+            # is its "library" ("failed to create cublas handle: ..." is TensorFlow's stream executor,
+            # cuda_blas.cc; "CUDA error: CUBLAS_STATUS_... when calling `...`" is PyTorch's TORCH_CUDABLAS_CHECK).
+            facts["framework"] = caller
+        facts["library"] = lib
         frames = sum(1 for x in ev.lines if _CPP_FRAME.match(x))
         if frames:
             facts["cpp_frames"] = frames

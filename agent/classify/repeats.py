@@ -74,6 +74,8 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # A CUDA runtime error ("CUDA error: out of memory") and an allocator's message are two
         # wordings that never relay each other: which one it is belongs to the identity.
         ident["cuda_error"] = facts.get("cuda_error") or ""
+        # A math library's status (cuBLAS, cuDNN) is its own fault beside the framework's allocator error.
+        ident["library"] = facts.get("library") or ""
     if kind == KIND_HOST_OOM and "victim_pid" in ident and ident.get("source") in _USERSPACE_KILLERS:
         # A process killed is one fault whoever reports it: earlyoom's SIGTERM to a pid and the kernel's kill of
         # that pid after it (the process did not exit in time) are one OOM kill. (The source stays a key: a container's termination named by its pod is never

@@ -467,3 +467,38 @@ def test_onnx_runtimes_arena_failure_whole_or_cut_inside_its_message() -> None:
     cut = _one("# " + head + "Failed to alloc")
     assert cut.facts["framework"] == "onnxruntime" and "requested_bytes" not in cut.facts
     _none("I1 BFCArena::AllocateRawInternal] Extending BFCArena for Cuda. bin_num:20 num_bytes: 564000000")
+
+
+# ------------------------------------------------------------------- math libraries' callers
+
+
+def test_a_math_librarys_status_names_the_framework_that_called_it() -> None:
+    # TensorFlow's stream executor: cuda_blas.cc LOG(ERROR) << "failed to create cublas handle: " << ToString(ret),
+    # cuda_dnn.cc LOG(ERROR) << "Could not create cudnn handle: " << ...; glog's path says whose build printed it,
+    # a Windows build's with backslashes.
+    for line, lib in (
+        ("2021-03-04 05:06:07.123456: E tensorflow/stream_executor/cuda/cuda_blas.cc:226] "
+         "failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED", "cublas"),
+        ("E c:\\users\\ci\\src\\tensorflow\\stream_executor\\cuda\\cuda_dnn.cc:329] "
+         "Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED", "cudnn"),
+    ):
+        f = _one(line)
+        assert (f.facts["framework"], f.facts["library"]) == ("tensorflow", lib), line
+    # PyTorch's TORCH_CUDABLAS_CHECK: "CUDA error: ", _cublasGetErrorEnum(err), " when calling `" #EXPR "`"
+    f = _one("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    assert (f.facts["framework"], f.facts["library"], f.facts["call"]) == ("pytorch", "cublas", "cublasCreate(handle)")
+    # No caller shown: the library alone.
+    f = _one("cublas returned CUBLAS_STATUS_ALLOC_FAILED")
+    assert f.facts["framework"] == f.facts["library"] == "cublas"
+
+
+def test_a_cublas_and_a_cudnn_failure_of_one_run_are_two_faults() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    lines = [
+        "E tensorflow/stream_executor/cuda/cuda_blas.cc:510] failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED",
+        "E tensorflow/stream_executor/cuda/cuda_blas.cc:510] failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED",
+        "E tensorflow/stream_executor/cuda/cuda_dnn.cc:334] Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
+    ]
+    merged = merge_repeats([f for line in lines for f in classify_text(line)])
+    assert [(f.facts["library"], f.facts.get("occurrences", 1)) for f in merged] == [("cublas", 2), ("cudnn", 1)]

@@ -137,8 +137,9 @@ PYTORCH_CHECKS: dict[str, Check] = {
 
 # ------------------------------------------------------------------------------- oom-other
 
-# Manifest "framework" wording -> facts. cuBLAS/cuDNN findings name the failing library in
-# ``framework`` and the framework that called it in ``caller_framework``.
+# Manifest "framework" wording -> facts. cuBLAS/cuDNN findings name the failing library in ``library``
+# and the framework that called it in ``caller_framework`` (and in ``framework`` when it is PyTorch,
+# TensorFlow or JAX; else ``framework`` is the library).
 OTHER_FRAMEWORKS: dict[str, dict[str, object]] = {
     "CNTK": {"framework": "cublas", "caller_framework": "cntk"},
     "PyTorch (C++ backtrace)": {"caller_framework": "pytorch"},
@@ -789,7 +790,7 @@ def test_cudnn_not_initialized_needs_an_oom_in_the_event() -> None:
     lone = "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED (possibly out of memory)"
     g = _only(CUDA.classify(lone), KIND_CUDA_OOM)
     assert (
-        g.facts["framework"] == "cudnn" and g.facts["oom_cause"] and g.facts["caller_framework"] == "pytorch"
+        g.facts["library"] == "cudnn" and g.facts["oom_cause"] and g.facts["framework"] == g.facts["caller_framework"] == "pytorch"
     )
 
 

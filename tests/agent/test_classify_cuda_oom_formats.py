@@ -502,3 +502,21 @@ def test_a_cublas_and_a_cudnn_failure_of_one_run_are_two_faults() -> None:
     ]
     merged = merge_repeats([f for line in lines for f in classify_text(line)])
     assert [(f.facts["library"], f.facts.get("occurrences", 1)) for f in merged] == [("cublas", 2), ("cudnn", 1)]
+
+
+def test_two_pytorch_ooms_of_one_size_with_different_allocated_figures_are_two_faults() -> None:
+    # c10/cuda/CUDACachingAllocator.cpp (2.1+): "CUDA out of memory. Tried to allocate %s. GPU %d has a total
+    # capacity of %s of which %s is free. %sOf the allocated memory %s is allocated by PyTorch, and %s is reserved
+    # by PyTorch but unallocated." The figures are the allocator's state when it failed: the same message again
+    # (its exception relayed, a summary) is one fault, other figures another failure.
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    def msg(allocated: str) -> str:
+        return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 MiB. GPU 0 has a total capacity "
+                f"of 4.00 GiB of which 0 bytes is free. Of the allocated memory {allocated} is allocated by PyTorch, "
+                f"and 65.23 MiB is reserved by PyTorch but unallocated.")
+
+    found = [f for text in (msg("3.41 GiB"), msg("3.41 GiB"), msg("6.97 GiB")) for f in classify_text(text)]
+    merged = merge_repeats(found)
+    assert [(f.facts["allocated_bytes"], f.facts.get("occurrences", 1)) for f in merged] == [
+        (parse_size("3.41 GiB"), 2), (parse_size("6.97 GiB"), 1)]

@@ -1193,6 +1193,10 @@ _RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Messa
 
 
 _JSON_EXIT = re.compile(r'"?exitCode"?\s*:\s*(-?\d+)')
+# ecs-cli ps, a stopped container's row (amazon-ecs-cli, compose/container/container.go): Name is
+# GetFormattedContainerName(taskID, name), "<task id>/<container>", State "STOPPED ExitCode: %d Reason: %s".
+_ECS_PS = re.compile(r"(?:^|[\s`|])[0-9a-f]{8}(?:-?[0-9a-f]{4}){3}-?[0-9a-f]{12}/(?P<name>[\w.-]+)\s+STOPPED"
+                     r"(?: ExitCode: (?P<code>-?\d+))? Reason: OutOfMemoryError")
 # An exit code printed after a runtime's OOM line (ECS's console: "... due to memory usage Exit Code<TAB>137").
 _EXIT_CODE = re.compile(r"\b(?:Exit ?Code|ExitCode|exit_code)\b[\"']?\s*[:=]?\s*(-?\d+)\b")
 _FLAT_NAME = re.compile(r"(?:^|\s)-\s+name:\s+([\w.-]+)\s")
@@ -1224,7 +1228,8 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
             "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm"}.get(source, source)}
         flat_name = _FLAT_NAME.search(line, 0, m.start()) if source == "flat" else None
-        name = g.get("name") or (flat_name.group(1) if flat_name else _attr_name(line))
+        ps = _ECS_PS.search(line, 0, m.end()) if source == "ecs" else None
+        name = g.get("name") or (flat_name.group(1) if flat_name else ps["name"] if ps else _attr_name(line))
         if name is None and source == "inline_json" and len(lines) > 1:
             name = _siblings(lines, i)[0].get("name")  # the container's object, printed over lines around it
         _put(f, "container", name)
@@ -1235,6 +1240,8 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             _put(f, "node", g["node"])
         elif g.get("ncode"):
             f["exit_code"] = int(g["ncode"])
+        elif ps is not None and ps["code"] is not None:
+            f["exit_code"] = int(ps["code"])
         else:
             code = _JSON_EXIT.search(line) if source in ("inline_json", "flat") else _EXIT_CODE.search(line, m.start())
             _put(f, "exit_code", int(code.group(1)) if code else None)

@@ -574,3 +574,15 @@ def test_earlyoom_term_then_the_kernels_kill_of_that_pid_is_one_fault() -> None:
     merged = merge_repeats(term + kill + other)
     assert [f.facts["victim_pid"] for f in merged] == [27541, 999]
     assert merged[0].facts["occurrences"] == 2
+
+
+def test_ecs_cli_ps_row_of_a_stopped_container() -> None:
+    # amazon-ecs-cli compose/container/container.go: Name "<task id>/<container>", State
+    # fmt.Sprintf("%s ExitCode: %d", ...) then fmt.Sprintf("%s Reason: %s", ...), then Ports and TaskDefinition.
+    f = _one("0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d/api-server  STOPPED ExitCode: 137 Reason: OutOfMemoryError: "
+             "Container killed due to memory usage  10.0.0.1:80->8080/tcp  api:12")
+    assert (f.facts["source"], f.facts["container"], f.facts["exit_code"]) == ("ecs", "api-server", 137)
+    # Without an exit code (ECS left it unset) the row names the container and no code.
+    f = _one("0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d/api  STOPPED Reason: OutOfMemoryError: Container killed due to "
+             "memory usage")
+    assert f.facts["container"] == "api" and "exit_code" not in f.facts

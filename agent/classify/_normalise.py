@@ -6,7 +6,8 @@ things no classifier should have to know:
 
 * markdown quote markers (``> ``, ``> > ``) and code fences (```` ``` ````, ``~~~``; text on a
   fence's line that is not a language tag is output pasted there, and is kept);
-* comment markers before a log line kept in a program (``# [10/14/2023-22:29:21] [I] ...``);
+* comment markers before a log line kept in a program (``# [10/14/2023-22:29:21] [I] ...``, and
+  TensorRT's ``# &&&& PASSED TensorRT.trtexec ...`` report line);
 * HTML: entities (``&gt;``, ``&#39;``) and the tags a page wraps output in (``<pre>``, ``<br>``);
 * numbers written the reader's way: digit groups (``1,073,741,824 bytes``, ``1 073 741 824``) and a
   decimal comma before a size unit (``2,00 GiB``).
@@ -27,7 +28,9 @@ __all__ = ["undecorate", "looks_decorated", "looks_pasted", "blank_quoted_exampl
 _QUOTE = re.compile(r"^[ \t]{0,3}(?!>>> )(?:>[ \t]?)+", re.MULTILINE)
 # A log kept in a program's comments: "# [10/14/2023-22:29:21] [I] ...", "// [  12.3] NVRM: ...".
 _COMMENTED_LOG = re.compile(
-    r"^[ \t]*(?:#|//) ?(?=\[\d\d/\d\d/\d{4}-|\[ *\d+\.\d+\]|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d[ T]\d\d:)",
+    r"^[ \t]*(?:#|//) ?(?=\[\d\d/\d\d/\d{4}-|\[ *\d+\.\d+\]|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d[ T]\d\d:"
+    # TensorRT samples' test report lines (samples/common/logging.h, reportTestResult): "&&&& PASSED TensorRT.trtexec ..."
+    r"|&&&& (?:RUNNING|PASSED|FAILED|WAIVED) )",
     re.MULTILINE,
 )
 _FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)([^\n`]*)$", re.MULTILINE)
@@ -75,7 +78,7 @@ def looks_pasted(text: str) -> bool:
 
 
 # A commented-out log line starts "# [", "#[", "// [" or "# 2024-...": checked as substrings first.
-_COMMENT_HINTS = ("# [", "#[", "// [", "//[", "# 19", "# 20", "// 20")
+_COMMENT_HINTS = ("# [", "#[", "// [", "//[", "# 19", "# 20", "// 20", "# &&&&", "// &&&&")
 _ENTITY_HINTS = ("&gt;", "&lt;", "&amp;", "&quot;", "&#", "&nbsp;", "&apos;")
 _GROUP_HINT = re.compile(r"\d[,'\u202f\u00a0]\d\d\d\s?(?:bytes?|B|[kKMGT]i?B)\b|\d,\d\d?\s?[KMGT]i?B\b")
 

@@ -248,6 +248,7 @@ _VSCODE_EXC = re.compile(r"Exception has occurred: [A-Za-z_][\w.]*\s*$")
 # trtexec <= 7 prints each metric as a heading, then one "min: x ms" line per statistic.
 _TRT_HEADING = re.compile(r"(?:End-to-End Host Latency|Host Latency|Enqueue Time|GPU Compute(?: Time)?|H2D Latency|D2H Latency)\s*")
 _TRT_VERTICAL_STAT = re.compile(r"(?:min|max|mean|median|percentile|throughput|walltime|end to end)\b[^:]*:", re.I)
+_TRT_EXPLANATIONS = "=== Explanations of the performance metrics ==="
 _TRT_TRAILERS = (
     "GPU compute time is unstable",
     "If not already in use",
@@ -507,6 +508,11 @@ def _trt_step(g: _Group[L], rest: str) -> tuple[int, str]:
         ok = _TRT_VERTICAL_STAT.match(msg) or _TRT_HEADING.fullmatch(msg)
         return (_TAKE, g.state) if ok else (_END, g.state)
     if _SUMMARY_STAT.match(msg) or msg.startswith(_TRT_TRAILERS):
+        return _TAKE, g.state
+    if msg.startswith(_TRT_EXPLANATIONS) and g.kind != _TRT_DEVICE:
+        # trtexec 8+ (--verbose) prints printMetricExplanations() after the summary and before its "&&&& PASSED
+        # TensorRT.trtexec [TensorRT vN]" line: a section of "<metric>: the ..." lines, which the summary keeps
+        # (_SUMMARY_STAT), so that the run's last line, which names the TensorRT version, stays in it.
         return _TAKE, g.state
     if g.state == _STATS or g.blank_tail:
         return _END, g.state

@@ -449,3 +449,45 @@ def test_a_tensorrt_assertion_whose_backtick_a_code_span_ate_is_read() -> None:
             "memory size and expected size of serialized engine.\"' failed.`")
     facts = _one(line)
     assert facts["category"] == "assertion_failed" and facts["assertion"].startswith("size >= bsize")
+
+
+def _trtexec_8_tail(prefix: str = "") -> str:
+    # trtexec 8+: printEpilog's summary (sampleReporting.cpp), then "Explanations of the performance metrics are
+    # printed in the verbose logs.", printMetricExplanations()'s section at --verbose ("[V] === Explanations of the
+    # performance metrics ===", one "<metric>: the ..." line each), and the test report line that names the release
+    # (logging.h: "&&&& PASSED TensorRT.trtexec [TensorRT v<NV_TENSORRT_VERSION>] # <command line>").
+    i, v = f"{STAMP} [I] ", f"{STAMP} [V] "
+    lines = [
+        f"{i}=== Performance summary ===",
+        f"{i}Throughput: 211.5 qps",
+        f"{i}Latency: min = 4.1 ms, max = 5.2 ms, mean = 4.4 ms, median = 4.3 ms, percentile(90%) = 4.8 ms, "
+        "percentile(95%) = 4.9 ms, percentile(99%) = 5.1 ms",
+        f"{i}GPU Compute Time: min = 3.9 ms, max = 5.0 ms, mean = 4.2 ms, median = 4.1 ms, percentile(90%) = 4.6 ms, "
+        "percentile(95%) = 4.7 ms, percentile(99%) = 4.9 ms",
+        f"{i}Total Host Walltime: 3.0 s",
+        f"{i}Explanations of the performance metrics are printed in the verbose logs.",
+        f"{v}",
+        f"{v}=== Explanations of the performance metrics ===",
+        f"{v}Total Host Walltime: the host walltime from when the first query (after warmups) is enqueued to when "
+        "the last query is completed.",
+        f"{v}GPU Compute Time: the GPU latency to execute the kernels for a query.",
+        f"{v}Latency: the summation of H2D Latency, GPU Compute Time, and D2H Latency.",
+        f"{i}",
+        "&&&& PASSED TensorRT.trtexec [TensorRT v8601] # trtexec --loadEngine=m.plan --verbose",
+    ]
+    return "\n".join(prefix + line for line in lines) + "\n"
+
+
+def test_trtexec_8_verbose_explanations_keep_the_report_line_and_its_version(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(_trtexec_8_tail())
+    (f,) = [f for f in scan_file(p).findings if f.kind == KIND_TRT_BENCHMARK]
+    assert (f.facts["throughput_qps"], f.facts["trt_version"]) == (211.5, "8.6.1")
+
+
+def test_trtexec_log_kept_in_comments_reads_its_report_line_too(tmp_path: Path) -> None:
+    # A run pasted into a script's comments: every line "# "-prefixed, the "&&&&" report line as well.
+    p = tmp_path / "bench.py"
+    p.write_text(_trtexec_8_tail("# "))
+    (f,) = [f for f in scan_file(p).findings if f.kind == KIND_TRT_BENCHMARK]
+    assert f.facts["trt_version"] == "8.6.1"

@@ -1043,6 +1043,16 @@ def _prose_mention(line: str, m: re.Match[str]) -> bool:
     if _ARTICLE_BEFORE.search(before) or _CODE_BEFORE.search(before) or _CODE_AFTER.match(line, m.end()):
         return True
     return not (_LOG_AFTER.match(line, m.end()) or _LOG_BEFORE.search(before))
+# Any caller's CUDA check macro printing cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory", as its
+# line's last words after its own prefix: a line naming CUDA and an error or failure, then ": out of memory"
+# (ethminer's CUDA_SAFE_CALL "CUDA error in func 'init' at line 243 : out of memory.", Paddle 1.x's glog CHECK
+# "Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: out of memory"). Tried only when no wording above
+# matched the line: those say more (the driver's status, the caller).
+# c10's own "CUDA error: out of memory" is read above with its spacing; "CUDA error:out of memory" is that wording
+# retyped, which no program prints, and is left alone. A whole line quoted in backticks ends in one.
+_RAW_ANY = re.compile(
+    r"\b(?:CUDA|Cuda|cuda)\b[^\n]*?\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAILED)\b[^\n]*?(?<!CUDA error)[:=]\s*out of memory\.?`?\s*$"
+)
 _GPU_EQ_ANY = re.compile(r"GPU=(\d+)")
 # What only PyTorch prints around "CUDA error: out of memory": the exception it raises (RuntimeError
 # before 2.8, torch.AcceleratorError after), c10's advice lines, a torch frame.
@@ -1069,22 +1079,25 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
              if not ((x["rtname"] or x["drv"] or x["hip"] == "hipErrorOutOfMemory") and _prose_mention(line, x))),
             None,
         )
+        if not m and "out of memory" in line:
+            m = _RAW_ANY.search(line)
         if not m:
             continue
         used.add(i)
-        drv = bool(m["drv"])
-        hip = bool(m["hip"])
+        g = m.groupdict()
+        drv = bool(g.get("drv"))
+        hip = bool(g.get("hip"))
         name = "CUDA_ERROR_OUT_OF_MEMORY" if drv else "hipErrorOutOfMemory" if hip else "cudaErrorMemoryAllocation"
         facts: dict[str, FactValue] = {"framework": "hip" if hip else "cuda", "cuda_error": name, "cuda_error_code": 2}
         facts["cuda_api"] = "driver" if drv else "runtime"
-        if m["check"]:
+        if g.get("check"):
             facts["glog_check"] = True
-        _put(facts, "call", m["call"])
+        _put(facts, "call", g.get("call"))
         exc = _LEAD_EXC.search(line[: m.start()])
         _put(facts, "exception", exc.group(1) if exc else None)
-        if m["thc"]:
+        if g.get("thc"):
             facts["caller_framework"] = "pytorch"  # THC is PyTorch's pre-1.0 CUDA layer
-        if m["thc"] or ((m["rt"] or m["hip"] == "HIP error: out of memory") and _PT_RAISED.search("\n".join(ev.lines))):
+        if g.get("thc") or ((g.get("rt") or g.get("hip") == "HIP error: out of memory") and _PT_RAISED.search("\n".join(ev.lines))):
             # PyTorch's own wording of a CUDA runtime failure (c10's CUDA check, THC before 1.0):
             # the allocation that failed was PyTorch's.
             facts["framework"] = "pytorch"
@@ -1096,13 +1109,13 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             facts["total_capacity_bytes"] = int(tot["n"])
             o = _RAW_ORDINAL.search(line)
             _put(facts, "device_index", int(o["n"]) if o else None)
-        if m["nccl"]:
+        if g.get("nccl"):
             facts["caller_framework"] = "nccl"
         if drv and facts["framework"] == "cuda":
             # The driver's status in a TensorFlow/XLA source line ("E tensorflow/stream_executor/...]"):
             # the allocation was that framework's.
             _put(facts, "framework", _bfc_framework(ev, i, "\n".join(ev.lines), path_only=True))
-        if m["ortcall"]:
+        if g.get("ortcall"):
             facts["framework"] = "onnxruntime"
             g = _GPU_EQ_ANY.search(line, m.end())
             _put(facts, "device_index", int(g.group(1)) if g else None)

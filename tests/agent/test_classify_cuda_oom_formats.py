@@ -520,3 +520,25 @@ def test_two_pytorch_ooms_of_one_size_with_different_allocated_figures_are_two_f
     merged = merge_repeats(found)
     assert [(f.facts["allocated_bytes"], f.facts.get("occurrences", 1)) for f in merged] == [
         (parse_size("3.41 GiB"), 2), (parse_size("6.97 GiB"), 1)]
+
+
+def test_any_callers_cuda_check_ending_in_the_runtimes_out_of_memory_string() -> None:
+    # cudaGetErrorString(cudaErrorMemoryAllocation) is "out of memory"; callers print it after their own prefix:
+    # ethminer's CUDA_SAFE_CALL ("CUDA error in func '" __FUNCTION__ "' at line " __LINE__ " : " ...), Paddle 1.x's
+    # glog CHECK (PADDLE_ENFORCE on cudaStat: "Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: ..."),
+    # a project's own "[cuda] kernel launch failed = out of memory". A whole line quoted in backticks too.
+    for line in (
+        "CUDA error in func 'search' at line 388 : out of memory.",
+        "`CUDA error in func 'search' at line 388 : out of memory.`",
+        "F0101 10:11:12.000000 777 gpu_info.cc:90] Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: out of memory",
+        "[cuda] kernel launch failed = out of memory",
+    ):
+        f = _one(line)
+        assert (f.facts["cuda_error"], f.facts["framework"]) == ("cudaErrorMemoryAllocation", "cuda"), line
+    # The driver's status keeps its own reading (TensorFlow's stream executor through its glog path).
+    f = _one("E tensorflow/stream_executor/cuda/cuda_driver.cc:936] failed to allocate 3.5G (3758096384 bytes) from "
+             "device: CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+    assert f.facts["cuda_error"] == "CUDA_ERROR_OUT_OF_MEMORY" and f.facts["framework"] == "tensorflow"
+    # A sentence without the caller's "<prefix>: out of memory" shape, and c10's wording retyped without its space.
+    _none("My cuda training failed because it ran out of memory")
+    _none("what leads to RuntimeError: CUDA error:out of memory")

@@ -1163,6 +1163,16 @@ def _earlyoom(lines: list[str], i: int) -> dict[str, FactValue] | None:
     return f
 
 
+# The oomkill tracer of bcc (tools/oomkill.py, libbpf-tools/oomkill.c), bpftrace (tools/oomkill.bt) and Inspektor
+# Gadget, a kprobe on the kernel's oom_kill_process: "%H:%M:%S Triggered by PID %d (\"%s\"), OOM kill of PID %d
+# (\"%s\"), %d pages, loadavg: %s" (libbpf-tools since 2023: "Trigger by"; without "loadavg" when /proc/loadavg
+# was not read). The pid and comm of the task that invoked the killer, then the victim's, then the pages considered.
+_BPF_OOMKILL = re.compile(
+    r'\bTrigger(?:ed)? by PID (?P<ipid>\d+) \("(?P<icomm>[^"\n]*)"\), OOM kill of PID (?P<vpid>\d+)'
+    r'(?: \("(?P<vcomm>[^"\n]*)"\)(?:, (?P<pages>\d+) pages)?)?'
+)
+
+
 # Container runtimes and orchestrators saying a container was OOM-killed in their own words.
 _RUNTIME_OOM = re.compile(
     r"(?P<runc>container init was OOM-killed)"
@@ -1332,6 +1342,13 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
         elif "oom killer: done" in line:
             if _EARLYOOM_SYSRQ.match(line):
                 f = {"source": "earlyoom", "earlyoom_sysrq_oom": True}
+        elif "OOM kill of PID" in line:
+            m = _BPF_OOMKILL.search(line)
+            if m:
+                f = {"source": "bpf-oomkill", "invoker_pid": int(m["ipid"]), "victim_pid": int(m["vpid"])}
+                _put(f, "invoker_process", m["icomm"] or None)
+                _put(f, "victim_process", m["vcomm"] or None)
+                _put(f, "oom_total_pages", int(m["pages"]) if m["pages"] else None)
         elif "illing process" in line or "sending SIG" in line:
             f = _earlyoom(lines, i)
         elif "killed as a result of limit" in line:
@@ -1391,7 +1408,7 @@ class HostOomClassifier:
                 or "*ERROR* Failed to allocate from CMA" in text:
             out.extend(_alloc_failures(lines, taken, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "illing process" in text \
-                or "sending SIG" in text \
+                or "sending SIG" in text or "OOM kill of PID" in text \
                 or "killed as a result of limit" in text or "oom killer: done" in text \
                 or "killed due to memory pressure" in text or "VM: killing process" in text:
             out.extend(_userspace(lines, taken))

@@ -48,7 +48,9 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_TRT_BENCHMARK: ("throughput_qps", "latency_mean_ms", "latency_median_ms", "trt_version"),
 }
 WINDOW = 64
-_USERSPACE_KILLERS = frozenset({"earlyoom"})  # killers that name one pid and no cgroup
+# Reports that name the one pid killed and no cgroup: earlyoom's kill, and the bpf oomkill tracer's relay of the
+# kernel's (a kprobe on oom_kill_process).
+_NAMES_A_PID_KILL = frozenset({"earlyoom", "bpf-oomkill"})
 # Identity facts that are measurements: two values this close are one report's (its lines are stamped
 # a few milliseconds apart), farther apart two reports.
 _NEAR: Mapping[str, float] = {"kernel_uptime_s": 1.0}
@@ -76,9 +78,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         ident["cuda_error"] = facts.get("cuda_error") or ""
         # A math library's status (cuBLAS, cuDNN) is its own fault beside the framework's allocator error.
         ident["library"] = facts.get("library") or ""
-    if kind == KIND_HOST_OOM and "victim_pid" in ident and ident.get("source") in _USERSPACE_KILLERS:
+    if kind == KIND_HOST_OOM and "victim_pid" in ident and ident.get("source") in _NAMES_A_PID_KILL:
         # A process killed is one fault whoever reports it: earlyoom's SIGTERM to a pid and the kernel's kill of
-        # that pid after it (the process did not exit in time) are one OOM kill. (The source stays a key: a container's termination named by its pod is never
+        # that pid after it (the process did not exit in time) are one OOM kill, and so are the kernel's report and
+        # the oomkill tracer's line for it. (The source stays a key: a container's termination named by its pod is never
         # one fault with a pid's kill by their absent facts alone.)
         ident["source"] = "kernel"
     if kind == KIND_HOST_OOM and facts.get("finished_at") is not None:

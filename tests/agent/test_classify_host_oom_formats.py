@@ -586,3 +586,31 @@ def test_ecs_cli_ps_row_of_a_stopped_container() -> None:
     f = _one("0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d/api  STOPPED Reason: OutOfMemoryError: Container killed due to "
              "memory usage")
     assert f.facts["container"] == "api" and "exit_code" not in f.facts
+
+
+def test_the_bpf_oomkill_tracers_line() -> None:
+    # bcc tools/oomkill.py and bpftrace oomkill.bt: "%H:%M:%S Triggered by PID %d (\"%s\"), OOM kill of PID %d
+    # (\"%s\"), %d pages, loadavg: %s"; libbpf-tools/oomkill.c since 2023 "Trigger by", and no loadavg when it
+    # could not read /proc/loadavg.
+    for line in (
+        '09:14:02 Triggered by PID 4410 ("stress-ng-vm"), OOM kill of PID 4412 ("stress-ng-vm"), 262144 pages, '
+        "loadavg: 0.52 0.31 0.20 3/211 4413",
+        '09:14:02 Trigger by PID 4410 ("stress-ng-vm"), OOM kill of PID 4412 ("stress-ng-vm"), 262144 pages',
+    ):
+        f = _one(line)
+        assert (f.facts["invoker_pid"], f.facts["invoker_process"], f.facts["victim_pid"], f.facts["victim_process"],
+                f.facts["oom_total_pages"]) == (4410, "stress-ng-vm", 4412, "stress-ng-vm", 262144)
+    # Cut after the victim's pid: its name and the pages are not printed, and are absent.
+    f = _one('09:14:02 Triggered by PID 4410 ("java"), OOM kill of PID 4412')
+    assert "victim_process" not in f.facts and "oom_total_pages" not in f.facts
+
+
+def test_the_kernels_report_and_the_tracers_line_for_one_kill_are_one_fault() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    kernel = classify_text("[ 5120.000200] Out of memory: Killed process 4412 (java) total-vm:8118236kB, "
+                           "anon-rss:8098448kB, file-rss:3264kB, shmem-rss:0kB, UID:1000 pgtables:16000kB oom_score_adj:0")
+    tracer = classify_text('09:14:02 Triggered by PID 4410 ("java"), OOM kill of PID 4412 ("java"), 262144 pages')
+    other = classify_text('09:15:40 Triggered by PID 5001 ("java"), OOM kill of PID 5003 ("java"), 262144 pages')
+    merged = merge_repeats(kernel + tracer + other)
+    assert [f.facts["victim_pid"] for f in merged] == [4412, 5003]

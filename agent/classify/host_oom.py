@@ -1198,8 +1198,11 @@ _RUNTIME_MORE = re.compile(
     r"|(?P<slurm>\bDetected (?P<sn>\d+) oom[-_]kill event(?:s|\(s\))? in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?(?:\.(?:\s|$)|\s*$))"
     r"|(?P<srun>\bsrun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory\b)"
     r"|(?P<nomad>Exit Code: (?P<ncode>-?\d+),(?: Signal: \d+,)? Exit Message: \\?\"OOM Killed\\?\")"
+    # Flux's shell oom plugin (flux-core src/shell/oom.c), from the job cgroup's memory.events oom_kill count:
+    # shell_log_error("Memory cgroup out of memory: killed %lu task%s on %s.", n, ..., hostname).
+    r"|(?P<flux>\bMemory cgroup out of memory: killed (?P<fn>\d+) tasks?(?: on (?P<fhost>[\w.-]+?))?\.?(?:\s|$))"
 )
-_RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Message")
+_RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Message", "of memory: killed")
 
 
 _JSON_EXIT = re.compile(r'"?exitCode"?\s*:\s*(-?\d+)')
@@ -1224,7 +1227,7 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
     out: list[Finding] = []
     for i, line in enumerate(lines):
         if i in taken or ("OOM" not in line and "oom" not in line and "OfMemoryError: Container" not in line
-                          and "Out Of Memory" not in line):
+                          and "Out Of Memory" not in line and "of memory: killed" not in line):
             continue
         m = _RUNTIME_OOM.search(line)
         if not m and any(w in line for w in _RUNTIME_MORE_WORDS):
@@ -1233,7 +1236,7 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             continue
         g = m.groupdict()
         source = next(k for k in ("runc", "events", "api", "forwarded", "inline_json", "flat", "inspect", "ecs",
-                                   "ecsagent", "taskoom", "talos", "nomad", "slurm", "srun") if g.get(k))
+                                   "ecsagent", "taskoom", "talos", "nomad", "slurm", "srun", "flux") if g.get(k))
         f: dict[str, FactValue] = {"source": {
             "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
             "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm"}.get(source, source)}
@@ -1244,7 +1247,10 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             name = _siblings(lines, i)[0].get("name")  # the container's object, printed over lines around it
         _put(f, "container", name)
         _put(f, "container_id", g.get("cid") or g.get("tcid") or g.get("ecid") or g.get("acid"))
-        if source in ("slurm", "srun"):
+        if source == "flux":
+            f["oom_kill_events"] = int(g["fn"])
+            _put(f, "node", g["fhost"])
+        elif source in ("slurm", "srun"):
             _put(f, "slurm_step", g["step"])
             _put(f, "oom_kill_events", int(g["sn"]) if g["sn"] else None)
             _put(f, "node", g["node"])
@@ -1402,7 +1408,7 @@ class HostOomClassifier:
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
         if "OOM" in text or "container oom" in text or "tasks/oom" in text or '"oom"' in text or "kill event" in text \
-                or "OfMemoryError: Container" in text or "Out Of Memory" in text:
+                or "OfMemoryError: Container" in text or "Out Of Memory" in text or "of memory: killed" in text:
             out.extend(_runtime_reports(lines, taken))
         if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text \
                 or "*ERROR* Failed to allocate from CMA" in text:

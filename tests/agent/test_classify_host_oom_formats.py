@@ -614,3 +614,16 @@ def test_the_kernels_report_and_the_tracers_line_for_one_kill_are_one_fault() ->
     other = classify_text('09:15:40 Triggered by PID 5001 ("java"), OOM kill of PID 5003 ("java"), 262144 pages')
     merged = merge_repeats(kernel + tracer + other)
     assert [f.facts["victim_pid"] for f in merged] == [4412, 5003]
+
+
+def test_flux_shell_oom_plugin() -> None:
+    # flux-core src/shell/oom.c: shell_log_error("Memory cgroup out of memory: killed %lu task%s on %s.", ...) from
+    # the job cgroup's memory.events oom_kill count, through the shell's logger ("flux-shell[RANK]: ERROR: oom: ").
+    f = _one("1.204s: flux-shell[3]: ERROR: oom: Memory cgroup out of memory: killed 2 tasks on tioga12.")
+    assert (f.facts["source"], f.facts["oom_kill_events"], f.facts["node"]) == ("flux", 2, "tioga12")
+    f = _one("Memory cgroup out of memory: killed 1 task on n1")  # the message alone, its period cut
+    assert (f.facts["oom_kill_events"], f.facts["node"]) == (1, "n1")
+    # The kernel's own memcg kill line is the kernel's, not Flux's.
+    f = _one("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:100kB, anon-rss:90kB, file-rss:0kB, "
+             "shmem-rss:0kB")
+    assert f.facts["source"] == "kernel" and f.facts["victim_pid"] == 4242

@@ -84,4 +84,6 @@ TENSORRT: tuple[str, ...] = (
     # onnx-tensorrt's parser ("In node -1 (parseGraph): UNSUPPORTED_NODE: ..."), by its error codes' capitals.
     'UNSUPPORTED_NODE', 'UNSUPPORTED_GRAPH', 'INVALID_NODE', 'INVALID_GRAPH', 'INVALID_VALUE',
     'MODEL_DESERIALIZE_FAILED', 'MEM_ALLOC_FAILED', 'REFIT_FAILED', 'INTERNAL_ERROR:',
+    # Its C++ ModelImporter's "ERROR: ModelImporter.cpp:492 In function importModel:" (tensorrt._ONNX_IN_FUNCTION).
+    ' In function ',
 )

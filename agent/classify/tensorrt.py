@@ -331,6 +331,7 @@ class TensorRtClassifier:
             or "ngine set up failed" in text
             or "Failed to create engine from" in text
             or "In node " in text
+            or " In function " in text
         ):
             return []
         return _classify(text)
@@ -338,6 +339,8 @@ class TensorRtClassifier:
 
 def _classify(text: str) -> list[Finding]:
     lines = text.splitlines()
+    if " In function " in text:
+        lines = _join_parser_errors(lines)
     findings: list[Finding] = []
     for line in lines:
         f = _error_line(line)
@@ -448,6 +451,7 @@ def _error_line(line: str) -> Finding | None:
         or "tensorrt_execution_provider" in line
         or "Calibration failure" in line
         or "In node " in line
+        or " In function " in line
     ):
         return None
     sev = _SEV_TAG.search(line)
@@ -499,6 +503,31 @@ _ONNX_PARSER = re.compile(
     r"|UNSUPPORTED_GRAPH|UNSUPPORTED_NODE|UNSUPPORTED_NODE_ATTR|UNSUPPORTED_NODE_INPUT|UNSUPPORTED_NODE_DATATYPE"
     r"|UNSUPPORTED_NODE_DYNAMIC|UNSUPPORTED_NODE_SHAPE|REFIT_FAILED):"
 )
+# Its C++ ModelImporter (TensorRT 6 to 10) logs each parser error as LOG_ERROR("ERROR: " << file << ":" << line <<
+# " In function " << func << ":\n" << "[" << code << "] " << desc), after "While parsing node number N [Op -> \"out\"]:"
+# for an error at a node; the code is NvOnnxParser.h's ErrorCode.
+_ONNX_CODES = ("SUCCESS", "INTERNAL_ERROR", "MEM_ALLOC_FAILED", "MODEL_DESERIALIZE_FAILED", "INVALID_VALUE", "INVALID_GRAPH",
+               "INVALID_NODE", "UNSUPPORTED_GRAPH", "UNSUPPORTED_NODE", "UNSUPPORTED_NODE_ATTR", "UNSUPPORTED_NODE_INPUT",
+               "UNSUPPORTED_NODE_DATATYPE", "UNSUPPORTED_NODE_DYNAMIC", "UNSUPPORTED_NODE_SHAPE", "REFIT_FAILED")
+_ONNX_IN_FUNCTION = re.compile(
+    r"\bERROR: (?P<file>[\w.\\/-]+\.(?:cpp|hpp|cc|cu|h)):(?P<line>\d+) In function (?P<fn>\w+):"
+    r"(?:\s*\[(?P<code>\d{1,2})\](?: (?P<desc>.*\S))?)?"
+)
+_ONNX_NODE = re.compile(r"While parsing node number (?P<n>-?\d+) \[(?P<op>[\w.]+)(?: -> \\?\"(?P<out>[^\"\\\n]*)\\?\")?\]")
+_ONNX_CODE_LINE = re.compile(r"^\s*\[\d{1,2}\] \S")
+
+
+def _join_parser_errors(lines: list[str]) -> list[str]:
+    """The parser's "... In function F:" line joined with the "[N] desc" line its message goes on with."""
+    out: list[str] = []
+    for line in lines:
+        if out and _ONNX_CODE_LINE.match(line) and out[-1].rstrip().endswith(":") and " In function " in out[-1]:
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 _PAIRS = (("(", ")"), ("[", "]"), ("{", "}"))
 
 
@@ -535,6 +564,23 @@ def _categorise(
         if m["op"]:
             facts["onnx_operator"] = m["op"]
         return "onnx_parser_error", _sev(printed, "error"), f"TensorRT's ONNX parser failed: {m['code']}"
+    m = _ONNX_IN_FUNCTION.search(line) if " In function " in line else None
+    if m:
+        facts["onnx_function"] = m["fn"]
+        facts["error_site"] = f"{m['file']}:{m['line']}"
+        code = int(m["code"]) if m["code"] else None
+        if code is not None:
+            facts["onnx_error_code"] = code
+            if code < len(_ONNX_CODES):
+                facts["onnx_error"] = _ONNX_CODES[code]
+        if m["desc"]:
+            facts["error_detail"] = m["desc"]
+        node = _ONNX_NODE.search(line)
+        if node:
+            facts["onnx_node_index"] = int(node["n"])
+            facts["onnx_operator"] = node["op"]
+        what = facts.get("onnx_error") or f"in {m['fn']}"
+        return "onnx_parser_error", _sev(printed, "error"), f"TensorRT's ONNX parser failed: {what}"
     m = _SKIP_TACTIC.search(line) if "actic" in line else None
     if m:
         if m.group("status"):

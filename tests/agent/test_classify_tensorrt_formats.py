@@ -491,3 +491,31 @@ def test_trtexec_log_kept_in_comments_reads_its_report_line_too(tmp_path: Path) 
     p.write_text(_trtexec_8_tail("# "))
     (f,) = [f for f in scan_file(p).findings if f.kind == KIND_TRT_BENCHMARK]
     assert f.facts["trt_version"] == "8.6.1"
+
+
+def test_onnx_parsers_cpp_error_with_its_error_code() -> None:
+    # onnx-tensorrt ModelImporter.cpp (TensorRT 6 to 10): LOG_ERROR("While parsing node number " << n << " [" << op
+    # << " -> \"" << out << "\"]:"), then LOG_ERROR("ERROR: " << file << ":" << line << " In function " << func <<
+    # ":\n" << "[" << code << "] " << desc); code is NvOnnxParser.h's ErrorCode (8 = kUNSUPPORTED_NODE).
+    text = (f"{STAMP} [TRT] [E] ModelImporter.cpp:726: While parsing node number 12 [Resize -> \"up_1\"]:\n"
+            f"{STAMP} [TRT] [E] ModelImporter.cpp:729: ERROR: builtin_op_importers.cpp:3422 In function importResize:\n"
+            "[8] Assertion failed: scales.is_weights() && \"Resize scales must be an initializer!\"")
+    # The node's line and the error are one failure (the cascade is one fault).
+    (f,) = merge_repeats([x for x in classify_text(text) if x.kind == KIND_TENSORRT_ERROR])
+    assert (f.facts["onnx_error"], f.facts["onnx_error_code"], f.facts["onnx_function"]) == (
+        "UNSUPPORTED_NODE", 8, "importResize")
+    assert f.facts["error_site"] == "builtin_op_importers.cpp:3422"
+    # All on one line, as an issue title carries it (TensorRT 6's wording, without the node's output).
+    f = _one_kind("While parsing node number 94 [Constant]: ERROR: ModelImporter.cpp:492 In function importModel: "
+                  "[7] Assertion failed: tensors().at(name).is_tensor()")
+    assert (f["onnx_error"], f["onnx_node_index"], f["onnx_operator"]) == ("UNSUPPORTED_GRAPH", 94, "Constant")
+    # The "ERROR:" line cut before its code: the code is not printed, and absent.
+    f = _one_kind("ERROR: ModelImporter.cpp:492 In function importModel:")
+    assert "onnx_error_code" not in f and f["onnx_function"] == "importModel"
+    # A compiler's "In function" is not the parser's.
+    assert classify_text("src/main.c: In function 'main':") == []
+
+
+def _one_kind(text: str) -> dict[str, object]:
+    (f,) = [x for x in classify_text(text) if x.kind == KIND_TENSORRT_ERROR]
+    return dict(f.facts)

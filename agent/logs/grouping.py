@@ -27,7 +27,8 @@ A line that is not inside a block opens one when it is, tried in this order:
    A VS Code debugger report (``Exception has occurred: X``, the message, then frames innermost
    first) is a traceback too.
 3. A TensorFlow / XLA allocator report: a line with the OOM ("OOM when allocating", "ran out of
-   memory trying", "Error reported to Coordinator", a BFC dump or a ``BufferAssignment`` listing,
+   memory trying", "Error reported to Coordinator", XLA's "Out of memory while trying to allocate" status,
+   a BFC dump or a ``BufferAssignment`` listing,
    or any glog line of ``bfc_allocator``), and the lines of the same report after it: node names
    (``[[node ...]]``), hints, the coordinator's echo, the BFC stats, bins and chunk map, XLA's
    buffer listing, indented lines; up to two blank lines in a row are kept if it goes on. One
@@ -214,6 +215,9 @@ _SUMMARY_STAT = re.compile(
 _ALLOC_OPEN = re.compile(
     r"OOM when allocating|ran out of memory trying|BFCAllocator dump|allocation summary follows"
     r"|BufferAssignment|Error reported to Coordinator|memory_limit_"
+    # XLA's status, whose message goes on with its BufferAssignment listing (BufferAssignment::ToVerboseString
+    # appended to "Out of memory while trying to allocate N bytes."): one report over lines.
+    r"|Out of memory while trying to allocate"
 )
 _ALLOC_MORE = re.compile(
     r"\[\[|Hint:|OOM when allocating|ran out of memory trying|Error reported to Coordinator|allocation summary"
@@ -270,6 +274,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "Traceback (most", FRAME_WORD, "oom-killer", "illed process", "ill process", "=== Performance summary",
     "=== Device Information", "Throughput:", "State:", "OOM when", "ran out of memory", "BFCAllocator",
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
+    "memory while trying to allocate",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
     "page allocation", "Exception has occurred", "Enqueue Time", "GPU Compute", "Host Latency",
     # A pod status's "containerStatuses:" and "lastState:" ("State:" above); a bare "state:" is not gated: its

@@ -542,3 +542,28 @@ def test_any_callers_cuda_check_ending_in_the_runtimes_out_of_memory_string() ->
     # A sentence without the caller's "<prefix>: out of memory" shape, and c10's wording retyped without its space.
     _none("My cuda training failed because it ran out of memory")
     _none("what leads to RuntimeError: CUDA error:out of memory")
+
+
+def test_xlas_buffer_assignment_listing_read_apart_is_its_status_messages_fault(tmp_path) -> None:
+    # xla/service/buffer_assignment.cc BufferAssignment::ToVerboseString: "BufferAssignment OOM Debugging.\n" then
+    # the stats and "Peak buffers:", appended to the status "RESOURCE_EXHAUSTED: Out of memory while trying to
+    # allocate N bytes." (one message over lines): one fault, with the status's size and the listing's figures.
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "run.log"
+    p.write_text(
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1048576000 bytes.\n"
+        "BufferAssignment OOM Debugging.\n"
+        "BufferAssignment stats:\n"
+        "             parameter allocation:   12.00MiB\n"
+        "              constant allocation:         0B\n"
+        "        maybe_live_out allocation:  100.00MiB\n"
+        "     preallocated temp allocation: 1000.00MiB\n"
+        "                 total allocation:    1.09GiB\n"
+        "Peak buffers:\n"
+        "\tBuffer 1:\n"
+        "\t\tSize: 500.00MiB\n"
+    )
+    (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
+    assert (f.facts["framework"], f.facts["requested_bytes"]) == ("jax", 1048576000)
+    assert f.facts["buffer_preallocated_temp_allocation_bytes"] == parse_size("1000.00MiB")

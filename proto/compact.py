@@ -43,7 +43,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any, NamedTuple
 
@@ -389,7 +389,14 @@ class _Reader:
         return out
 
     def unpack(self, fmt: struct.Struct) -> int:
-        return int(fmt.unpack(self.take(fmt.size))[0])
+        # Read in place (no slice object): a section of 30 columns makes hundreds of these calls.
+        pos = self.pos
+        end = pos + fmt.size
+        if end > len(self.buf):
+            raise CompactError(self.where, "is truncated")
+        self.pos = end
+        value: int = fmt.unpack_from(self.buf, pos)[0]
+        return value
 
     def rest(self) -> int:
         return len(self.buf) - self.pos
@@ -526,8 +533,17 @@ def _read_message(
     streams = streams or PURE
     if depth > _MAX_DEPTH:
         raise CompactError(where, "nests too deep")
+    for field, kind, fr, payload in read_fields(buf, msg.DESCRIPTOR, where):
+        read_field(field, kind, fr, payload, msg, budget, depth, streams)
+
+
+def read_fields(buf: memoryview, descriptor: Any, where: str) -> Iterator[tuple[FieldDescriptor, int, _Reader, memoryview]]:
+    """A message section's fields known to ``descriptor``: (field, payload type, a reader of the
+    payload, the payload), each checked to appear once and to have its field's payload type;
+    fields of a newer schema are skipped, as protobuf skips unknown fields. The caller reads each
+    payload whole (``read_field``) before asking for the next field."""
     r = _Reader(buf, where)
-    by_number = msg.DESCRIPTOR.fields_by_number
+    by_number = descriptor.fields_by_number
     seen: set[int] = set()
     for _ in range(r.unpack(_U16)):
         number = r.unpack(_U16)
@@ -535,37 +551,45 @@ def _read_message(
         payload = r.take(r.unpack(_U32))
         field = by_number.get(number)
         if field is None:
-            continue  # a field of a newer schema: skipped, as protobuf skips unknown fields
+            continue
         fr = _Reader(payload, f"{where}.{field.name}")
         if number in seen:
             raise CompactError(fr.where, "appears twice")
         seen.add(number)
         if kind != _field_type(field):
             raise CompactError(fr.where, f"payload type {kind} does not fit the field")
-        try:
-            if kind == _T_COLUMN:
-                streams.column(fr, getattr(msg, field.name), budget)
-            elif kind == _T_MESSAGE:
-                _read_message(payload, getattr(msg, field.name), fr.where, budget, depth + 1, streams)
-                continue  # the nested reader checked its own end
-            elif kind == _T_INTS:
-                n = fr.unpack(_U32)
-                budget.spend(n, fr.where)
-                getattr(msg, field.name).extend(streams.ints(fr, n))
-            elif kind in (_T_FLOATS, _T_DOUBLES):
-                n = fr.unpack(_U32)
-                budget.spend(n, fr.where)
-                getattr(msg, field.name).extend(streams.floats(fr, n, kind == _T_FLOATS))
-            else:
-                getattr(msg, field.name).extend(_read_strings(fr, budget))
-        except (ValueError, TypeError, OverflowError) as exc:  # protobuf's own range checks
-            if isinstance(exc, CompactError):
-                raise
-            raise CompactError(fr.where, f"a value does not fit the field ({exc})") from None
-        if fr.rest():
-            raise CompactError(fr.where, "has trailing bytes")
+        yield field, kind, fr, payload
     if r.rest():
         raise CompactError(where, "has trailing bytes")
+
+
+def read_field(
+    field: FieldDescriptor, kind: int, fr: _Reader, payload: memoryview, msg: Message, budget: _Budget, depth: int,
+    streams: Streams,
+) -> None:
+    """One field's payload (from ``read_fields``) read into ``msg``."""
+    try:
+        if kind == _T_COLUMN:
+            streams.column(fr, getattr(msg, field.name), budget)
+        elif kind == _T_MESSAGE:
+            _read_message(payload, getattr(msg, field.name), fr.where, budget, depth + 1, streams)
+            return  # the nested reader checked its own end
+        elif kind == _T_INTS:
+            n = fr.unpack(_U32)
+            budget.spend(n, fr.where)
+            getattr(msg, field.name).extend(streams.ints(fr, n))
+        elif kind in (_T_FLOATS, _T_DOUBLES):
+            n = fr.unpack(_U32)
+            budget.spend(n, fr.where)
+            getattr(msg, field.name).extend(streams.floats(fr, n, kind == _T_FLOATS))
+        else:
+            getattr(msg, field.name).extend(_read_strings(fr, budget))
+    except (ValueError, TypeError, OverflowError) as exc:  # protobuf's own range checks
+        if isinstance(exc, CompactError):
+            raise
+        raise CompactError(fr.where, f"a value does not fit the field ({exc})") from None
+    if fr.rest():
+        raise CompactError(fr.where, "has trailing bytes")
 
 
 def _decompress(blob: bytes, max_body_bytes: int) -> bytes:
@@ -611,7 +635,8 @@ def _decompress(blob: bytes, max_body_bytes: int) -> bytes:
 
 def expand(batch: pb.Batch, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
            max_values: int = DEFAULT_MAX_VALUES, streams: Streams | None = None,
-           sections: dict[int, bytes] | None = None) -> pb.Batch:
+           sections: dict[int, bytes] | None = None,
+           sample_reader: Callable[[int, memoryview, _Budget], None] | None = None) -> pb.Batch:
     """``batch`` with ``batch.compact`` unfolded into its plain fields (in place; returned).
 
     Raises ``CompactError`` naming the field for anything wrong, and leaves the batch's plain
@@ -619,6 +644,9 @@ def expand(batch: pb.Batch, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     how sample streams are read (``Streams``; this module's pure Python by default).
     ``sections``: filled with the sample sections' payloads as they came (``SECTION_HOST``,
     ``SECTION_GPU``), for a reader that keeps them encoded (the collector's chunks).
+    ``sample_reader``: reads each sample section (its number, payload and the blob's budget of
+    values) instead of unfolding it into the batch, whose sample fields then stay empty (the
+    collector reads them into arrays: ``collector.storage.compact_numpy.read_sample_section``).
     """
     if not batch.compact:
         return batch
@@ -643,11 +671,14 @@ def expand(batch: pb.Batch, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                 name, _cls = _SECTIONS[number]
                 if batch.HasField(name):
                     raise CompactError(f"compact.{name}", f"the batch carries {name} samples both compact and plain")
-                # Read straight into the batch (copying a section of thousands of readings costs
-                # as much as reading it); it had none of its own, so a failure clears it again.
-                filled.append(name)
-                getattr(batch, name).SetInParent()
-                _read_message(payload, getattr(batch, name), f"compact.{name}", budget, streams=streams)
+                if sample_reader is not None:
+                    sample_reader(number, payload, budget)
+                else:
+                    # Read straight into the batch (copying a section of thousands of readings
+                    # costs as much as reading it); it had none of its own, so a failure clears it again.
+                    filled.append(name)
+                    getattr(batch, name).SetInParent()
+                    _read_message(payload, getattr(batch, name), f"compact.{name}", budget, streams=streams)
                 if sections is not None:
                     sections[number] = bytes(payload)
             else:

@@ -274,7 +274,7 @@ class IngestService(pb_grpc.IngestServicer):
             # The agent id is a query key: a NUL or a 100,000-character id must not reach the database.
             check_batch_identity(batch, self._limits)
             # compact-v1 unfolds here, within bounds, before anything reads the batch's records.
-            sections = expand_compact(batch, self._limits)
+            unfolded = expand_compact(batch, self._limits)
         except BatchInvalid as exc:
             self.rejected += 1
             done = loop.create_future()
@@ -300,11 +300,13 @@ class IngestService(pb_grpc.IngestServicer):
             clock_skew_ns=placement.clock_skew_ns,
             # Stored on the device row (batches_reanchored, last_clock_step_ns) with the batch.
             clock_step_ns=(placement.step_ns or 1) if placement.reanchored else 0,
-            compact_sections=sections,
+            compact_sections=unfolded.sections if unfolded is not None else None,
         )
         try:
             # Checked on the rows' own clock: a step of the device's clock is never a reason to reject.
-            item.decoded = validate_batch(batch, self._limits, sent_on_rows_clock_ns=placement.sent_on_rows_clock_ns)
+            item.decoded = validate_batch(
+                batch, self._limits, sent_on_rows_clock_ns=placement.sent_on_rows_clock_ns, unfolded=unfolded
+            )
         except BatchInvalid as exc:
             self.rejected += 1
             log.warning("rejected batch %d from %s: %s", batch.seq, batch.agent_id, exc)

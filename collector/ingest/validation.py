@@ -24,11 +24,12 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from google.protobuf.message import Message
 
 from fleetscope.collector.errors import BatchInvalid
-from fleetscope.collector.storage.compact_numpy import NUMPY
-from fleetscope.collector.storage.decoded import Decoded
+from fleetscope.collector.storage.compact_numpy import NUMPY, SectionArrays, read_sample_section
+from fleetscope.collector.storage.decoded import ColumnView, Decoded
 from fleetscope.proto.columns import (
     GPU_COLUMNS,
     HOST_COLUMNS,
@@ -36,9 +37,8 @@ from fleetscope.proto.columns import (
     ColumnError,
     check_values,
     column_values,
-    with_nulls,
 )
-from fleetscope.proto.compact import CompactError, expand
+from fleetscope.proto.compact import SECTION_GPU, SECTION_HOST, CompactError, _Budget, expand
 from fleetscope.proto.exponential import SCHEMES as LATENCY_SCHEMES
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 
@@ -113,40 +113,58 @@ _GPU_RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
-def _check_ts(values: Sequence[int], rows: int, field: str, sent_ns: int, limits: Limits) -> None:
-    """``values``: a repeated int64 field (or a list of timestamps)."""
+def _check_ts(values: Sequence[int] | np.ndarray, rows: int, field: str, sent_ns: int, limits: Limits) -> None:
+    """``values``: an int64 array, a repeated int64 field or a list of timestamps."""
     if len(values) != rows:
         raise BatchInvalid(field, f"has {len(values)} timestamps for {rows} rows")
     if not rows:
         return
-    lo, hi = min(values), max(values)
+    if isinstance(values, np.ndarray):
+        lo, hi = int(values.min()), int(values.max())
+    else:
+        lo, hi = min(values), max(values)
     if hi > sent_ns + limits.max_future_ns:
         raise BatchInvalid(field, f"timestamp {hi} is {(hi - sent_ns) / 1e9:.0f} s after the batch was sent")
     if lo < sent_ns - limits.max_age_ns:
         raise BatchInvalid(field, f"timestamp {lo} is {(sent_ns - lo) / 86_400e9:.1f} days before the batch was sent")
 
 
-def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, ranges: dict) -> dict[str, Sequence[float | None]]:
-    """Check every value column of ``msg`` and return them decoded (lists, None at null rows).
+_Columns = dict[str, tuple[np.ndarray, np.ndarray | None]]
 
-    numpy reads each column's packed bytes in place, so the range checks cost microseconds per
-    column; only a column that fails is walked in Python, to name the row at fault.
-    """
-    import numpy as np
 
-    out: dict[str, Sequence[float | None]] = {}
+def _message_columns(msg: Message, names: tuple[str, ...]) -> _Columns:
+    """A plain message's reading columns as (values, null rows), the form a compact section is
+    read into (``compact_numpy.read_sample_section``); a column without values is left out,
+    unless it names null rows, which ``_check_columns`` refuses."""
+    out: _Columns = {}
     for name in names:
         column = getattr(msg, name)
         values = column_values(column)
         nulls = column.null_rows
-        if not len(values):
-            if nulls:
+        if len(values) or nulls:
+            a = np.frombuffer(values, dtype="<f8") if isinstance(values, array) else np.asarray(values, dtype="<f8")
+            out[name] = (a, np.asarray(nulls, dtype=np.int64) if nulls else None)
+    return out
+
+
+def _check_columns(columns: _Columns, names: tuple[str, ...], rows: int, prefix: str, ranges: dict) -> dict[str, Sequence[float | None]]:
+    """Check every reading column and return them as the writer reads them (``ColumnView``: None
+    at null rows; all None when the column was not reported).
+
+    numpy checks each column's array in place, so the range checks cost microseconds per
+    column; only a column that fails is walked in Python, to name the row at fault.
+    """
+    out: dict[str, Sequence[float | None]] = {}
+    for name in names:
+        got = columns.get(name)
+        if got is None or not len(got[0]):
+            if got is not None and got[1] is not None and len(got[1]):
                 raise BatchInvalid(f"{prefix}.{name}", "null_rows given without values")
             out[name] = [None] * rows
             continue
+        a, nulls = got
         lo, hi = ranges.get(name, (0.0, None))
-        a = np.frombuffer(values, dtype="<f8") if isinstance(values, array) else np.asarray(values, dtype="<f8")
-        bad = len(a) != rows or (nulls and max(nulls) >= rows) or not bool(np.isfinite(a).all())
+        bad = len(a) != rows or (nulls is not None and int(nulls.max()) >= rows) or not bool(np.isfinite(a).all())
         if not bad and lo is not None and a.min() < lo:
             bad = True
         if not bad and hi is not None and a.max() > hi:
@@ -154,12 +172,10 @@ def _check_columns(msg: object, names: tuple[str, ...], rows: int, prefix: str, 
         if bad:
             try:
                 # The slow path names the field and row, and forgives a placeholder under a null row.
-                check_values(values, nulls, rows, f"{prefix}.{name}", minimum=lo, maximum=hi)
+                check_values(a.tolist(), [] if nulls is None else nulls.tolist(), rows, f"{prefix}.{name}", minimum=lo, maximum=hi)
             except ColumnError as exc:
                 raise BatchInvalid(exc.field, str(exc).split(": ", 1)[1]) from None
-        # A column without nulls stays the array it was read into (indexable, and numpy reads it
-        # in place); only one with nulls becomes a list with None at them.
-        out[name] = with_nulls(values, nulls, rows)
+        out[name] = ColumnView(a, nulls)
     return out
 
 
@@ -173,7 +189,7 @@ def _check_processes(
     total = sum(counts)
     if len(table.pid) != total or len(table.name) != total:
         raise BatchInvalid(f"{prefix}.processes", f"holds {len(table.pid)} processes, process_count sums to {total}")
-    _check_columns(table, PROCESS_COLUMNS, total, f"{prefix}.processes", {})
+    _check_columns(_message_columns(table, PROCESS_COLUMNS), PROCESS_COLUMNS, total, f"{prefix}.processes", {})
     for i, name in enumerate(table.name):
         if len(name) > limits.max_name_chars * 4:
             raise BatchInvalid(f"{prefix}.processes.name[{i}]", f"is {len(name)} characters long")
@@ -239,40 +255,71 @@ def check_batch_identity(batch: pb.Batch, limits: Limits) -> None:
         _check_time(batch.created_ns, "created_ns")
 
 
-def expand_compact(batch: pb.Batch, limits: Limits) -> dict[int, bytes] | None:
-    """Unfold ``batch.compact`` (compact-v1) into the plain fields, in place, so that every
-    check and writer below reads one form; a blob that cannot be read is BatchInvalid naming
-    where (``compact.gpu.temp_c: is truncated``). Returns the sample sections' payloads as
-    they came (the writer stores them as chunks: ``storage.compact_chunk``), None for a plain batch."""
+@dataclass
+class Unfolded:
+    """A compact-v1 batch's sample sections, unfolded once: ``sections``, the payloads as they
+    came (the writer stores them as chunks: ``storage.compact_chunk``), and ``arrays``, the same
+    read into arrays (what validation checks and the writer reads its newest rows from)."""
+
+    sections: dict[int, bytes]
+    arrays: dict[int, SectionArrays]
+
+
+def expand_compact(batch: pb.Batch, limits: Limits) -> Unfolded | None:
+    """Unfold ``batch.compact`` (compact-v1): its records into the batch's plain fields, in place,
+    and its sample sections into arrays (``Unfolded``; the batch's ``host`` and ``gpu`` stay
+    empty), for ``validate_batch(unfolded=...)``. A blob that cannot be read is BatchInvalid
+    naming where (``compact.gpu.temp_c: is truncated``). None for a plain batch."""
     if not batch.compact:
         return None
-    sections: dict[int, bytes] = {}
+    out = Unfolded({}, {})
+
+    def read(number: int, payload: memoryview, budget: _Budget) -> None:
+        out.arrays[number] = read_sample_section(number, payload, budget)
+
     try:
         expand(batch, max_body_bytes=limits.max_compact_body_bytes, max_values=limits.max_compact_values, streams=NUMPY,
-               sections=sections)
+               sections=out.sections, sample_reader=read)
     except CompactError as exc:
         raise BatchInvalid(exc.field, str(exc)[len(exc.field) + 2 :]) from None
-    return sections
+    return out
 
 
-def validate_batch(batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: int | None = None) -> Decoded:
-    """Raise BatchInvalid for the first broken rule; return the decoded sample columns.
+def validate_batch(
+    batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: int | None = None, unfolded: Unfolded | None = None
+) -> Decoded:
+    """Raise BatchInvalid for the first broken rule; return the decoded samples.
 
-    ``sent_on_rows_clock_ns``: the send time read on the clock the rows were stamped with
+    ``unfolded``: what ``expand_compact`` gave for this batch (a batch still compact is unfolded
+    here). ``sent_on_rows_clock_ns``: the send time read on the clock the rows were stamped with
     (``clocks.place_batch``); rows are checked against it, not against ``sent_ns``, which a
     step of the device's clock after the batch was spooled would put hours away.
     Repairs in place what a user would want kept (NUL characters in log and incident text)."""
     check_batch_identity(batch, limits)
-    expand_compact(batch, limits)
+    if batch.compact:
+        unfolded = expand_compact(batch, limits)
+    arrays = unfolded.arrays if unfolded is not None else {}
     decoded = Decoded()
     sent = sent_on_rows_clock_ns if sent_on_rows_clock_ns is not None else (batch.sent_ns or batch.created_ns)
-    host, gpu = batch.host, batch.gpu
-    host_rows, gpu_rows = len(host.ts_ns), len(gpu.ts_ns)
+    host_part, gpu_part = arrays.get(SECTION_HOST), arrays.get(SECTION_GPU)
+    if host_part is not None:
+        host, host_ts, host_columns = host_part.fields, host_part.ts_ns, host_part.columns
+    else:
+        host = batch.host
+        host_ts = np.array(host.ts_ns, dtype=np.int64)
+        host_columns = _message_columns(host, HOST_COLUMNS) if len(host_ts) else {}
+    if gpu_part is not None and gpu_part.gpu_index is not None:
+        gpu, gpu_ts, gpu_index, gpu_columns = gpu_part.fields, gpu_part.ts_ns, gpu_part.gpu_index, gpu_part.columns
+    else:
+        gpu = batch.gpu
+        gpu_ts, gpu_index = np.array(gpu.ts_ns, dtype=np.int64), np.array(gpu.gpu_index, dtype=np.int64)
+        gpu_columns = _message_columns(gpu, GPU_COLUMNS) if len(gpu_ts) else {}
+    host_rows, gpu_rows = len(host_ts), len(gpu_ts)
     if host_rows + gpu_rows > limits.max_rows:
         raise BatchInvalid("host/gpu", f"{host_rows + gpu_rows} sample rows exceed the limit of {limits.max_rows}")
     if host_rows:
-        _check_ts(host.ts_ns, host_rows, "host.ts_ns", sent, limits)
-        decoded.host = _check_columns(host, HOST_COLUMNS, host_rows, "host", _HOST_RANGES)
+        _check_ts(host_ts, host_rows, "host.ts_ns", sent, limits)
+        decoded.host = _check_columns(host_columns, HOST_COLUMNS, host_rows, "host", _HOST_RANGES)
         if host.core_count:
             if len(host.core_count) != host_rows:
                 raise BatchInvalid("host.core_count", f"has {len(host.core_count)} entries for {host_rows} rows")
@@ -287,13 +334,15 @@ def validate_batch(batch: pb.Batch, limits: Limits, *, sent_on_rows_clock_ns: in
                     raise BatchInvalid(f"host.{name}", "holds a value that is not a finite number")
         _check_processes(host.processes, host.process_count, host_rows, "host", limits)
     if gpu_rows:
-        _check_ts(gpu.ts_ns, gpu_rows, "gpu.ts_ns", sent, limits)
-        if len(gpu.gpu_index) != gpu_rows:
-            raise BatchInvalid("gpu.gpu_index", f"has {len(gpu.gpu_index)} entries for {gpu_rows} rows")
-        if max(gpu.gpu_index) >= limits.max_gpus:
-            raise BatchInvalid("gpu.gpu_index", f"index {max(gpu.gpu_index)} is not below {limits.max_gpus}")
-        decoded.gpu = _check_columns(gpu, GPU_COLUMNS, gpu_rows, "gpu", _GPU_RANGES)
+        _check_ts(gpu_ts, gpu_rows, "gpu.ts_ns", sent, limits)
+        if len(gpu_index) != gpu_rows:
+            raise BatchInvalid("gpu.gpu_index", f"has {len(gpu_index)} entries for {gpu_rows} rows")
+        if int(gpu_index.max()) >= limits.max_gpus:
+            raise BatchInvalid("gpu.gpu_index", f"index {int(gpu_index.max())} is not below {limits.max_gpus}")
+        decoded.gpu = _check_columns(gpu_columns, GPU_COLUMNS, gpu_rows, "gpu", _GPU_RANGES)
         _check_processes(gpu.processes, gpu.process_count, gpu_rows, "gpu", limits)
+    decoded.host_ts, decoded.host_fields = host_ts, host
+    decoded.gpu_ts, decoded.gpu_index, decoded.gpu_fields = gpu_ts, gpu_index, gpu
     if len(batch.logs) > limits.max_logs:
         raise BatchInvalid("logs", f"{len(batch.logs)} events exceed the limit of {limits.max_logs}")
     for i, ev in enumerate(batch.logs):

@@ -24,7 +24,7 @@ from fleetscope.collector.storage import compact_chunk
 from fleetscope.collector.storage.chunk_codec import CODEC_VERSION, encode_chunk
 from fleetscope.collector.storage.chunk_reader import HOST_TEXT_COLUMNS, MIXED_GPU_COLUMN, MIXED_GPUS
 from fleetscope.collector.storage.decoded import Decoded
-from fleetscope.collector.storage.rows import host_texts
+from fleetscope.collector.storage.rows import host_texts, host_texts_of_row
 from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, HOST_VALUE_COLUMNS
 from fleetscope.proto.compact import SECTION_GPU, SECTION_HOST
 from fleetscope.proto.v1 import telemetry_pb2 as pb
@@ -66,17 +66,20 @@ def sample_chunks(
 
     sections = sections or {}
     out = SampleChunks()
-    host = batch.host
-    n = len(host.ts_ns)
+    host_ts = decoded.host_ts if decoded.host_ts is not None else np.asarray(batch.host.ts_ns, dtype=np.int64)
+    host = decoded.host_fields if decoded.host_fields is not None else batch.host
+    n = len(host_ts)
     if n:
-        ts = np.asarray(host.ts_ns, dtype=np.int64) + correction_ns
-        cores, procs = host_texts(host, n)
+        ts = host_ts + correction_ns
+        i = int(np.lexsort((np.arange(n), ts))[-1])  # the newest row (the last of the largest time)
         if SECTION_HOST in sections:
             codec, data = (
                 compact_chunk.FORMAT,
                 compact_chunk.wrap_section(SECTION_HOST, sections[SECTION_HOST], correction_ns, level),
             )
+            newest_texts = host_texts_of_row(host, n, i)
         else:
+            cores, procs = host_texts(host, n)
             cols = {name: np.array(decoded.host[name], dtype=np.float64) for name in HOST_VALUE_COLUMNS}
             texts = {
                 name: values
@@ -84,23 +87,17 @@ def sample_chunks(
                 if any(v is not None for v in values)
             }
             codec, data = CODEC_VERSION, encode_chunk(ts, cols, texts, level=level)
+            newest_texts = (cores[i], procs[i])
         out.host_chunks.append((device_id, int(ts.min()), int(ts.max()), n, codec, data))
-        i = int(np.lexsort((np.arange(n), ts))[-1])  # the newest row (the last of the largest time)
         out.host_latest.append(
-            (
-                device_id,
-                int(ts[i]),
-                *(decoded.host[name][i] for name in HOST_VALUE_COLUMNS),
-                cores[i],
-                procs[i],
-            )
+            (device_id, int(ts[i]), *(decoded.host[name][i] for name in HOST_VALUE_COLUMNS), *newest_texts)
         )
         out.sample_rows += n
-    gpu = batch.gpu
-    n = len(gpu.ts_ns)
+    gpu_ts = decoded.gpu_ts if decoded.gpu_ts is not None else np.asarray(batch.gpu.ts_ns, dtype=np.int64)
+    n = len(gpu_ts)
     if n:
-        ts = np.asarray(gpu.ts_ns, dtype=np.int64) + correction_ns
-        index = np.asarray(gpu.gpu_index, dtype=np.int64)
+        ts = gpu_ts + correction_ns
+        index = decoded.gpu_index if decoded.gpu_index is not None else np.asarray(batch.gpu.gpu_index, dtype=np.int64)
         first = int(index[0])
         chunk_gpu = first if (index == first).all() else MIXED_GPUS
         if SECTION_GPU in sections:  # its rows carry their GPU whether one or several

@@ -19,6 +19,7 @@ Exactness where numpy could differ from Python's integers:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import accumulate
 
 import numpy as np
@@ -132,7 +133,9 @@ def _read_floats(r: C._Reader, count: int, single: bool) -> list[float]:
     return out
 
 
-def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
+def read_column_array(r: C._Reader, budget: C._Budget) -> tuple[np.ndarray, np.ndarray | None]:
+    """A ``Column`` payload as (values, null rows): float64 values, 0.0 under each null row as
+    the plain wire has it, and the null rows' indexes (None when there are none)."""
     n = r.unpack(C._U32)
     budget.spend(n, r.where)
     has_nulls = r.unpack(C._U8)
@@ -146,16 +149,68 @@ def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
             null_mask = None
     present_count = n - (int(null_mask.sum()) if null_mask is not None else 0)
     present = _read_float_array(r, present_count, False) if present_count else np.empty(0)
-    if null_mask is not None:
-        values = np.zeros(n)
-        values[~null_mask] = present
-        target.null_rows.extend(np.flatnonzero(null_mask).tolist())
-    else:
-        values = present
+    if null_mask is None:
+        return present, None
+    values = np.zeros(n)
+    values[~null_mask] = present
+    return values, np.flatnonzero(null_mask)
+
+
+def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
+    values, nulls = read_column_array(r, budget)
+    if nulls is not None:
+        target.null_rows.extend(nulls.tolist())
     if len(values):
         # Parsed as the packed field it is on the wire (one copy), not extended value by value.
         data = values.astype("<f8").tobytes()
         target.MergeFromString(_VALUES_TAG + _varint(len(data)) + data)
+
+
+@dataclass
+class SectionArrays:
+    """A compact sample section read into arrays, not into its protobuf message: what ingest
+    checks and the writer stores. ``columns``: each reported reading column as (values, null
+    rows), as ``read_column_array`` gives them; ``fields``: the section's other fields (per-core
+    figures, process tables and their per-row counts), read into its protobuf message."""
+
+    ts_ns: np.ndarray  # int64, or empty when the section has none
+    gpu_index: np.ndarray | None  # int64 (GPU sections)
+    columns: dict[str, tuple[np.ndarray, np.ndarray | None]]
+    fields: pb.HostSamples | pb.GpuSamples
+
+
+_ARRAY_INTS = frozenset({"ts_ns", "gpu_index"})  # read as arrays; every other integer field into ``fields``
+_UINT32_MAX = 2**32 - 1
+
+
+def read_sample_section(number: int, payload: memoryview, budget: C._Budget) -> SectionArrays:
+    """The sample section ``number`` (``C.SECTION_HOST`` or ``C.SECTION_GPU``) of a compact blob,
+    read into arrays with the same checks and ``CompactError`` fields as unfolding it into its
+    message (``C._read_message``), without building a protobuf field per reading column."""
+    name, cls = C._SECTIONS[number]
+    where = f"compact.{name}"
+    msg: pb.HostSamples | pb.GpuSamples = cls()
+    columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    ints: dict[str, np.ndarray] = {}
+    for field, kind, fr, body in C.read_fields(payload, msg.DESCRIPTOR, where):
+        if kind == C._T_COLUMN:
+            columns[field.name] = read_column_array(fr, budget)
+        elif kind == C._T_INTS and field.name in _ARRAY_INTS:
+            n = fr.unpack(C._U32)
+            budget.spend(n, fr.where)
+            values = _read_int_array(fr, n)[0]
+            # What protobuf's own range check refuses when the field is filled (gpu_index is uint32).
+            if field.name == "gpu_index" and n and (int(values.min()) < 0 or int(values.max()) > _UINT32_MAX):
+                raise C.CompactError(fr.where, "a value does not fit the field (not a uint32)")
+            ints[field.name] = values
+        else:
+            C.read_field(field, kind, fr, body, msg, budget, 0, NUMPY)
+            continue  # read_field checked the payload's end
+        if fr.rest():
+            raise C.CompactError(fr.where, "has trailing bytes")
+    empty = np.empty(0, dtype=np.int64)
+    gpu_index = ints.get("gpu_index", empty) if number == C.SECTION_GPU else None
+    return SectionArrays(ints.get("ts_ns", empty), gpu_index, columns, msg)
 
 
 _VALUES_TAG = bytes([pb.Column.VALUES_FIELD_NUMBER << 3 | 2])  # field 1, length-delimited (packed)

@@ -47,31 +47,38 @@ def _processes(table: pb.ProcessTable, counts: object, rows: int) -> list[str | 
     """One JSON text (or None) per row from a flattened process table."""
     if not counts:
         return [None] * rows
-    n = len(table.pid)
-    cpu = read_column(table.cpu_percent, n)
-    rss = read_column(table.rss_bytes, n)
-    gmem = read_column(table.gpu_memory_bytes, n)
+    columns = _process_columns(table)
     out: list[str | None] = []
     start = 0
     for c in counts:  # type: ignore[attr-defined]
-        if not c:
-            out.append(None)
-            continue
-        procs = []
-        for j in range(start, start + c):
-            p: dict[str, object] = {"pid": table.pid[j], "name": table.name[j]}
-            if cpu[j] is not None:
-                p["cpu_percent"] = cpu[j]
-            if rss[j] is not None:
-                p["rss_bytes"] = int(rss[j])  # type: ignore[arg-type]
-            if gmem[j] is not None:
-                p["gpu_memory_bytes"] = int(gmem[j])  # type: ignore[arg-type]
-            if table.container_id and table.container_id[j]:
-                p["container_id"] = table.container_id[j]
-            procs.append(p)
-        out.append(json.dumps(procs, separators=(",", ":")))
+        out.append(_process_text(table, columns, start, c))
         start += c
     return out
+
+
+def _process_columns(table: pb.ProcessTable) -> tuple[list[float | None], ...]:
+    n = len(table.pid)
+    return read_column(table.cpu_percent, n), read_column(table.rss_bytes, n), read_column(table.gpu_memory_bytes, n)
+
+
+def _process_text(table: pb.ProcessTable, columns: tuple[list[float | None], ...], start: int, count: int) -> str | None:
+    """The JSON text of one row's processes: entries ``start`` to ``start + count`` of the table."""
+    if not count:
+        return None
+    cpu, rss, gmem = columns
+    procs = []
+    for j in range(start, start + count):
+        p: dict[str, object] = {"pid": table.pid[j], "name": table.name[j]}
+        if cpu[j] is not None:
+            p["cpu_percent"] = cpu[j]
+        if rss[j] is not None:
+            p["rss_bytes"] = int(rss[j])  # type: ignore[arg-type]
+        if gmem[j] is not None:
+            p["gpu_memory_bytes"] = int(gmem[j])  # type: ignore[arg-type]
+        if table.container_id and table.container_id[j]:
+            p["container_id"] = table.container_id[j]
+        procs.append(p)
+    return json.dumps(procs, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -165,13 +172,30 @@ def host_texts(host: pb.HostSamples, n: int) -> tuple[list[str | None], list[str
         start = 0
         for i, c in enumerate(host.core_count):
             if c:
-                f = freq[start : start + c] if freq else [None] * c
-                cores[i] = json.dumps(
-                    [[round(p, 1), None if m is None else round(m)] for p, m in zip(pct[start : start + c], f)],
-                    separators=(",", ":"),
-                )
+                cores[i] = _cores_text(pct[start : start + c], freq[start : start + c] if freq else None)
             start += c
     return cores, _processes(host.processes, host.process_count, n)
+
+
+def host_texts_of_row(host: pb.HostSamples, n: int, i: int) -> tuple[str | None, str | None]:
+    """Row ``i``'s two text columns, as ``host_texts`` gives them, without building the other
+    rows' (the writer keeps only the newest row's, in ``host_latest``)."""
+    cores = procs = None
+    if len(host.core_count) == n and host.core_count[i]:
+        start, c = sum(host.core_count[:i]), host.core_count[i]
+        freq = host.cpu_core_freq_mhz[start : start + c] if host.cpu_core_freq_mhz else None
+        cores = _cores_text(host.cpu_core_percent[start : start + c], freq)
+    if len(host.process_count) == n and host.process_count[i]:
+        start = sum(host.process_count[:i])
+        procs = _process_text(host.processes, _process_columns(host.processes), start, host.process_count[i])
+    return cores, procs
+
+
+def _cores_text(percent: Sequence[float], freq_mhz: Sequence[float] | None) -> str:
+    f = freq_mhz if freq_mhz else [None] * len(percent)
+    return json.dumps(
+        [[round(p, 1), None if m is None else round(m)] for p, m in zip(percent, f)], separators=(",", ":")
+    )
 
 
 def batch_rows(
@@ -182,17 +206,19 @@ def batch_rows(
     leaves the host and GPU sample rows out (the writer stores them as chunks:
     ``storage.batch_chunks``)."""
     out = BatchRows()
-    host = batch.host
-    n = len(host.ts_ns)
+    host = decoded.host_fields if decoded.host_fields is not None else batch.host
+    host_ts = decoded.host_ts.tolist() if decoded.host_ts is not None else list(batch.host.ts_ns)
+    n = len(host_ts)
     if n and samples:
         cols = [decoded.host[name] for name in HOST_VALUE_COLUMNS]
         cores, procs = host_texts(host, n)
-        out.host = ColumnBlock(([device_id] * n, _shift(host.ts_ns, correction_ns), *cols, cores, procs), n)
-    gpu = batch.gpu
-    n = len(gpu.ts_ns)
+        out.host = ColumnBlock(([device_id] * n, _shift(host_ts, correction_ns), *cols, cores, procs), n)
+    gpu = decoded.gpu_fields if decoded.gpu_fields is not None else batch.gpu
+    gpu_ts = decoded.gpu_ts.tolist() if decoded.gpu_ts is not None else list(batch.gpu.ts_ns)
+    n = len(gpu_ts)
     if n:
-        ts = _shift(gpu.ts_ns, correction_ns)
-        index = list(gpu.gpu_index)
+        ts = _shift(gpu_ts, correction_ns)
+        index = decoded.gpu_index.tolist() if decoded.gpu_index is not None else list(batch.gpu.gpu_index)
         if samples:
             cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
             out.gpu = ColumnBlock(([device_id] * n, ts, index, *cols), n)

@@ -217,7 +217,10 @@ class BatchWriter:
     @staticmethod
     def _rows_hint(item: WriteItem) -> int:
         b = item.batch
-        return 1 if b is None else len(b.host.ts_ns) + len(b.gpu.ts_ns) + len(b.logs) + 1
+        if b is None:
+            return 1
+        samples = item.decoded.sample_rows if item.decoded is not None else len(b.host.ts_ns) + len(b.gpu.ts_ns)
+        return samples + len(b.logs) + 1
 
     def _connection(self):  # type: ignore[no-untyped-def]
         if self._conn is None:

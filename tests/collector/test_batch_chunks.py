@@ -58,14 +58,14 @@ def _item(device_id: int, seq: int, t0: int, *, gpus: int, rows: int, correction
     for bb in build_batches(pending, now_ns=t0 + rows * S):
         batch.MergeFrom(bb.batch)
     batch.seq = seq
-    sections = None
+    unfolded = None
     if form == "compact":  # as a new agent sends it: ingest unfolds it to check it, and keeps its sections
         batch = compact(batch)
-        sections = expand_compact(batch, Limits())
-    decoded = validate_batch(batch, Limits())
+        unfolded = expand_compact(batch, Limits())
+    decoded = validate_batch(batch, Limits(), unfolded=unfolded)
     return WriteItem(batch=batch, device_id=device_id, agent_id="id-gpu-node-1", boot_id="boot", seq=seq,
                      received_ns=time.time_ns(), correction_ns=correction_ns, clock_skew_ns=0, decoded=decoded,
-                     compact_sections=sections)
+                     compact_sections=unfolded.sections if unfolded is not None else None)
 
 
 def _count(engine, sql: str, **params) -> int:  # type: ignore[no-untyped-def]

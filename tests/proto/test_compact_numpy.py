@@ -10,7 +10,7 @@ import zlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetscope.collector.storage.compact_numpy import NUMPY
+from fleetscope.collector.storage.compact_numpy import NUMPY, SectionArrays, read_sample_section
 from fleetscope.proto import compact as c
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.compact_blobs import blob as _blob
@@ -20,17 +20,54 @@ from tests.proto.test_compact import TEMP, TS, _samples, _simulated_batch
 
 
 def _both(blob: bytes, **limits: int) -> tuple[object, object]:
-    """What each reader makes of ``blob``: the expanded batch's bytes, or (field, message)."""
+    """What each reader makes of ``blob``: the expanded batch's bytes, or (field, message).
+    The second is the numpy reader's, which must also be what the collector's reader into
+    arrays (``read_sample_section``) gives, put back into protobuf."""
     out = []
     for streams in (c.PURE, NUMPY):
         batch = pb.Batch(agent_id="a", seq=1, compact=blob)
         try:
             c.expand(batch, streams=streams, **limits)
         except c.CompactError as exc:
-            out.append((exc.field, str(exc)))
+            out.append((exc.field, _unified(str(exc))))
         else:
             out.append(batch.SerializeToString(deterministic=True))
+    assert _through_arrays(blob, **limits) == out[1]
     return out[0], out[1]
+
+
+def _unified(message: str) -> str:
+    """protobuf's own words for a value out of its field's range differ from the arrays reader's
+    (which never fills the field); both say the value does not fit the field."""
+    cut = message.find("a value does not fit the field")
+    return message[: cut + len("a value does not fit the field")] if cut >= 0 else message
+
+
+def _through_arrays(blob: bytes, **limits: int) -> object:
+    sections: dict[int, SectionArrays] = {}
+
+    def read(number: int, payload: memoryview, budget: c._Budget) -> None:
+        sections[number] = read_sample_section(number, payload, budget)
+
+    batch = pb.Batch(agent_id="a", seq=1, compact=blob)
+    try:
+        c.expand(batch, streams=NUMPY, sample_reader=read, **limits)
+    except c.CompactError as exc:
+        return (exc.field, _unified(str(exc)))
+    assert not batch.HasField("host") and not batch.HasField("gpu"), "the arrays reader leaves the samples out of the batch"
+    for number, got in sections.items():
+        msg = getattr(batch, "host" if number == c.SECTION_HOST else "gpu")
+        msg.SetInParent()
+        msg.MergeFrom(got.fields)
+        msg.ts_ns.extend(got.ts_ns.tolist())
+        if got.gpu_index is not None:
+            msg.gpu_index.extend(got.gpu_index.tolist())
+        for name, (values, nulls) in got.columns.items():
+            column = getattr(msg, name)
+            column.values.extend(values.tolist())
+            if nulls is not None:
+                column.null_rows.extend(nulls.tolist())
+    return batch.SerializeToString(deterministic=True)
 
 
 def test_real_batches_read_the_same() -> None:
@@ -71,6 +108,12 @@ def test_hostile_streams_fail_the_same_way() -> None:
         pure, fast = _both(_blob(_section(c.SECTION_GPU, _message((TS, 2, payload)))))
         assert isinstance(pure, tuple), payload
         assert pure == fast, payload
+    # A GPU index that is no uint32 (protobuf refuses it; the arrays reader must too).
+    for index in (-1, 2**32):
+        gpu_index = struct.pack("<IB", 1, 0) + struct.pack("<B", 8) + struct.pack("<q", index)
+        pure, fast = _both(_blob(_section(c.SECTION_GPU, _message((TS, 2, struct.pack("<IBB", 1, 0, 1) + b"\x05"),
+                                                                   (pb.GpuSamples.GPU_INDEX_FIELD_NUMBER, 2, gpu_index)))))
+        assert pure == fast == ("compact.gpu.gpu_index", "compact.gpu.gpu_index: a value does not fit the field"), (index, pure)
     # A reading column: a scaled value too large to be exact, an unknown scale, a corrupt null flag.
     readings = [
         struct.pack("<IBBB", 1, 0, 1, 0) + struct.pack("<BB", 0, 8) + struct.pack("<q", 2**60),

@@ -1048,10 +1048,12 @@ def _prose_mention(line: str, m: re.Match[str]) -> bool:
 # (ethminer's CUDA_SAFE_CALL "CUDA error in func 'init' at line 243 : out of memory.", Paddle 1.x's glog CHECK
 # "Check failed: cudaSuccess == cudaStat (0 vs. 2) Cuda Error: out of memory"). Tried only when no wording above
 # matched the line: those say more (the driver's status, the caller).
-# c10's own "CUDA error: out of memory" is read above with its spacing; "CUDA error:out of memory" is that wording
+# ROCm builds print hipGetErrorString's same "out of memory" (ggml's "ROCm error: out of memory"). c10's own
+# "CUDA error: out of memory" is read above with its spacing; "CUDA error:out of memory" is that wording
 # retyped, which no program prints, and is left alone. A whole line quoted in backticks ends in one.
 _RAW_ANY = re.compile(
-    r"\b(?:CUDA|Cuda|cuda)\b[^\n]*?\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAILED)\b[^\n]*?(?<!CUDA error)[:=]\s*out of memory\.?`?\s*$"
+    r"\b(?P<any>CUDA|Cuda|cuda|ROCm|HIP)\b[^\n]*?\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAILED)\b[^\n]*?(?<!CUDA error)[:=]\s*"
+    r"out of memory\.?`?\s*$"
 )
 _GPU_EQ_ANY = re.compile(r"GPU=(\d+)")
 # What only PyTorch prints around "CUDA error: out of memory": the exception it raises (RuntimeError
@@ -1086,7 +1088,7 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         used.add(i)
         g = m.groupdict()
         drv = bool(g.get("drv"))
-        hip = bool(g.get("hip"))
+        hip = bool(g.get("hip")) or g.get("any") in ("ROCm", "HIP")
         name = "CUDA_ERROR_OUT_OF_MEMORY" if drv else "hipErrorOutOfMemory" if hip else "cudaErrorMemoryAllocation"
         facts: dict[str, FactValue] = {"framework": "hip" if hip else "cuda", "cuda_error": name, "cuda_error_code": 2}
         facts["cuda_api"] = "driver" if drv else "runtime"

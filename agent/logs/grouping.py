@@ -77,6 +77,11 @@ A line that is not inside a block opens one when it is, tried in this order:
    one: its first line is an event of its own and the lines after it are grouped afresh, as if it
    had opened nothing.
 
+9. ggml's CUDA error report (llama.cpp, whisper.cpp): a ``CUDA error 2 at ggml-cuda.cu:5509: out of
+   memory`` or ``CUDA error: out of memory`` line (ROCm, MUSA and cuBLAS alike) and the ``current
+   device: N`` line its CUDA_CHECK prints next, then the indented statement that failed (since 2024):
+   at most three lines, so the device is read with the error.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -210,6 +215,12 @@ _SUMMARY_STAT = re.compile(
     r"(?:Throughput|Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency|Total Host Walltime"
     r"|Total GPU Compute Time|Host Latency|End-to-End Host Latency|Host Compute Time):"
 )
+# ggml's CUDA error report (rule 9): ggml-cuda.cu's CUDA_CHECK (2023) fprintf(stderr, "\nCUDA error %d at %s:%d: %s\n",
+# ...) then fprintf(stderr, "current device: %d\n", id) (CUBLAS_CHECK: "cuBLAS error %d at ..."); ggml_cuda_error()
+# since 2024: "CUDA error: %s" (GGML_CUDA_NAME: CUDA, ROCm, MUSA), "  current device: %d, in function %s at %s:%d",
+# "  %s" (the statement that failed).
+_GGML_OPEN = re.compile(r"\b(?:CUDA|ROCm|MUSA|cuBLAS) error(?: \d+ at \S+:\d+)?: \S")
+_GGML_DEVICE = re.compile(r"\s*current device: -?\d+\b")
 # A TensorFlow / XLA allocator report: the error, its allocator summary and dump, the coordinator's
 # echo, the node names, XLA's BufferAssignment listing (rule 4 of the module docstring).
 _ALLOC_OPEN = re.compile(
@@ -280,6 +291,7 @@ OPEN_WORDS: tuple[str, ...] = (
     # A pod status's "containerStatuses:" and "lastState:" ("State:" above); a bare "state:" is not gated: its
     # letters are every log's, and a gate entered at them would slow every line.
     "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", *LITERAL_WORDS,
+    "CUDA error", "ROCm error", "MUSA error", "cuBLAS error",  # ggml's CUDA error report (rule 9)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -334,6 +346,8 @@ _TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _
     "traceback", "glog", "kernel_oom", "trt_summary", "trt_device", "k8s_state", "alloc_report", "literal",
     "k8s_describe", "k8s_status",
 )
+_GGML = "ggml_cuda_error"
+_DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
 _BURST, _KILLED, _MEMINFO, _STACK = "burst", "killed", "meminfo", "stack_head"
@@ -557,7 +571,15 @@ def _literal_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, _CLOSED) if literal_closes(g.closer, rest) else (_TAKE, g.state)
 
 
+def _ggml_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if g.state == _BODY:
+        return (_TAKE, _DEVICE_LINE) if _GGML_DEVICE.match(rest) else (_END, g.state)
+    # After the device line, ggml_cuda_error's indented statement, the report's last line.
+    return (_TAKE_LAST, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
+
+
 _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
+    _GGML: _ggml_step,
     _TRACEBACK: _traceback_step,
     _GLOG_BLOCK: _glog_step,
     _KERNEL_OOM: _kernel_oom_step,
@@ -619,6 +641,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
     closer = literal_opens(text)
     if closer is not None:
         return _Group(_LITERAL, _BODY, now_ns, "info", cap=LITERAL_LINES, closer=closer)
+    if _GGML_OPEN.search(text):
+        return _Group(_GGML, _BODY, now_ns, "error", cap=3)
     return None
 
 

@@ -567,3 +567,29 @@ def test_xlas_buffer_assignment_listing_read_apart_is_its_status_messages_fault(
     (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
     assert (f.facts["framework"], f.facts["requested_bytes"]) == ("jax", 1048576000)
     assert f.facts["buffer_preallocated_temp_allocation_bytes"] == parse_size("1000.00MiB")
+
+
+def test_ggmls_cuda_error_report_names_its_device(tmp_path) -> None:
+    # ggml-cuda.cu CUDA_CHECK (2023): fprintf(stderr, "\nCUDA error %d at %s:%d: %s\n", ...) then
+    # fprintf(stderr, "current device: %d\n", id); ggml_cuda_error() since 2024: "CUDA error: %s", then
+    # "  current device: %d, in function %s at %s:%d" and "  %s" (the statement). The device line is the report's.
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "server.log"
+    p.write_text(
+        "llm_load_tensors: offloaded 33/33 layers to GPU\n"
+        "\n"
+        "CUDA error 2 at /src/llama.cpp/ggml-cuda.cu:7700: out of memory\n"
+        "current device: 1\n"
+        "GGML_ASSERT: /src/llama.cpp/ggml-cuda.cu:7700: !\"CUDA error\"\n"
+    )
+    (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
+    assert f.facts["device_index"] == 1
+    p.write_text(
+        "ROCm error: out of memory\n"
+        "  current device: 0, in function ggml_backend_cuda_buffer_type_alloc_buffer at ggml-cuda.cu:480\n"
+        "  hipMalloc(&dev_ptr, size)\n"
+        "ROCm error\n"
+    )
+    (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
+    assert f.facts["device_index"] == 0

@@ -41,7 +41,7 @@ HOST_OOM: tuple[str, ...] = (
     'oom-kill', 'oom_reaper', 'OOM', 'of memory', 'illed process', 'tgid total_vm', 'Tasks state', 'Mem-Info',
     'pages RAM', 'pages reserved', 'Free swap', 'page allocation', 'total pagecache', 'Action=kill',
     'cgroups for killing', 'badness', 'killed as a result of limit', 'Killed /', 'order allocation failed',
-    'vmalloc: allocation', 'vmap allocation', 'container oom', '/tasks/oom', '"oom"',
+    'vmalloc: allocation', 'vmalloc error:', 'vmap allocation', 'container oom', '/tasks/oom', '"oom"',
     # ECS's "OutOfMemoryError: Container killed due to memory usage", earlyoom's sysrq mode, Slurm's "oom_kill
     # event" and srun's "Out Of Memory", vc4's CMA failure; the OOM killer's stack frames (out_of_memory,
     # oom_kill_process) and a zone's watermarks when a report is pasted without its other lines.

@@ -1271,7 +1271,12 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
 # bytes, mode:0x14000c0", "vmap allocation for size 36864 failed: use vmalloc=<size> to increase size".
 _OTHER_ALLOC = re.compile(
     r"__alloc_pages: (?P<order>\d+)-order allocation failed"
-    r"|(?:^|\s)(?P<comm>[^\s:]+): vmalloc: allocation failure:? (?P<bytes>\d+) bytes"
+    # mm/vmalloc.c's warn_alloc() messages after the task's comm: "vmalloc: allocation failure: %lu bytes" and
+    # (3.x-5.12) "vmalloc: allocation failure, allocated %ld of %ld bytes"; 5.13+ "vmalloc error: size %lu, ..."
+    # ("vm_struct allocation failed", "failed to allocate(d) page array size %lu", "page order %u, failed to
+    # allocate pages", "failed to map pages", "exceeds total pages"). The size is what was asked for.
+    r"|(?:^|\s)(?P<comm>\S+?): vmalloc(?:: allocation failure(?::? (?P<bytes>\d+) bytes|, allocated \d+ of (?P<of>\d+) bytes)"
+    r"| error: size (?P<size>\d+)(?:, page order (?P<porder>\d+))?)"
     r"|vmap allocation for size (?P<vbytes>\d+) failed"
     # A DRM driver's buffer from the CMA pool: vc4's "[drm:vc4_bo_create [vc4]] *ERROR* Failed to allocate from CMA:".
     r"|\*ERROR\* Failed to allocate from CMA\b(?P<vc4>)"
@@ -1295,10 +1300,11 @@ def _alloc_failures(lines: list[str], taken: set[int], text: str) -> list[Findin
                 continue
             drm_done = True
         f: dict[str, FactValue] = {"source": "cma" if cma else "kernel", "event": "cma_allocation_failure" if cma else
-                                   "vmalloc_failure" if m["bytes"] or m["vbytes"] else "page_allocation_failure"}
-        _put(f, "order", int(m["order"]) if m["order"] else None)
+                                   "vmalloc_failure" if m["comm"] or m["vbytes"] else "page_allocation_failure"}
+        order = m["order"] or m["porder"]
+        _put(f, "order", int(order) if order else None)
         _put(f, "invoker_process", m["comm"])
-        size = m["bytes"] or m["vbytes"]
+        size = m["bytes"] or m["vbytes"] or m["of"] or m["size"]
         _put(f, "requested_bytes", int(size) if size else None)
         _stamp_facts(f, split_kernel_prefix(line))
         out.append(Finding(kind=KIND_MEMORY_ALLOC_FAILURE, severity="warning", title="Kernel memory allocation failed"
@@ -1411,6 +1417,7 @@ class HostOomClassifier:
                 or "OfMemoryError: Container" in text or "Out Of Memory" in text or "of memory: killed" in text:
             out.extend(_runtime_reports(lines, taken))
         if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text \
+                or "vmalloc error: size" in text \
                 or "*ERROR* Failed to allocate from CMA" in text:
             out.extend(_alloc_failures(lines, taken, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "illing process" in text \

@@ -627,3 +627,22 @@ def test_flux_shell_oom_plugin() -> None:
     f = _one("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:100kB, anon-rss:90kB, file-rss:0kB, "
              "shmem-rss:0kB")
     assert f.facts["source"] == "kernel" and f.facts["victim_pid"] == 4242
+
+
+def test_vmalloc_failures_of_every_kernel_wording() -> None:
+    # mm/vmalloc.c warn_alloc() messages, printed after the task's comm and followed by ", mode:%#x(%pGg),
+    # nodemask=...": "vmalloc: allocation failure: %lu bytes"; (3.x-5.12) "vmalloc: allocation failure, allocated
+    # %ld of %ld bytes"; 5.13+ "vmalloc error: size %lu, vm_struct allocation failed" and "vmalloc error: size %lu,
+    # page order %u, failed to allocate pages". The size asked for is the request; a comm may hold a colon.
+    for line, comm, size, order in (
+        ("[ 7301.402911] kworker/u8:2: vmalloc error: size 8192, page order 0, failed to allocate pages, "
+         "mode:0xdc0(GFP_KERNEL|__GFP_ZERO), nodemask=(null),cpuset=/,mems_allowed=0", "kworker/u8:2", 8192, 0),
+        ("[  88.310447] modprobe: vmalloc error: size 4096, vm_struct allocation failed, mode:0xcc0(GFP_KERNEL), "
+         "nodemask=(null)", "modprobe", 4096, None),
+        ("[  88.310447] insmod: vmalloc: allocation failure, allocated 8192 of 16384 bytes, mode:0xd0", "insmod", 16384,
+         None),
+    ):
+        f = _one(line, KIND_MEMORY_ALLOC_FAILURE)
+        assert (f.facts["invoker_process"], f.facts["requested_bytes"], f.facts.get("order")) == (comm, size, order)
+    # Prose naming the function is not a failure.
+    assert classify_text("The vmalloc error path frees the area before returning.") == []

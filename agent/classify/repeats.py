@@ -159,6 +159,14 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
 def _merged(first: F, other: F) -> F:
     facts = dict(other.facts)
     facts.update(first.facts)  # the first copy's figures stand; the others add what it lacks
+    if (first.kind == KIND_TENSORRT_ERROR and other.facts.get("error_category") == "OutOfMemory"
+            and first.facts.get("error_category") != "OutOfMemory"):
+        # TensorRT 10's allocator reports its failed cudaMalloc by location only ("Error Code 1: Cuda Runtime (In
+        # allocate at .../defaultAllocator.cpp:57)") before the error the allocation ends in ("Error Code 2:
+        # OutOfMemory (Requested size was N bytes.)"): the fault's code is the latter's.
+        for k in ("error_code", "error_category", "error_detail", "error_origin"):
+            if k in other.facts:
+                facts[k] = other.facts[k]
     facts.pop("consistency_flags", None)  # recomputed by Finding for the merged facts
     facts["occurrences"] = int(first.facts.get("occurrences") or 1) + int(other.facts.get("occurrences") or 1)
     severity = max(first.severity, other.severity, key=lambda s: _RANK.get(s, 0))

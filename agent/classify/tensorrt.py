@@ -687,7 +687,9 @@ def _categorise(
     if m and not m.group("what").startswith("Cuda"):
         facts["error_origin"] = f"{m.group('origin')}:{m.group('line')}"
         facts["error_status"] = f"{m.group('what')} Error in {m.group('func')}"
-        facts["error_code"] = int(m.group("code"))
+        # TensorRT <= 7's "<file> (<line>) - <What> Error in <func>: <status> (<detail>)": the number is the
+        # status its function returned, not an "Error Code" (which TensorRT 8 introduced), and is kept apart.
+        facts["error_status_code"] = int(m.group("code"))
         facts["error_detail"] = m.group("detail")
         if _MAGIC.search(m.group("detail")):
             return "engine_invalid", _sev(printed, "error"), f"TensorRT could not deserialize the engine ({m.group('detail')})"

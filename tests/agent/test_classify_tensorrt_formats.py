@@ -519,3 +519,26 @@ def test_onnx_parsers_cpp_error_with_its_error_code() -> None:
 def _one_kind(text: str) -> dict[str, object]:
     (f,) = [x for x in classify_text(text) if x.kind == KIND_TENSORRT_ERROR]
     return dict(f.facts)
+
+
+def test_tensorrt_7s_status_number_is_not_an_error_code() -> None:
+    # TensorRT <= 7: "<file> (<line>) - <What> Error in <func>: <status> (<detail>)"; "Error Code N" is TensorRT 8's.
+    f = _one_kind("ERROR: ../rtSafe/coreReadArchive.cpp (38) - Serialization Error in verifyHeader: 0 (Version tag does "
+                  "not match)")
+    assert f["error_status_code"] == 0 and "error_code" not in f
+
+
+def test_tensorrt_10s_allocator_report_then_out_of_memory_is_one_fault_with_the_oom_code() -> None:
+    # TensorRT 10: the default allocator's location-only "Error Code 1: Cuda Runtime (In allocate at ...)", the
+    # "Requested amount of GPU memory (N bytes) could not be allocated" warning, then "Error Code 2: OutOfMemory
+    # (Requested size was N bytes.)" from the execution context: one fault, whose code is OutOfMemory's.
+    lines = [
+        f"{STAMP} [TRT] [E] [defaultAllocator.cpp::allocate::57] Error Code 1: Cuda Runtime (In allocate at "
+        "common/dispatch/defaultAllocator.cpp:57)",
+        f"{STAMP} [TRT] [W] Requested amount of GPU memory (8589934592 bytes) could not be allocated. There may not be "
+        "enough free memory for allocation to succeed.",
+        f"{STAMP} [TRT] [E] [executionContext.cpp::initializeExecutionContext::625] Error Code 2: OutOfMemory "
+        "(Requested size was 8589934592 bytes.)",
+    ]
+    (f,) = merge_repeats([x for line in lines for x in classify_text(line) if x.kind == KIND_TENSORRT_ERROR])
+    assert (f.facts["error_code"], f.facts["error_category"], f.facts["requested_bytes"]) == (2, "OutOfMemory", 8589934592)

@@ -53,6 +53,7 @@ HOST_OOM: tuple[str, ...] = (
     'oomd attempting to kill',  # systemd-oomd naming the process it kills
     'VM: killing process',  # Linux 2.4/2.6's page-fault OOM kill
     'illing process', 'sending SIG',  # earlyoom's kill line, v0.5 to now (host_oom._EARLYOOM)
+    'process(es) in this unit',  # systemd on a unit whose processes systemd-oomd killed (host_oom._SYSTEMD_UNIT_OOM)
 )
 # A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
 # oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.

@@ -61,6 +61,7 @@ def _maybe_oom(text: str) -> bool:
         or "badness" in text
         or "illing process" in text
         or "sending SIG" in text
+        or "process(es) in this unit" in text
         or "killed as a result of limit" in text
         or "OfMemoryError: Container" in text
         or "Out Of Memory" in text
@@ -1173,6 +1174,17 @@ _BPF_OOMKILL = re.compile(
 )
 
 
+# systemd's manager on a unit whose cgroup saw an OOM kill (memory.events' oom_kill), src/core/unit.c and service.c:
+# "<unit>: A process of this unit has been killed by the OOM killer." (v243-v253), "<unit>: The kernel OOM killer
+# killed some processes in this unit." (v254+), "<unit>: systemd-oomd killed N process(es) in this unit." (v254+, a
+# kill by systemd-oomd), and the service's end "<unit>: Failed with result 'oom-kill'." (v243+).
+_SYSTEMD_UNIT_OOM = re.compile(
+    r"(?:^|[\s\]])(?P<unit>[\w@.\\:-]+\.(?:service|scope|slice|socket|mount|swap|device|target|timer|path)): "
+    r"(?:A process of this unit has been killed by the OOM killer|The kernel OOM killer killed some processes in this unit"
+    r"|(?P<oomd>systemd-oomd killed (?P<n>\d+) process\(es\) in this unit)|Failed with result 'oom-kill')"
+)
+
+
 # Container runtimes and orchestrators saying a container was OOM-killed in their own words.
 _RUNTIME_OOM = re.compile(
     r"(?P<runc>container init was OOM-killed)"
@@ -1354,6 +1366,11 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
         elif "oom killer: done" in line:
             if _EARLYOOM_SYSRQ.match(line):
                 f = {"source": "earlyoom", "earlyoom_sysrq_oom": True}
+        elif " this unit" in line or "result 'oom-kill'" in line:
+            m = _SYSTEMD_UNIT_OOM.search(line)
+            if m:
+                f = {"source": "systemd-oomd" if m["oomd"] else "systemd", "systemd_unit": m["unit"]}
+                _put(f, "processes_killed", int(m["n"]) if m["n"] else None)
         elif "OOM kill of PID" in line:
             m = _BPF_OOMKILL.search(line)
             if m:
@@ -1421,7 +1438,8 @@ class HostOomClassifier:
                 or "*ERROR* Failed to allocate from CMA" in text:
             out.extend(_alloc_failures(lines, taken, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "illing process" in text \
-                or "sending SIG" in text or "OOM kill of PID" in text \
+                or "sending SIG" in text or "OOM kill of PID" in text or " this unit" in text \
+                or "result 'oom-kill'" in text \
                 or "killed as a result of limit" in text or "oom killer: done" in text \
                 or "killed due to memory pressure" in text or "VM: killing process" in text:
             out.extend(_userspace(lines, taken))

@@ -39,7 +39,7 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
     KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid", "allocated_bytes"),
     # Two reports of the kernel differ in their uptime stamp even when the same process invoked both.
     KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code",
-                    "kernel_uptime_s", "invoker_pid"),
+                    "kernel_uptime_s", "invoker_pid", "systemd_unit"),
     KIND_MEMORY_ALLOC_FAILURE: ("invoker_process", "invoker_pid", "order", "kernel_uptime_s"),
     KIND_GPU_XID: ("xid", "sxid", "pci_address", "pid", "nvswitch_index", "link"),
     # NvMap's calls nest (HandleAlloc reports its AllocInternalTagged's error): the call is not identity.
@@ -84,6 +84,15 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # the oomkill tracer's line for it. (The source stays a key: a container's termination named by its pod is never
         # one fault with a pid's kill by their absent facts alone.)
         ident["source"] = "kernel"
+    if kind == KIND_HOST_OOM and ident.get("source") == "systemd" and "systemd_unit" in ident:
+        # systemd's line on a unit whose cgroup saw the kernel's OOM kill relays that kill: it is one fault with the
+        # kernel's report whose memory cgroup is the unit's (same_fault).
+        ident["source"] = "kernel"
+        ident["memcg_unit"] = ident.pop("systemd_unit")
+    elif kind == KIND_HOST_OOM and ident.get("source") == "kernel":
+        memcg = facts.get("task_memcg") or facts.get("oom_memcg")
+        if isinstance(memcg, str) and memcg.rstrip("/"):
+            ident["memcg_unit"] = memcg.rstrip("/").rsplit("/", 1)[-1]
     if kind == KIND_HOST_OOM and facts.get("finished_at") is not None:
         # A container terminated at two different times was killed twice (its current state and its last
         # one, both OOMKilled); the same state shown twice, or before and after a restart, is one kill.
@@ -145,6 +154,10 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
     if a.kind != b.kind or a.kind not in IDENTITY:
         return False
     ia, ib = _identity(a.kind, a.facts), _identity(b.kind, b.facts)
+    if a.kind == KIND_HOST_OOM and (a.facts.get("source") == "systemd") != (b.facts.get("source") == "systemd"):
+        # A unit's OOM line and a kernel report: one fault only when the report names the unit's cgroup.
+        if "memcg_unit" not in ia or "memcg_unit" not in ib:
+            return False
     if (a.facts.get("out_of_memory") is True) != (b.facts.get("out_of_memory") is True) and a.kind == KIND_TENSORRT_ERROR:
         return False
     for k, v in ia.items():

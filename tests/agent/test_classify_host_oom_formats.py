@@ -646,3 +646,35 @@ def test_vmalloc_failures_of_every_kernel_wording() -> None:
         assert (f.facts["invoker_process"], f.facts["requested_bytes"], f.facts.get("order")) == (comm, size, order)
     # Prose naming the function is not a failure.
     assert classify_text("The vmalloc error path frees the area before returning.") == []
+
+
+def test_systemds_unit_oom_lines_and_their_fold_into_the_kernels_report() -> None:
+    # systemd src/core/unit.c and service.c on a unit whose cgroup counted an oom_kill: "<unit>: A process of this
+    # unit has been killed by the OOM killer." (v243-v253), "<unit>: The kernel OOM killer killed some processes in
+    # this unit." (v254+), "<unit>: systemd-oomd killed N process(es) in this unit." and "<unit>: Failed with result
+    # 'oom-kill'." (service.c).
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    j = "Dec 07 03:00:01 gpu-7 systemd[1]: "
+    for line, source, unit in (
+        (j + "trainer.service: A process of this unit has been killed by the OOM killer.", "systemd", "trainer.service"),
+        (j + "user@1000.service: The kernel OOM killer killed some processes in this unit.", "systemd", "user@1000.service"),
+        (j + "run-u36.scope: systemd-oomd killed 3 process(es) in this unit.", "systemd-oomd", "run-u36.scope"),
+        (j + "trainer.service: Failed with result 'oom-kill'.", "systemd", "trainer.service"),
+    ):
+        f = _one(line)
+        assert (f.facts["source"], f.facts["systemd_unit"]) == (source, unit), line
+    # The kernel's report naming the unit's cgroup, systemd's two lines for it, and another unit's kill: two faults.
+    lines = [
+        "[ 5120.700154] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+        "oom_memcg=/system.slice/trainer.service,task_memcg=/system.slice/trainer.service,task=python3,pid=4412,uid=0",
+        "[ 5120.700190] Memory cgroup out of memory: Killed process 4412 (python3) total-vm:8118236kB, "
+        "anon-rss:8098448kB, file-rss:3264kB, shmem-rss:0kB, UID:0 pgtables:16000kB oom_score_adj:0",
+        j + "trainer.service: A process of this unit has been killed by the OOM killer.",
+        j + "trainer.service: Failed with result 'oom-kill'.",
+        j + "backup.service: Failed with result 'oom-kill'.",
+    ]
+    merged = merge_repeats([f for line in lines for f in classify_text(line)])
+    assert [(f.facts["source"], f.facts.get("victim_pid")) for f in merged] == [("kernel", 4412), ("systemd", None)]
+    # The words in a sentence, with no unit before them, are not a kill.
+    assert classify_text("A service fails with result 'oom-kill' when a process of this unit has been killed.") == []

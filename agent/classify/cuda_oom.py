@@ -1119,8 +1119,8 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             _put(facts, "framework", _bfc_framework(ev, i, "\n".join(ev.lines), path_only=True))
         if g.get("ortcall"):
             facts["framework"] = "onnxruntime"
-            g = _GPU_EQ_ANY.search(line, m.end())
-            _put(facts, "device_index", int(g.group(1)) if g else None)
+            gpu = _GPU_EQ_ANY.search(line, m.end())
+            _put(facts, "device_index", int(gpu.group(1)) if gpu else None)
         if "device_index" not in facts:
             for j in range(i, min(len(ev.lines), i + 3)):
                 d = _RAW_DEV.search(ev.lines[j])

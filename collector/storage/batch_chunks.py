@@ -38,15 +38,35 @@ GPU_LATEST_COLUMNS = ("device_id", "gpu_index", "ts_ns", *GPU_SAMPLE_COLUMNS)
 HOST_LATEST_COLUMNS = ("device_id", "ts_ns", *HOST_VALUE_COLUMNS, *HOST_TEXT_COLUMNS)
 
 
+@dataclass(frozen=True)
+class SectionToWrap:
+    """A chunk's data still to be made: a compact section to wrap (``compact_chunk.wrap_section``)."""
+
+    kind: int
+    payload: bytes
+    correction_ns: int
+    level: int
+
+
 @dataclass
 class SampleChunks:
-    """What a batch's samples store: chunk rows and latest-reading rows, in table column order."""
+    """What a batch's samples store: chunk rows and latest-reading rows, in table column order.
+    A chunk row's data may be a ``SectionToWrap`` until ``wrap_sections`` is called."""
 
     host_chunks: list[tuple] = field(default_factory=list)
     gpu_chunks: list[tuple] = field(default_factory=list)
     host_latest: list[tuple] = field(default_factory=list)
     gpu_latest: list[tuple] = field(default_factory=list)
     sample_rows: int = 0
+
+    def wrap_sections(self) -> None:
+        """Compress the chunks still to be wrapped. The writer does it in its own thread: zstd
+        releases the GIL, so it runs beside the ingest thread's checks instead of in their way."""
+        for rows in (self.host_chunks, self.gpu_chunks):
+            for i, row in enumerate(rows):
+                data = row[-1]
+                if isinstance(data, SectionToWrap):
+                    rows[i] = (*row[:-1], compact_chunk.wrap_section(data.kind, data.payload, data.correction_ns, data.level))
 
 
 def sample_chunks(
@@ -57,11 +77,13 @@ def sample_chunks(
     correction_ns: int,
     level: int = INGEST_LEVEL,
     sections: dict[int, bytes] | None = None,
+    wrap: bool = True,
 ) -> SampleChunks:
     """The batch's host and GPU samples as one chunk each (times shifted by ``correction_ns``),
     and the newest reading of the device and of each GPU. ``sections``: the compact-v1 sample
     sections the batch came in (``ingest.validation.expand_compact``), stored as they are
-    (chunk format 2, ``storage.compact_chunk``); a plain batch's columns are encoded (format 1)."""
+    (chunk format 2, ``storage.compact_chunk``); a plain batch's columns are encoded (format 1).
+    ``wrap=False`` leaves the compact sections' chunks to ``SampleChunks.wrap_sections``."""
     import numpy as np
 
     sections = sections or {}
@@ -73,10 +95,7 @@ def sample_chunks(
         ts = host_ts + correction_ns
         i = int(np.lexsort((np.arange(n), ts))[-1])  # the newest row (the last of the largest time)
         if SECTION_HOST in sections:
-            codec, data = (
-                compact_chunk.FORMAT,
-                compact_chunk.wrap_section(SECTION_HOST, sections[SECTION_HOST], correction_ns, level),
-            )
+            codec, data = compact_chunk.FORMAT, _section_chunk(SECTION_HOST, sections[SECTION_HOST], correction_ns, level, wrap)
             newest_texts = host_texts_of_row(host, n, i)
         else:
             cores, procs = host_texts(host, n)
@@ -101,10 +120,7 @@ def sample_chunks(
         first = int(index[0])
         chunk_gpu = first if (index == first).all() else MIXED_GPUS
         if SECTION_GPU in sections:  # its rows carry their GPU whether one or several
-            codec, data = (
-                compact_chunk.FORMAT,
-                compact_chunk.wrap_section(SECTION_GPU, sections[SECTION_GPU], correction_ns, level),
-            )
+            codec, data = compact_chunk.FORMAT, _section_chunk(SECTION_GPU, sections[SECTION_GPU], correction_ns, level, wrap)
         else:
             cols = {name: np.array(decoded.gpu[name], dtype=np.float64) for name in GPU_SAMPLE_COLUMNS}
             if chunk_gpu == MIXED_GPUS:
@@ -120,3 +136,9 @@ def sample_chunks(
             )
         out.sample_rows += n
     return out
+
+
+def _section_chunk(kind: int, payload: bytes, correction_ns: int, level: int, wrap: bool) -> bytes | SectionToWrap:
+    if wrap:
+        return compact_chunk.wrap_section(kind, payload, correction_ns, level)
+    return SectionToWrap(kind, payload, correction_ns, level)

@@ -19,8 +19,10 @@ Exactness where numpy could differ from Python's integers:
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import NamedTuple
 
 import numpy as np
 
@@ -136,6 +138,11 @@ def _read_floats(r: C._Reader, count: int, single: bool) -> list[float]:
 def read_column_array(r: C._Reader, budget: C._Budget) -> tuple[np.ndarray, np.ndarray | None]:
     """A ``Column`` payload as (values, null rows): float64 values, 0.0 under each null row as
     the plain wire has it, and the null rows' indexes (None when there are none)."""
+    steady = _steady_header(r)
+    if steady is not None:
+        budget.spend(steady.n, r.where)
+        r.pos = len(r.buf)
+        return _unfold_steady([steady])[0], None
     n = r.unpack(C._U32)
     budget.spend(n, r.where)
     has_nulls = r.unpack(C._U8)
@@ -154,6 +161,105 @@ def read_column_array(r: C._Reader, budget: C._Budget) -> tuple[np.ndarray, np.n
     values = np.zeros(n)
     values[~null_mask] = present
     return values, np.flatnonzero(null_mask)
+
+
+_STEADY_HEAD = struct.Struct("<IBBBB")  # values, null flag, encoding, decimal scale, integer order
+_TWO_I64 = struct.Struct("<qq")
+_DELTA_WIDTHS = {1: "<i1", 2: "<i2", 4: "<i4"}
+
+
+class _Steady(NamedTuple):
+    """Where a steady column's integers lie and how they unfold (``_steady_header``)."""
+
+    n: int
+    order: int
+    width: int
+    factor: int
+    exponent: int
+    first: int
+    d1_first: int
+    planes: memoryview
+
+
+def _steady_header(r: C._Reader) -> _Steady | None:
+    """The column most readings travel as, recognised from its header alone: no null rows,
+    scaled integers raw or as first or second deltas, 1, 2 or 4 bytes wide, whose sums stay
+    well inside exact float64 integers (so no overflow or exactness check can fail), ending
+    with its byte planes. None, with nothing read, for any other column: the general reader
+    reads it, or names what is wrong with it. The general reader costs a column about ten
+    small reads and a dozen numpy calls; steady columns of one shape unfold together
+    (``_unfold_steady``), a dozen numpy calls for all of them."""
+    buf, pos = r.buf, r.pos
+    size = len(buf)
+    if size - pos < _STEADY_HEAD.size + 1:
+        return None
+    n, has_nulls, kind, exponent, order = _STEADY_HEAD.unpack_from(buf, pos)
+    if has_nulls or kind != C._SCALED or exponent >= len(C._SCALES) or n < 2:
+        return None
+    p = pos + _STEADY_HEAD.size
+    first = d1_first = 0
+    if order == C._RAW_INTS:
+        m = n
+    elif order == C._DELTA2 and size - p >= 17:
+        first, d1_first = _TWO_I64.unpack_from(buf, p)
+        p += 16
+        m = n - 2
+    elif order == C._DELTA and size - p >= 9:
+        first = C._I64.unpack_from(buf, p)[0]
+        p += 8
+        m = n - 1
+    else:
+        return None
+    head = buf[p]
+    p += 1
+    width, factor = head & ~C._FACTORED, 1
+    if head & C._FACTORED:
+        if size - p < 8:
+            return None
+        factor = C._I64.unpack_from(buf, p)[0]
+        p += 8
+    if width not in _DELTA_WIDTHS or factor < 1 or size - p != m * width:
+        return None
+    bound = (1 << (8 * width - 1)) * factor
+    if order == C._DELTA2:
+        total = abs(first) + (n - 1) * (abs(d1_first) + m * bound)
+    else:
+        total = abs(first) + m * bound
+    if total >= C._EXACT_LIMIT:
+        return None
+    return _Steady(n, order, width, factor, exponent, first, d1_first, buf[p:])
+
+
+def _unfold_steady(columns: list[_Steady]) -> np.ndarray:
+    """Steady columns of one (order, width, n), unfolded together: row j of the result is
+    column j's readings."""
+    c0 = columns[0]
+    k, n, width, order = len(columns), c0.n, c0.width, c0.order
+    m = len(c0.planes) // width
+    raw = np.frombuffer(b"".join(c.planes for c in columns), dtype=np.uint8).reshape(k, width, m)
+    if width > 1:
+        raw = np.ascontiguousarray(raw.transpose(0, 2, 1))
+    packed = raw.view(_DELTA_WIDTHS[width]).reshape(k, m)
+    if any(c.factor != 1 for c in columns):
+        packed = packed.astype(np.int64) * np.array([c.factor for c in columns], dtype=np.int64)[:, None]
+    if order == C._RAW_INTS:
+        out = packed.astype(np.int64)
+    else:
+        out = np.empty((k, n), dtype=np.int64)
+        out[:, 0] = 0
+        if order == C._DELTA2:
+            d1 = np.empty((k, n - 1), dtype=np.int64)
+            d1[:, 0] = [c.d1_first for c in columns]
+            np.cumsum(packed, axis=1, out=d1[:, 1:])
+            d1[:, 1:] += d1[:, :1]
+            np.cumsum(d1, axis=1, out=out[:, 1:])
+        else:
+            np.cumsum(packed, axis=1, out=out[:, 1:])
+        out += np.array([c.first for c in columns], dtype=np.int64)[:, None]
+    values = out.astype(np.float64)
+    if any(c.exponent for c in columns):
+        values /= np.array([C._SCALES[c.exponent] for c in columns])[:, None]
+    return values
 
 
 def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
@@ -192,9 +298,18 @@ def read_sample_section(number: int, payload: memoryview, budget: C._Budget) -> 
     msg: pb.HostSamples | pb.GpuSamples = cls()
     columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     ints: dict[str, np.ndarray] = {}
+    steady: dict[tuple[int, int, int], tuple[list[str], list[_Steady]]] = {}
     for field, kind, fr, body in C.read_fields(payload, msg.DESCRIPTOR, where):
         if kind == C._T_COLUMN:
-            columns[field.name] = read_column_array(fr, budget)
+            head = _steady_header(fr)
+            if head is None:
+                columns[field.name] = read_column_array(fr, budget)
+            else:  # unfolded below with the section's other steady columns of its shape
+                budget.spend(head.n, fr.where)
+                fr.pos = len(fr.buf)
+                names, heads = steady.setdefault((head.order, head.width, head.n), ([], []))
+                names.append(field.name)
+                heads.append(head)
         elif kind == C._T_INTS and field.name in _ARRAY_INTS:
             n = fr.unpack(C._U32)
             budget.spend(n, fr.where)
@@ -208,6 +323,9 @@ def read_sample_section(number: int, payload: memoryview, budget: C._Budget) -> 
             continue  # read_field checked the payload's end
         if fr.rest():
             raise C.CompactError(fr.where, "has trailing bytes")
+    for names, heads in steady.values():
+        for name, values in zip(names, _unfold_steady(heads)):
+            columns[name] = (values, None)
     empty = np.empty(0, dtype=np.int64)
     gpu_index = ints.get("gpu_index", empty) if number == C.SECTION_GPU else None
     return SectionArrays(ints.get("ts_ns", empty), gpu_index, columns, msg)

@@ -205,7 +205,7 @@ class BatchWriter:
                 prepared.append((it, None))
                 continue
             try:
-                prepared.append((it, it.prepared or _prepare(it, sqlite)))
+                prepared.append((it, _finish(it.prepared or _prepare(it, sqlite), sqlite)))
                 it.prepared = None
             except Exception as exc:  # a batch that cannot be turned into rows is rejected alone
                 log.error("batch %s/%s rejected: its rows could not be built: %s", it.agent_id, it.seq, exc)
@@ -388,11 +388,8 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
         received_ns=item.received_ns, samples=False,
     )
     samples = sample_chunks(item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns,
-                            sections=item.compact_sections)
+                            sections=item.compact_sections, wrap=False)
     prepared = _Prepared(rows, samples)
-    for table, part in (("host_chunks", samples.host_chunks), ("gpu_chunks", samples.gpu_chunks)):
-        if part:
-            prepared.values[table] = list(chain.from_iterable(part)) if sqlite else part
     for table, attr in _ROW_FIELD.items():
         part = getattr(rows, attr)
         if len(part):
@@ -400,6 +397,17 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
                 prepared.values[table] = part.flat() if isinstance(part, ColumnBlock) else list(chain.from_iterable(part))
             else:
                 prepared.values[table] = part.rows() if isinstance(part, ColumnBlock) else part
+    return prepared
+
+
+def _finish(prepared: _Prepared, sqlite: bool) -> _Prepared:
+    """The chunk rows' values, their compact sections compressed: done in the writer's thread
+    (``SampleChunks.wrap_sections``), once per batch."""
+    samples = prepared.samples
+    samples.wrap_sections()
+    for table, part in (("host_chunks", samples.host_chunks), ("gpu_chunks", samples.gpu_chunks)):
+        if part:
+            prepared.values[table] = list(chain.from_iterable(part)) if sqlite else part
     return prepared
 
 

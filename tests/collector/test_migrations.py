@@ -505,7 +505,7 @@ def test_a_database_filled_before_migrations_keeps_every_row_and_ingests_exactly
     monkeypatch.setattr(batch_writer, "batch_rows",
                         lambda *a, samples=True, **k: batch_rows_module.batch_rows(*a, samples=True, **k))
     monkeypatch.setattr(batch_writer, "sample_chunks",
-                        lambda batch, decoded, **k: SampleChunks(sample_rows=len(batch.host.ts_ns) + len(batch.gpu.ts_ns)))
+                        lambda batch, decoded, **k: SampleChunks(sample_rows=decoded.sample_rows))
     # ...and that knew nothing of enrolled identities (revision 0004's tables).
     from fleetscope.collector.ingest.identity import Authenticator
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -165,6 +165,7 @@ def read_column_array(r: C._Reader, budget: C._Budget) -> tuple[np.ndarray, np.n
 
 _STEADY_HEAD = struct.Struct("<IBBBB")  # values, null flag, encoding, decimal scale, integer order
 _TWO_I64 = struct.Struct("<qq")
+_INTS_HEAD = struct.Struct("<IB")  # values, integer order
 _DELTA_WIDTHS = {1: "<i1", 2: "<i2", 4: "<i4"}
 
 
@@ -190,13 +191,29 @@ def _steady_header(r: C._Reader) -> _Steady | None:
     small reads and a dozen numpy calls; steady columns of one shape unfold together
     (``_unfold_steady``), a dozen numpy calls for all of them."""
     buf, pos = r.buf, r.pos
-    size = len(buf)
-    if size - pos < _STEADY_HEAD.size + 1:
+    if len(buf) - pos < _STEADY_HEAD.size + 1:
         return None
     n, has_nulls, kind, exponent, order = _STEADY_HEAD.unpack_from(buf, pos)
-    if has_nulls or kind != C._SCALED or exponent >= len(C._SCALES) or n < 2:
+    if has_nulls or kind != C._SCALED or exponent >= len(C._SCALES):
         return None
-    p = pos + _STEADY_HEAD.size
+    return _steady_stream(buf, pos + _STEADY_HEAD.size, n, order, exponent, C._EXACT_LIMIT)
+
+
+def _steady_ints_header(r: C._Reader) -> _Steady | None:
+    """An integer field's stream (times, GPU indexes) of the steady shape (``_steady_header``),
+    whose sums stay inside int64 with room to spare; None, with nothing read, for any other."""
+    buf, pos = r.buf, r.pos
+    if len(buf) - pos < 6:
+        return None
+    n, order = _INTS_HEAD.unpack_from(buf, pos)
+    return _steady_stream(buf, pos + _INTS_HEAD.size, n, order, 0, _SAFE_SUM)
+
+
+def _steady_stream(buf: memoryview, p: int, n: int, order: int, exponent: int, limit: float) -> _Steady | None:
+    """The integer stream at ``p`` (after its order byte) if it is steady and its sums stay below ``limit``."""
+    size = len(buf)
+    if n < 2:
+        return None
     first = d1_first = 0
     if order == C._RAW_INTS:
         m = n
@@ -225,7 +242,7 @@ def _steady_header(r: C._Reader) -> _Steady | None:
         total = abs(first) + (n - 1) * (abs(d1_first) + m * bound)
     else:
         total = abs(first) + m * bound
-    if total >= C._EXACT_LIMIT:
+    if total >= limit:
         return None
     return _Steady(n, order, width, factor, exponent, first, d1_first, buf[p:])
 
@@ -233,6 +250,14 @@ def _steady_header(r: C._Reader) -> _Steady | None:
 def _unfold_steady(columns: list[_Steady]) -> np.ndarray:
     """Steady columns of one (order, width, n), unfolded together: row j of the result is
     column j's readings."""
+    values = _unfold_steady_ints(columns).astype(np.float64)
+    if any(c.exponent for c in columns):
+        values /= np.array([C._SCALES[c.exponent] for c in columns])[:, None]
+    return values
+
+
+def _unfold_steady_ints(columns: list[_Steady]) -> np.ndarray:
+    """Steady integer streams of one (order, width, n), unfolded together (int64, a row each)."""
     c0 = columns[0]
     k, n, width, order = len(columns), c0.n, c0.width, c0.order
     m = len(c0.planes) // width
@@ -256,10 +281,7 @@ def _unfold_steady(columns: list[_Steady]) -> np.ndarray:
         else:
             np.cumsum(packed, axis=1, out=out[:, 1:])
         out += np.array([c.first for c in columns], dtype=np.int64)[:, None]
-    values = out.astype(np.float64)
-    if any(c.exponent for c in columns):
-        values /= np.array([C._SCALES[c.exponent] for c in columns])[:, None]
-    return values
+    return out
 
 
 def _read_column(r: C._Reader, target: pb.Column, budget: C._Budget) -> None:
@@ -289,43 +311,101 @@ _ARRAY_INTS = frozenset({"ts_ns", "gpu_index"})  # read as arrays; every other i
 _UINT32_MAX = 2**32 - 1
 
 
+class _SectionLayout(NamedTuple):
+    """What walking a sample message's section needs of its descriptor, worked out once."""
+
+    fields: dict[int, Any]  # number -> FieldDescriptor
+    kinds: dict[int, int | None]  # number -> the payload type it must have
+    wheres: dict[int, str]  # number -> the field's name in errors
+
+
+_LAYOUTS: dict[int, _SectionLayout] = {}
+_FIELD_HEAD = struct.Struct("<HBI")  # number, payload type, length
+
+
+def _layout(number: int) -> _SectionLayout:
+    got = _LAYOUTS.get(number)
+    if got is None:
+        name, cls = C._SECTIONS[number]
+        by_number = dict(cls.DESCRIPTOR.fields_by_number)
+        got = _SectionLayout(by_number, {k: C._field_type(f) for k, f in by_number.items()},
+                             {k: f"compact.{name}.{f.name}" for k, f in by_number.items()})
+        _LAYOUTS[number] = got
+    return got
+
+
 def read_sample_section(number: int, payload: memoryview, budget: C._Budget) -> SectionArrays:
     """The sample section ``number`` (``C.SECTION_HOST`` or ``C.SECTION_GPU``) of a compact blob,
     read into arrays with the same checks and ``CompactError`` fields as unfolding it into its
-    message (``C._read_message``), without building a protobuf field per reading column."""
+    message (``C._read_message``), without building a protobuf field per reading column.
+
+    The section's fields are walked here rather than with ``C.read_fields`` (same checks, same
+    errors): a field costs a header read, not a reader object and a generator step."""
     name, cls = C._SECTIONS[number]
     where = f"compact.{name}"
+    layout = _layout(number)
     msg: pb.HostSamples | pb.GpuSamples = cls()
     columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     ints: dict[str, np.ndarray] = {}
     steady: dict[tuple[int, int, int], tuple[list[str], list[_Steady]]] = {}
-    for field, kind, fr, body in C.read_fields(payload, msg.DESCRIPTOR, where):
+    buf, size = payload, len(payload)
+    if size < 2:
+        raise C.CompactError(where, "is truncated")
+    count, pos = C._U16.unpack_from(buf, 0)[0], 2
+    seen: set[int] = set()
+    for _ in range(count):
+        if size - pos < _FIELD_HEAD.size:
+            raise C.CompactError(where, "is truncated")
+        field_number, kind, length = _FIELD_HEAD.unpack_from(buf, pos)
+        pos += _FIELD_HEAD.size
+        if size - pos < length:
+            raise C.CompactError(where, "is truncated")
+        body = buf[pos : pos + length]
+        pos += length
+        field = layout.fields.get(field_number)
+        if field is None:
+            continue  # a field of a newer schema: skipped, as protobuf skips unknown fields
+        field_where = layout.wheres[field_number]
+        if field_number in seen:
+            raise C.CompactError(field_where, "appears twice")
+        seen.add(field_number)
+        if kind != layout.kinds[field_number]:
+            raise C.CompactError(field_where, f"payload type {kind} does not fit the field")
+        fr = C._Reader(body, field_where)
         if kind == C._T_COLUMN:
             head = _steady_header(fr)
             if head is None:
                 columns[field.name] = read_column_array(fr, budget)
             else:  # unfolded below with the section's other steady columns of its shape
-                budget.spend(head.n, fr.where)
-                fr.pos = len(fr.buf)
+                budget.spend(head.n, field_where)
+                fr.pos = length
                 names, heads = steady.setdefault((head.order, head.width, head.n), ([], []))
                 names.append(field.name)
                 heads.append(head)
         elif kind == C._T_INTS and field.name in _ARRAY_INTS:
-            n = fr.unpack(C._U32)
-            budget.spend(n, fr.where)
-            values = _read_int_array(fr, n)[0]
+            steady_ints = _steady_ints_header(fr)
+            if steady_ints is not None:
+                budget.spend(steady_ints.n, field_where)
+                fr.pos = length
+                values = _unfold_steady_ints([steady_ints])[0]
+            else:
+                n = fr.unpack(C._U32)
+                budget.spend(n, field_where)
+                values = _read_int_array(fr, n)[0]
             # What protobuf's own range check refuses when the field is filled (gpu_index is uint32).
-            if field.name == "gpu_index" and n and (int(values.min()) < 0 or int(values.max()) > _UINT32_MAX):
-                raise C.CompactError(fr.where, "a value does not fit the field (not a uint32)")
+            if field.name == "gpu_index" and len(values) and (int(values.min()) < 0 or int(values.max()) > _UINT32_MAX):
+                raise C.CompactError(field_where, "a value does not fit the field (not a uint32)")
             ints[field.name] = values
         else:
             C.read_field(field, kind, fr, body, msg, budget, 0, NUMPY)
             continue  # read_field checked the payload's end
         if fr.rest():
-            raise C.CompactError(fr.where, "has trailing bytes")
+            raise C.CompactError(field_where, "has trailing bytes")
+    if pos != size:
+        raise C.CompactError(where, "has trailing bytes")
     for names, heads in steady.values():
-        for name, values in zip(names, _unfold_steady(heads)):
-            columns[name] = (values, None)
+        for column_name, values in zip(names, _unfold_steady(heads)):
+            columns[column_name] = (values, None)
     empty = np.empty(0, dtype=np.int64)
     gpu_index = ints.get("gpu_index", empty) if number == C.SECTION_GPU else None
     return SectionArrays(ints.get("ts_ns", empty), gpu_index, columns, msg)

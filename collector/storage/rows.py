@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fleetscope.collector.storage.decoded import Decoded
 from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, GPU_STATE_COLUMNS, HOST_VALUE_COLUMNS
 from fleetscope.proto.columns import read_column
@@ -214,25 +216,22 @@ def batch_rows(
         cores, procs = host_texts(host, n)
         out.host = ColumnBlock(([device_id] * n, _shift(host_ts, correction_ns), *cols, cores, procs), n)
     gpu = decoded.gpu_fields if decoded.gpu_fields is not None else batch.gpu
-    gpu_ts = decoded.gpu_ts.tolist() if decoded.gpu_ts is not None else list(batch.gpu.ts_ns)
+    gpu_ts = decoded.gpu_ts if decoded.gpu_ts is not None else np.array(batch.gpu.ts_ns, dtype=np.int64)
     n = len(gpu_ts)
     if n:
-        ts = _shift(gpu_ts, correction_ns)
-        index = decoded.gpu_index.tolist() if decoded.gpu_index is not None else list(batch.gpu.gpu_index)
+        index = decoded.gpu_index if decoded.gpu_index is not None else np.array(batch.gpu.gpu_index, dtype=np.int64)
         if samples:
             cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
-            out.gpu = ColumnBlock(([device_id] * n, ts, index, *cols), n)
+            out.gpu = ColumnBlock(([device_id] * n, _shift(gpu_ts.tolist(), correction_ns), index.tolist(), *cols), n)
         # State: the last row of each GPU in this batch (stored only if it differs from the last stored).
         state_cols = [decoded.gpu[name] for name in GPU_STATE_COLUMNS]
-        procs = _processes(gpu.processes, gpu.process_count, n)
-        last_row: dict[int, int] = {}
-        for i in range(n - 1, -1, -1):
-            if index[i] not in last_row:
-                last_row[index[i]] = i
-        for gi, i in sorted(last_row.items()):
-            values = tuple(c[i] for c in state_cols) + (procs[i],)
+        procs = _processes(gpu.processes, gpu.process_count, n) if gpu.process_count else None
+        reversed_index = index[::-1]
+        gpus, first_from_end = np.unique(reversed_index, return_index=True)  # sorted by GPU
+        for gi, i in zip(gpus.tolist(), (n - 1 - first_from_end).tolist()):
+            values = tuple(c[i] for c in state_cols) + (procs[i] if procs else None,)
             if any(v is not None for v in values):
-                out.gpu_state.append((device_id, ts[i], gi, *values))
+                out.gpu_state.append((device_id, int(gpu_ts[i]) + correction_ns, gi, *values))
     for h in batch.latency:
         buckets = json.dumps(dict(zip(h.bucket_index, h.bucket_count)), separators=(",", ":"))
         out.latency.append(

@@ -398,22 +398,27 @@ class IngestService(pb_grpc.IngestServicer):
         revoked = asyncio.create_task(binding.revoked.wait())
         try:
             while True:
-                getter = asyncio.create_task(pending.get())
-                done, _ = await asyncio.wait({getter, closing, revoked}, return_when=asyncio.FIRST_COMPLETED)
-                if revoked in done:
-                    getter.cancel()
-                    reader.cancel()
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"agent {binding.agent_id!r} was revoked")
-                if getter not in done:
-                    getter.cancel()
-                    reader.cancel()
-                    # Acknowledge what was already accepted, then end the stream cleanly.
-                    while not pending.empty():
-                        fut = pending.get_nowait()
-                        if fut is not None:
-                            yield await self._ack(fut, context)
-                    return
-                fut = getter.result()
+                if not pending.empty() and not binding.revoked.is_set() and not self._closing.is_set():
+                    # A batch is already waiting for its acknowledgement: no task and no wait on
+                    # three futures for it (the common case while a backlog streams in).
+                    fut = pending.get_nowait()
+                else:
+                    getter = asyncio.create_task(pending.get())
+                    done, _ = await asyncio.wait({getter, closing, revoked}, return_when=asyncio.FIRST_COMPLETED)
+                    if revoked in done:
+                        getter.cancel()
+                        reader.cancel()
+                        await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"agent {binding.agent_id!r} was revoked")
+                    if getter not in done:
+                        getter.cancel()
+                        reader.cancel()
+                        # Acknowledge what was already accepted, then end the stream cleanly.
+                        while not pending.empty():
+                            fut = pending.get_nowait()
+                            if fut is not None:
+                                yield await self._ack(fut, context)
+                        return
+                    fut = getter.result()
                 if fut is None:
                     try:
                         await reader  # finishing: how it ended (a refusal, an abort) ends the call

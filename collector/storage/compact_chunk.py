@@ -50,54 +50,52 @@ def decode_section_chunk(
     import numpy as np
 
     from fleetscope.collector.storage.chunk_codec import ChunkFormatError, decompress
-    from fleetscope.collector.storage.compact_numpy import NUMPY
+    from fleetscope.collector.storage.compact_numpy import read_sample_section
     from fleetscope.collector.storage.rows import host_texts
     from fleetscope.collector.storage.schema import GPU_SAMPLE_COLUMNS, HOST_VALUE_COLUMNS
-    from fleetscope.proto.columns import column_values
-    from fleetscope.proto.v1 import telemetry_pb2 as pb
 
     body = decompress(compressor, packed)
     if len(body) < _HEAD.size:
         raise ChunkFormatError("chunk is truncated")
     correction, kind = _HEAD.unpack_from(body)
     if kind == C.SECTION_GPU:
-        msg: pb.GpuSamples | pb.HostSamples = pb.GpuSamples()
         names: tuple[str, ...] = GPU_SAMPLE_COLUMNS
     elif kind == C.SECTION_HOST:
-        msg = pb.HostSamples()
         names = HOST_VALUE_COLUMNS
     else:
         raise ChunkFormatError(f"chunk holds section {kind}, not samples")
     try:
-        C._read_message(
-            memoryview(body)[_HEAD.size :], msg, "chunk", C._Budget(C.DEFAULT_MAX_VALUES), streams=NUMPY
-        )
+        section = read_sample_section(kind, memoryview(body)[_HEAD.size :], C._Budget(C.DEFAULT_MAX_VALUES))
     except C.CompactError as exc:
         raise ChunkFormatError(f"chunk is corrupt: {exc}") from None
-    n = len(msg.ts_ns)
-    _check_shape(msg, n)
-    ts = np.array(msg.ts_ns, dtype=np.int64) + correction
+    n = len(section.ts_ns)
+    _check_shape(section.fields, n, section.gpu_index)
+    ts = section.ts_ns + correction
     columns: dict[str, np.ndarray] = {}
     for name in names:
-        col = getattr(msg, name)
-        if not len(col.values):
+        got = section.columns.get(name)
+        if got is None or not len(got[0]):
             continue  # not reported in this batch: absent, as a format-1 chunk has it
-        values = np.array(column_values(col), dtype=np.float64)
+        values, nulls = got
         if len(values) != n:
             raise ChunkFormatError(f"chunk column {name} has {len(values)} values for {n} rows")
-        if col.null_rows:
-            values[np.array(col.null_rows, dtype=np.int64)] = np.nan
+        if nulls is not None:
+            if int(nulls.max()) >= n:
+                raise ChunkFormatError(f"chunk column {name} has a null row past its {n} rows")
+            values = values.copy()
+            values[nulls] = np.nan
         columns[name] = values
     texts: dict[str, list[str | None]] = {}
     if kind == C.SECTION_GPU:
-        columns["gpu_index"] = np.array(msg.gpu_index, dtype=np.float64)
+        assert section.gpu_index is not None
+        columns["gpu_index"] = section.gpu_index.astype(np.float64)
     else:
-        cores, procs = host_texts(msg, n)
+        cores, procs = host_texts(section.fields, n)
         texts = {"cpu_cores": cores, "top_processes": procs}
     return ts, columns, texts
 
 
-def _check_shape(msg: pb.GpuSamples | pb.HostSamples, n: int) -> None:
+def _check_shape(msg: pb.GpuSamples | pb.HostSamples, n: int, gpu_index: np.ndarray | None) -> None:
     """The per-row counts agree with the lists they index: what ingest checked when the section
     arrived (``ingest.validation``), checked again because a damaged chunk (a flipped byte the
     compressor's checksum cannot see) may claim a billion cores or processes for one row."""
@@ -113,8 +111,8 @@ def _check_shape(msg: pb.GpuSamples | pb.HostSamples, n: int) -> None:
             raise ChunkFormatError(f"chunk's {what} counts sum to {sum(counts)}, it holds {total}")
 
     if isinstance(msg, pb.GpuSamples):
-        if len(msg.gpu_index) != n:
-            raise ChunkFormatError(f"chunk has {len(msg.gpu_index)} GPU indexes for {n} rows")
+        if gpu_index is None or len(gpu_index) != n:
+            raise ChunkFormatError(f"chunk has {0 if gpu_index is None else len(gpu_index)} GPU indexes for {n} rows")
     else:
         cores, freqs = len(msg.cpu_core_percent), len(msg.cpu_core_freq_mhz)
         agree(msg.core_count, cores, "core")

@@ -327,7 +327,7 @@ def _layout(number: int) -> _SectionLayout:
     got = _LAYOUTS.get(number)
     if got is None:
         name, cls = C._SECTIONS[number]
-        by_number = dict(cls.DESCRIPTOR.fields_by_number)
+        by_number = dict(cls().DESCRIPTOR.fields_by_number)
         got = _SectionLayout(by_number, {k: C._field_type(f) for k, f in by_number.items()},
                              {k: f"compact.{name}.{f.name}" for k, f in by_number.items()})
         _LAYOUTS[number] = got

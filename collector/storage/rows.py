@@ -225,11 +225,11 @@ def batch_rows(
             out.gpu = ColumnBlock(([device_id] * n, _shift(gpu_ts.tolist(), correction_ns), index.tolist(), *cols), n)
         # State: the last row of each GPU in this batch (stored only if it differs from the last stored).
         state_cols = [decoded.gpu[name] for name in GPU_STATE_COLUMNS]
-        procs = _processes(gpu.processes, gpu.process_count, n) if gpu.process_count else None
+        gpu_procs = _processes(gpu.processes, gpu.process_count, n) if gpu.process_count else None
         reversed_index = index[::-1]
         gpus, first_from_end = np.unique(reversed_index, return_index=True)  # sorted by GPU
         for gi, i in zip(gpus.tolist(), (n - 1 - first_from_end).tolist()):
-            values = tuple(c[i] for c in state_cols) + (procs[i] if procs else None,)
+            values = tuple(c[i] for c in state_cols) + (gpu_procs[i] if gpu_procs else None,)
             if any(v is not None for v in values):
                 out.gpu_state.append((device_id, int(gpu_ts[i]) + correction_ns, gi, *values))
     for h in batch.latency:

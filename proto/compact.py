@@ -537,29 +537,63 @@ def _read_message(
         read_field(field, kind, fr, payload, msg, budget, depth, streams)
 
 
-def read_fields(buf: memoryview, descriptor: Any, where: str) -> Iterator[tuple[FieldDescriptor, int, _Reader, memoryview]]:
+class _Layout(NamedTuple):
+    """What walking a message section needs of its descriptor, worked out once per message and place."""
+
+    fields: dict[int, FieldDescriptor]  # number -> field
+    kinds: dict[int, int | None]  # number -> the payload type it must have
+    wheres: dict[int, str]  # number -> the field's name in errors
+
+
+_LAYOUTS: dict[tuple[str, str], _Layout] = {}
+_FIELD_HEAD = struct.Struct("<HBI")  # a field's number, payload type and length
+
+
+def _layout(descriptor: Any, where: str) -> _Layout:
+    key = (descriptor.full_name, where)
+    got = _LAYOUTS.get(key)
+    if got is None:
+        by_number = dict(descriptor.fields_by_number)
+        got = _Layout(by_number, {k: _field_type(f) for k, f in by_number.items()},
+                      {k: f"{where}.{f.name}" for k, f in by_number.items()})
+        if len(_LAYOUTS) < 1024:  # the places a section is read from are few; never grow without end
+            _LAYOUTS[key] = got
+    return got
+
+
+def read_fields(buf: bytes | memoryview, descriptor: Any, where: str) -> Iterator[tuple[FieldDescriptor, int, _Reader, memoryview]]:
     """A message section's fields known to ``descriptor``: (field, payload type, a reader of the
     payload, the payload), each checked to appear once and to have its field's payload type;
     fields of a newer schema are skipped, as protobuf skips unknown fields. The caller reads each
-    payload whole (``read_field``) before asking for the next field."""
-    r = _Reader(buf, where)
-    by_number = descriptor.fields_by_number
+    payload whole (``read_field``) before asking for the next field. A field costs one header
+    read: the collector walks thousands of sections a second."""
+    buf = memoryview(buf)
+    layout = _layout(descriptor, where)
+    size = len(buf)
+    if size < _U16.size:
+        raise CompactError(where, "is truncated")
+    count, pos = _U16.unpack_from(buf, 0)[0], _U16.size
     seen: set[int] = set()
-    for _ in range(r.unpack(_U16)):
-        number = r.unpack(_U16)
-        kind = r.unpack(_U8)
-        payload = r.take(r.unpack(_U32))
-        field = by_number.get(number)
+    for _ in range(count):
+        if size - pos < _FIELD_HEAD.size:
+            raise CompactError(where, "is truncated")
+        number, kind, length = _FIELD_HEAD.unpack_from(buf, pos)
+        pos += _FIELD_HEAD.size
+        if size - pos < length:
+            raise CompactError(where, "is truncated")
+        payload = buf[pos : pos + length]
+        pos += length
+        field = layout.fields.get(number)
         if field is None:
             continue
-        fr = _Reader(payload, f"{where}.{field.name}")
+        field_where = layout.wheres[number]
         if number in seen:
-            raise CompactError(fr.where, "appears twice")
+            raise CompactError(field_where, "appears twice")
         seen.add(number)
-        if kind != _field_type(field):
-            raise CompactError(fr.where, f"payload type {kind} does not fit the field")
-        yield field, kind, fr, payload
-    if r.rest():
+        if kind != layout.kinds[number]:
+            raise CompactError(field_where, f"payload type {kind} does not fit the field")
+        yield field, kind, _Reader(payload, field_where), payload
+    if pos != size:
         raise CompactError(where, "has trailing bytes")
 
 

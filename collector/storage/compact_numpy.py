@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -311,67 +311,18 @@ _ARRAY_INTS = frozenset({"ts_ns", "gpu_index"})  # read as arrays; every other i
 _UINT32_MAX = 2**32 - 1
 
 
-class _SectionLayout(NamedTuple):
-    """What walking a sample message's section needs of its descriptor, worked out once."""
-
-    fields: dict[int, Any]  # number -> FieldDescriptor
-    kinds: dict[int, int | None]  # number -> the payload type it must have
-    wheres: dict[int, str]  # number -> the field's name in errors
-
-
-_LAYOUTS: dict[int, _SectionLayout] = {}
-_FIELD_HEAD = struct.Struct("<HBI")  # number, payload type, length
-
-
-def _layout(number: int) -> _SectionLayout:
-    got = _LAYOUTS.get(number)
-    if got is None:
-        name, cls = C._SECTIONS[number]
-        by_number = dict(cls().DESCRIPTOR.fields_by_number)
-        got = _SectionLayout(by_number, {k: C._field_type(f) for k, f in by_number.items()},
-                             {k: f"compact.{name}.{f.name}" for k, f in by_number.items()})
-        _LAYOUTS[number] = got
-    return got
-
-
 def read_sample_section(number: int, payload: memoryview, budget: C._Budget) -> SectionArrays:
     """The sample section ``number`` (``C.SECTION_HOST`` or ``C.SECTION_GPU``) of a compact blob,
     read into arrays with the same checks and ``CompactError`` fields as unfolding it into its
-    message (``C._read_message``), without building a protobuf field per reading column.
-
-    The section's fields are walked here rather than with ``C.read_fields`` (same checks, same
-    errors): a field costs a header read, not a reader object and a generator step."""
+    message (``C._read_message``), without building a protobuf field per reading column."""
     name, cls = C._SECTIONS[number]
     where = f"compact.{name}"
-    layout = _layout(number)
     msg: pb.HostSamples | pb.GpuSamples = cls()
     columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     ints: dict[str, np.ndarray] = {}
     steady: dict[tuple[int, int, int], tuple[list[str], list[_Steady]]] = {}
-    buf, size = payload, len(payload)
-    if size < 2:
-        raise C.CompactError(where, "is truncated")
-    count, pos = C._U16.unpack_from(buf, 0)[0], 2
-    seen: set[int] = set()
-    for _ in range(count):
-        if size - pos < _FIELD_HEAD.size:
-            raise C.CompactError(where, "is truncated")
-        field_number, kind, length = _FIELD_HEAD.unpack_from(buf, pos)
-        pos += _FIELD_HEAD.size
-        if size - pos < length:
-            raise C.CompactError(where, "is truncated")
-        body = buf[pos : pos + length]
-        pos += length
-        field = layout.fields.get(field_number)
-        if field is None:
-            continue  # a field of a newer schema: skipped, as protobuf skips unknown fields
-        field_where = layout.wheres[field_number]
-        if field_number in seen:
-            raise C.CompactError(field_where, "appears twice")
-        seen.add(field_number)
-        if kind != layout.kinds[field_number]:
-            raise C.CompactError(field_where, f"payload type {kind} does not fit the field")
-        fr = C._Reader(body, field_where)
+    for field, kind, fr, body in C.read_fields(payload, msg.DESCRIPTOR, where):
+        field_where, length = fr.where, len(body)
         if kind == C._T_COLUMN:
             head = _steady_header(fr)
             if head is None:
@@ -401,8 +352,6 @@ def read_sample_section(number: int, payload: memoryview, budget: C._Budget) -> 
             continue  # read_field checked the payload's end
         if fr.rest():
             raise C.CompactError(field_where, "has trailing bytes")
-    if pos != size:
-        raise C.CompactError(where, "has trailing bytes")
     for names, heads in steady.values():
         for column_name, values in zip(names, _unfold_steady(heads)):
             columns[column_name] = (values, None)

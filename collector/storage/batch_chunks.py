@@ -88,8 +88,7 @@ def sample_chunks(
 
     sections = sections or {}
     out = SampleChunks()
-    host_ts = decoded.host_ts if decoded.host_ts is not None else np.asarray(batch.host.ts_ns, dtype=np.int64)
-    host = decoded.host_fields if decoded.host_fields is not None else batch.host
+    host_ts, host = decoded.host_ts, decoded.host_fields
     n = len(host_ts)
     if n:
         ts = host_ts + correction_ns
@@ -112,11 +111,11 @@ def sample_chunks(
             (device_id, int(ts[i]), *(decoded.host[name][i] for name in HOST_VALUE_COLUMNS), *newest_texts)
         )
         out.sample_rows += n
-    gpu_ts = decoded.gpu_ts if decoded.gpu_ts is not None else np.asarray(batch.gpu.ts_ns, dtype=np.int64)
+    gpu_ts = decoded.gpu_ts
     n = len(gpu_ts)
     if n:
         ts = gpu_ts + correction_ns
-        index = decoded.gpu_index if decoded.gpu_index is not None else np.asarray(batch.gpu.gpu_index, dtype=np.int64)
+        index = decoded.gpu_index
         first = int(index[0])
         chunk_gpu = first if (index == first).all() else MIXED_GPUS
         if SECTION_GPU in sections:  # its rows carry their GPU whether one or several

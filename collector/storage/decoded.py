@@ -72,8 +72,20 @@ class Decoded:
     host: dict[str, Sequence[float | None]] = field(default_factory=dict)
     gpu: dict[str, Sequence[float | None]] = field(default_factory=dict)
     sample_rows: int = 0
-    host_ts: np.ndarray | None = None
-    gpu_ts: np.ndarray | None = None
-    gpu_index: np.ndarray | None = None
-    host_fields: pb.HostSamples | None = None
-    gpu_fields: pb.GpuSamples | None = None
+    host_ts: np.ndarray = field(default_factory=lambda: _no_ints())
+    gpu_ts: np.ndarray = field(default_factory=lambda: _no_ints())
+    gpu_index: np.ndarray = field(default_factory=lambda: _no_ints())
+    host_fields: pb.HostSamples = field(default_factory=lambda: _message("HostSamples"))
+    gpu_fields: pb.GpuSamples = field(default_factory=lambda: _message("GpuSamples"))
+
+
+def _no_ints() -> np.ndarray:
+    import numpy as np
+
+    return np.empty(0, dtype=np.int64)
+
+
+def _message(name: str) -> Any:
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    return getattr(pb, name)()

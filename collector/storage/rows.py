@@ -208,18 +208,15 @@ def batch_rows(
     leaves the host and GPU sample rows out (the writer stores them as chunks:
     ``storage.batch_chunks``)."""
     out = BatchRows()
-    host = decoded.host_fields if decoded.host_fields is not None else batch.host
-    host_ts = decoded.host_ts.tolist() if decoded.host_ts is not None else list(batch.host.ts_ns)
-    n = len(host_ts)
+    host, gpu = decoded.host_fields, decoded.gpu_fields
+    n = len(decoded.host_ts)
     if n and samples:
         cols = [decoded.host[name] for name in HOST_VALUE_COLUMNS]
         cores, procs = host_texts(host, n)
-        out.host = ColumnBlock(([device_id] * n, _shift(host_ts, correction_ns), *cols, cores, procs), n)
-    gpu = decoded.gpu_fields if decoded.gpu_fields is not None else batch.gpu
-    gpu_ts = decoded.gpu_ts if decoded.gpu_ts is not None else np.array(batch.gpu.ts_ns, dtype=np.int64)
+        out.host = ColumnBlock(([device_id] * n, _shift(decoded.host_ts.tolist(), correction_ns), *cols, cores, procs), n)
+    gpu_ts, index = decoded.gpu_ts, decoded.gpu_index
     n = len(gpu_ts)
     if n:
-        index = decoded.gpu_index if decoded.gpu_index is not None else np.array(batch.gpu.gpu_index, dtype=np.int64)
         if samples:
             cols = [decoded.gpu[name] for name in GPU_SAMPLE_COLUMNS]
             out.gpu = ColumnBlock(([device_id] * n, _shift(gpu_ts.tolist(), correction_ns), index.tolist(), *cols), n)

@@ -77,13 +77,12 @@ def sample_chunks(
     correction_ns: int,
     level: int = INGEST_LEVEL,
     sections: dict[int, bytes] | None = None,
-    wrap: bool = True,
 ) -> SampleChunks:
     """The batch's host and GPU samples as one chunk each (times shifted by ``correction_ns``),
     and the newest reading of the device and of each GPU. ``sections``: the compact-v1 sample
     sections the batch came in (``ingest.validation.expand_compact``), stored as they are
-    (chunk format 2, ``storage.compact_chunk``); a plain batch's columns are encoded (format 1).
-    ``wrap=False`` leaves the compact sections' chunks to ``SampleChunks.wrap_sections``."""
+    (chunk format 2, ``storage.compact_chunk``), compressed when ``SampleChunks.wrap_sections``
+    is called; a plain batch's columns are encoded (format 1)."""
     import numpy as np
 
     sections = sections or {}
@@ -94,7 +93,8 @@ def sample_chunks(
         ts = host_ts + correction_ns
         i = int(np.lexsort((np.arange(n), ts))[-1])  # the newest row (the last of the largest time)
         if SECTION_HOST in sections:
-            codec, data = compact_chunk.FORMAT, _section_chunk(SECTION_HOST, sections[SECTION_HOST], correction_ns, level, wrap)
+            codec = compact_chunk.FORMAT
+            data: bytes | SectionToWrap = SectionToWrap(SECTION_HOST, sections[SECTION_HOST], correction_ns, level)
             newest_texts = host_texts_of_row(host, n, i)
         else:
             cores, procs = host_texts(host, n)
@@ -119,7 +119,8 @@ def sample_chunks(
         first = int(index[0])
         chunk_gpu = first if (index == first).all() else MIXED_GPUS
         if SECTION_GPU in sections:  # its rows carry their GPU whether one or several
-            codec, data = compact_chunk.FORMAT, _section_chunk(SECTION_GPU, sections[SECTION_GPU], correction_ns, level, wrap)
+            codec = compact_chunk.FORMAT
+            data = SectionToWrap(SECTION_GPU, sections[SECTION_GPU], correction_ns, level)
         else:
             cols = {name: np.array(decoded.gpu[name], dtype=np.float64) for name in GPU_SAMPLE_COLUMNS}
             if chunk_gpu == MIXED_GPUS:
@@ -136,8 +137,3 @@ def sample_chunks(
         out.sample_rows += n
     return out
 
-
-def _section_chunk(kind: int, payload: bytes, correction_ns: int, level: int, wrap: bool) -> bytes | SectionToWrap:
-    if wrap:
-        return compact_chunk.wrap_section(kind, payload, correction_ns, level)
-    return SectionToWrap(kind, payload, correction_ns, level)

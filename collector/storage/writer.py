@@ -388,7 +388,7 @@ def _prepare(item: WriteItem, sqlite: bool) -> _Prepared:
         received_ns=item.received_ns, samples=False,
     )
     samples = sample_chunks(item.batch, item.decoded, device_id=item.device_id, correction_ns=item.correction_ns,
-                            sections=item.compact_sections, wrap=False)
+                            sections=item.compact_sections)
     prepared = _Prepared(rows, samples)
     for table, attr in _ROW_FIELD.items():
         part = getattr(rows, attr)

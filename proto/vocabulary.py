@@ -664,6 +664,12 @@ POWER_THROTTLE_MASK = _mask("sw_power_cap", "hw_power_brake_slowdown")
 
 # ==================================================================================== capabilities
 
+# The start of the UNAVAILABLE detail with which a worker of a ``--workers N`` collector turns an
+# agent away to even the workers' loads (collector.ingest.worker_balance): the agent reconnects
+# at once, on a new connection, and says so at info level, not as a warning.
+REBALANCE_DETAIL = "rebalancing the collector's workers"
+
+
 # What each side of the wire understands, exchanged at Register (RegisterRequest.capabilities,
 # RegisterResponse.capabilities). Add one when a side learns something the other must not send
 # or expect blindly; never change one's meaning.

@@ -55,7 +55,7 @@ from fleetscope.agent.daemon.credentials import ChannelTLS
 from fleetscope.agent.daemon.spool import Spool
 from fleetscope.proto.compact import CompactError, expand
 from fleetscope.proto.v1 import telemetry_pb2 as pb
-from fleetscope.proto.vocabulary import CAPABILITY_COMPACT
+from fleetscope.proto.vocabulary import CAPABILITY_COMPACT, REBALANCE_DETAIL
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,10 @@ CHANNEL_OPTIONS = [
     # that has not finished (happy eyeballs), so a dead collector is skipped at once. Shuffled,
     # so that a fleet given one name spreads over the collectors instead of all taking the first.
     ("grpc.service_config", '{"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": true}}]}'),
+    # A connection of its own, as one agent per device has: gRPC otherwise shares a process's
+    # connections to one address among its channels, and agents run together in one process
+    # (``fleetscope simulate``, tests) would all ride one connection, to one collector worker.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
@@ -284,6 +288,7 @@ class Uplink:
             address = self._addresses[self._address_index % len(self._addresses)]
             acked_before = self.status.acked
             closed_at_once = False
+            rebalanced = False
             try:
                 self._session(address)
             except grpc.RpcError as exc:
@@ -292,7 +297,13 @@ class Uplink:
                 self.status.last_error = f"{address}: {getattr(code, 'name', code)}: {detail}"
                 if self._stop.is_set():
                     break
-                if code in _AUTH_CODES:
+                if code == grpc.StatusCode.UNAVAILABLE and str(detail).startswith(REBALANCE_DETAIL):
+                    # One worker of a --workers collector asks this agent onto a new connection,
+                    # which the kernel may give to another worker: routine, not a failure.
+                    rebalanced = True
+                    self.status.last_error = ""
+                    log.info("collector %s: %s", address, detail)
+                elif code in _AUTH_CODES:
                     log.error("collector %s refused this agent (%s): check --token; data stays spooled", address, detail)
                     attempt = max(attempt, 4)
                 elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -328,6 +339,9 @@ class Uplink:
             self._closed_at_once[address] = self._closed_at_once.get(address, 0) + 1 if closed_at_once else 0
             if self._stop.is_set():
                 break
+            if rebalanced:  # the same address again, after the shortest pause; no backoff
+                self._stop.wait(self._backoff.delay(0))
+                continue
             self._address_index += 1
             if self.status.acked > acked_before:
                 attempt = failed_in_round = 0  # the last session made progress: start the backoff afresh

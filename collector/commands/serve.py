@@ -58,6 +58,8 @@ def register(sub: Any) -> None:
     # Which worker of `--workers N` this process is (0, 1, ...): it shares --listen with its siblings
     # (SO_REUSEPORT). Set by _run_workers only.
     p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    # The file the workers share their agent counts in (ingest.worker_balance). Set by _run_workers only.
+    p.add_argument("--worker-loads", default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics-listen", type=listen_address, default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="Prometheus endpoints /metrics (self), /metrics/fleet (every device, DCGM names), /healthz, /readyz "
                         "(default %(default)s; 'off' for none; with --workers, the first worker to bind it)")
@@ -135,7 +137,8 @@ def run_collector(args: argparse.Namespace) -> int:
         tokens = read_tokens_file(args.tokens_file)
     elif args.token:
         tokens = frozenset([args.token])
-    settings = CollectorSettings(listen=args.listen, reuse_port=args.worker_index is not None, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
+    settings = CollectorSettings(listen=args.listen, reuse_port=args.worker_index is not None,
+                                 worker_loads=args.worker_loads, worker_index=args.worker_index or 0, db_url=args.db, tokens=tokens, max_batch_bytes=args.max_batch_size,
                                  grace_s=args.grace / 1e9, rollups=not args.no_rollups, upgrade_db=not args.no_db_upgrade,
                                  compaction=not args.no_compaction, fold_after_s=args.fold_after / 1e9,
                                  max_connections=args.max_connections, idle_timeout_s=args.idle_timeout / 1e9,
@@ -196,10 +199,14 @@ def _run_workers(args: argparse.Namespace) -> int:
     Each worker is a whole collector (stateless but for caches), exactly as N replicas behind a
     load balancer would be; the exactly-once claim in the database makes that safe.
     """
+    import os
+    import shutil
     import signal
     import subprocess
+    import tempfile
 
     from fleetscope.collector.errors import StoreUnavailable
+    from fleetscope.collector.ingest.worker_balance import WorkerLoads
     from fleetscope.collector.storage.engine import ensure_schema, make_engine
 
     if args.listen.rsplit(":", 1)[-1] == "0":
@@ -222,16 +229,23 @@ def _run_workers(args: argparse.Namespace) -> int:
         i = argv.index("--workers")
         del argv[i : i + 2]
     argv = [x for x in argv if not x.startswith("--workers=")]
-    children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1", "--worker-index", str(i)])
-                for i in range(args.workers)]
+    loads_dir = tempfile.mkdtemp(prefix="fleetscope-workers-")
+    loads = os.path.join(loads_dir, "agents")
+    WorkerLoads.create(loads, args.workers)
+    try:
+        children = [subprocess.Popen([sys.executable, "-m", "fleetscope.cli", *argv, "--workers", "1", "--worker-index", str(i),
+                                      "--worker-loads", loads])
+                    for i in range(args.workers)]
 
-    def forward(signum: int, _frame: object) -> None:
-        for c in children:
-            if c.poll() is None:
-                c.send_signal(signum)
+        def forward(signum: int, _frame: object) -> None:
+            for c in children:
+                if c.poll() is None:
+                    c.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
-    codes = [c.wait() for c in children]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, forward)
+        codes = [c.wait() for c in children]
+    finally:
+        shutil.rmtree(loads_dir, ignore_errors=True)
     return max(codes)
 

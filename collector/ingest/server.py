@@ -36,6 +36,7 @@ from fleetscope.collector.ingest.memory import MemoryTrimmer
 from fleetscope.collector.ingest.service import IngestService, add_ingest_service
 from fleetscope.collector.ingest.tls import ServerTLS
 from fleetscope.collector.ingest.validation import Limits
+from fleetscope.collector.ingest.worker_balance import StreamBalancer, WorkerLoads
 from fleetscope.collector.jobs.detectors.settings import DetectorSettings
 from fleetscope.collector.jobs.retention import RetentionSettings
 from fleetscope.collector.storage.engine import ensure_schema, make_engine
@@ -51,6 +52,10 @@ class CollectorSettings:
     # ``--workers N`` collector do. Off, a port in use is an error (CannotListen): with it on, a
     # second collector on a busy port took some agents into its own database without a word.
     reuse_port: bool = False
+    # The workers of one ``--workers N`` collector: the file their agent counts are shared in
+    # (ingest.worker_balance.WorkerLoads) and this worker's slot in it. None: a lone collector.
+    worker_loads: str | None = None
+    worker_index: int = 0
     db_url: str = "sqlite:///fleetscope.db"
     # Static tokens (--token, --tokens-file); None: none, so agents enrol with enrolment tokens
     # ("fleetscope token create") or not at all. Never an open door by itself: see below.
@@ -328,6 +333,7 @@ class Collector:
             revocation_poll_s=self.settings.revocation_poll_s,
             allow_unauthenticated=self.settings.allow_unauthenticated,
             max_registrations_in_flight=self.settings.max_registrations_in_flight,
+            balancer=self._balancer(),
         )
         add_ingest_service(self._service, server)  # its deserialisers turn bad bytes into INVALID_ARGUMENT
         from fleetscope.collector.observability import Observability
@@ -336,6 +342,7 @@ class Collector:
                                            metrics_listen=self.settings.metrics_listen, probe_interval_s=self.settings.health_probe_interval_s)
         self.observability.attach(server, self._service)  # grpc.health.v1.Health
         await server.start()
+        self._service.start_balancing()
         await self.observability.start()
         log.info("collector listening on %s, storing into %s, at most %d connections", self.settings.listen.rsplit(":", 1)[0] + f":{self.port}",
                  self.engine.url.render_as_string(hide_password=True), self.max_connections)
@@ -361,6 +368,11 @@ class Collector:
         await asyncio.to_thread(trimmer.stop)
         self.engine.dispose()
         log.info("collector stopped")
+
+    def _balancer(self) -> StreamBalancer | None:
+        if self.settings.worker_loads is None:
+            return None
+        return StreamBalancer(WorkerLoads(self.settings.worker_loads, self.settings.worker_index))
 
     def _detector_settings(self) -> DetectorSettings:
         """The detectors' settings for this pass: the rules file's (reloaded) or the given ones,

@@ -45,6 +45,7 @@ from fleetscope.collector.ingest.validation import (
     validate_batch,
     validate_registration,
 )
+from fleetscope.collector.ingest.worker_balance import StreamBalancer
 from fleetscope.collector.storage.credentials import revocation_count, revoked_among, sha256_hex
 from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem, WriteOutcome
@@ -74,6 +75,7 @@ class IngestService(pb_grpc.IngestServicer):
         revocation_poll_s: float = 1.0,
         allow_unauthenticated: bool = False,
         max_registrations_in_flight: int = 8,
+        balancer: StreamBalancer | None = None,
     ) -> None:
         self._engine = engine
         # Identity (ingest/identity.py), limits per agent (ingest/agent_limits.py), and the open
@@ -85,6 +87,10 @@ class IngestService(pb_grpc.IngestServicer):
         # throttled for what other callers at the same address (a NAT, a proxy) had refused.
         self._verified: dict[str, str] = {}
         self._streams_by_agent: dict[str, set[asyncio.Event]] = {}
+        # The workers of one ``--workers N`` collector even out their agents (ingest.worker_balance).
+        self.balancer = balancer
+        self._balancing: asyncio.Task | None = None
+        self._open_streams: set[_StreamBinding] = set()
         self._revocation_poll_s = revocation_poll_s
         self._revocations: asyncio.Task | None = None
         self._writer = writer
@@ -109,9 +115,20 @@ class IngestService(pb_grpc.IngestServicer):
         self.rows_stored = 0
         self.streams_open = 0
 
+    def start_balancing(self) -> None:
+        """With a balancer: its heartbeat and checks from now on (on the running event loop)."""
+        if self.balancer is not None and self._balancing is None:
+            self._balancing = asyncio.create_task(self._balance(self.balancer))
+
     def begin_shutdown(self) -> None:
         """Stop reading new batches; in-flight ones are still acknowledged."""
         self._closing.set()
+        for binding in self._open_streams:
+            binding.leave.set()
+        if self._balancing is not None:
+            self._balancing.cancel()
+        if self.balancer is not None:
+            self.balancer.leave()  # the other workers stop counting on this one at once
         if self._revocations is not None:
             self._revocations.cancel()
 
@@ -175,6 +192,10 @@ class IngestService(pb_grpc.IngestServicer):
             validate_registration(request, self._limits)
         except BatchInvalid as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"registration: {exc}")
+        if self.balancer is not None and not self.balancer.admit(context.peer() or "", request.agent_id):
+            # Before the registration is written: an agent turned away costs nothing but a reconnect.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{vocabulary.REBALANCE_DETAIL}: this worker holds more agents "
+                                "than another; reconnect")
         # The agent's own allowance: only registrations that passed the identity check spent it.
         retry_after = self.limiter.registration_retry_after(request.agent_id)
         if retry_after > 0:
@@ -344,6 +365,12 @@ class IngestService(pb_grpc.IngestServicer):
         pending: asyncio.Queue = asyncio.Queue()
         unacked = _UnackedBytes(self._max_unacked_bytes_per_stream)
         self.streams_open += 1
+        peer = context.peer() or ""
+        self._open_streams.add(binding)
+        if self._closing.is_set():
+            binding.leave.set()
+        if self.balancer is not None:
+            self.balancer.opened(peer)
 
         async def read() -> None:
             batches = request_iterator.__aiter__()
@@ -382,7 +409,7 @@ class IngestService(pb_grpc.IngestServicer):
                     # Read the next batch only once the writer has caught up: HTTP/2 flow control
                     # then holds a fast client back, not this process's memory.
                     await unacked.wait_for_room()
-                    if self._closing.is_set():
+                    if binding.leave.is_set():
                         break
             except StopAsyncIteration:
                 pass
@@ -394,17 +421,17 @@ class IngestService(pb_grpc.IngestServicer):
                 await pending.put(None)
 
         reader = asyncio.create_task(read())
-        closing = asyncio.create_task(self._closing.wait())
+        leave = asyncio.create_task(binding.leave.wait())
         revoked = asyncio.create_task(binding.revoked.wait())
         try:
             while True:
-                if not pending.empty() and not binding.revoked.is_set() and not self._closing.is_set():
+                if not pending.empty() and not binding.revoked.is_set() and not binding.leave.is_set():
                     # A batch is already waiting for its acknowledgement: no task and no wait on
                     # three futures for it (the common case while a backlog streams in).
                     fut = pending.get_nowait()
                 else:
                     getter = asyncio.create_task(pending.get())
-                    done, _ = await asyncio.wait({getter, closing, revoked}, return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait({getter, leave, revoked}, return_when=asyncio.FIRST_COMPLETED)
                     if revoked in done:
                         getter.cancel()
                         reader.cancel()
@@ -412,11 +439,15 @@ class IngestService(pb_grpc.IngestServicer):
                     if getter not in done:
                         getter.cancel()
                         reader.cancel()
-                        # Acknowledge what was already accepted, then end the stream cleanly.
+                        # Acknowledge what was already accepted, then end the stream: cleanly when the
+                        # collector stops, UNAVAILABLE when asked to leave for another worker.
                         while not pending.empty():
                             fut = pending.get_nowait()
                             if fut is not None:
                                 yield await self._ack(fut, context)
+                        if binding.shed and not self._closing.is_set():
+                            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{vocabulary.REBALANCE_DETAIL}: "
+                                                "another worker holds fewer agents; reconnect")
                         return
                     fut = getter.result()
                 if fut is None:
@@ -428,11 +459,35 @@ class IngestService(pb_grpc.IngestServicer):
                 yield await self._ack(fut, context)
         finally:
             self.streams_open -= 1
+            self._open_streams.discard(binding)
+            if self.balancer is not None:
+                self.balancer.closed(peer)
             reader.cancel()
-            closing.cancel()
+            leave.cancel()
             revoked.cancel()
             if binding.agent_id is not None:
                 self._streams_by_agent.get(binding.agent_id, set()).discard(binding.revoked)
+
+    async def _balance(self, balancer: StreamBalancer) -> None:
+        """Every ``check_s``: ask streams to leave while this worker holds more agents than
+        another by more than the tolerance (``StreamBalancer.surplus``), each agent at most once
+        in a while; the newest streams first (the ones that have sent the least of a backlog)."""
+        while not self._closing.is_set():
+            try:
+                balancer.heartbeat()
+                await asyncio.sleep(balancer.check_s)
+                want = balancer.surplus()
+            except Exception as exc:  # the loads file went away: balancing stops, ingest goes on
+                log.warning("worker balancing stopped: %s", exc)
+                return
+            for binding in sorted(self._open_streams, key=lambda b: -b.opened):
+                if want <= 0:
+                    break
+                if binding.leave.is_set() or not balancer.may_shed(binding.agent_id):
+                    continue
+                binding.shed = True
+                binding.leave.set()
+                want -= 1
 
     async def _ack(self, fut: asyncio.Future | Undecodable, context: grpc.aio.ServicerContext) -> pb.Ack:
         if isinstance(fut, Undecodable):
@@ -470,7 +525,7 @@ class _Refused(Exception):
         self.code, self.message = code, message
 
 
-@dataclass
+@dataclass(eq=False)  # one per stream, kept in a set by identity
 class _StreamBinding:
     """The agent id a stream may write as (None until a key-less stream's first batch), and the
     event that ends it when that agent is revoked."""
@@ -478,6 +533,11 @@ class _StreamBinding:
     agent_id: str | None
     group: str | None  # whose ingest quota it draws on (identity.quota_group); None: none
     revoked: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the stream should stop reading and end (the collector stops, or ``shed``: asked to
+    # leave for a less loaded worker).
+    leave: asyncio.Event = field(default_factory=asyncio.Event)
+    shed: bool = False
+    opened: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ class CollectorSelfMetrics:
                                 value=service.streams_open if service is not None else 0)
         yield from _budget_metrics(getattr(service, "budget", None))
         yield from _registration_metrics(getattr(service, "registrations", None))
+        yield from _balance_metrics(getattr(service, "balancer", None))
         if self._max_connections is not None:
             yield GaugeMetricFamily("fleetscope_collector_connections_max", "The most connections this collector accepts at once.",
                                     value=self._max_connections)
@@ -173,6 +174,25 @@ def _budget_metrics(budget: Any) -> Iterator[Metric]:
 
 
 __all__ = ["COMMIT_BUCKETS", "JOB_LABEL", "CollectorSelfMetrics"]
+
+
+def _balance_metrics(balancer: Any) -> Iterator[Metric]:
+    """A ``--workers N`` collector's agents per worker (every worker's, from the file they share,
+    so the one worker serving /metrics shows the whole group) and this worker's turned-away agents."""
+    if balancer is None:
+        return
+    agents = GaugeMetricFamily("fleetscope_collector_worker_agents",
+                               "Agent connections each worker of this --workers collector holds now.", labels=["worker"])
+    for i, count in enumerate(balancer.loads.counts()):
+        if count is not None:  # a worker not alive has no count
+            agents.add_metric([str(i)], count)
+    yield agents
+    moved = CounterMetricFamily("fleetscope_collector_worker_rebalanced",
+                                "Agents this worker asked onto a new connection to even the workers' loads: at "
+                                "registration, or while streaming.", labels=["when"])
+    moved.add_metric(["registration"], balancer.refused)
+    moved.add_metric(["streaming"], balancer.shed)
+    yield moved
 
 
 def _registration_metrics(gate: RegistrationGate | None) -> Iterator[Metric]:

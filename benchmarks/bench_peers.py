@@ -228,42 +228,79 @@ def _read_batches(path: Path) -> tuple[dict, list[bytes]]:
 
 
 def generator_process(address: str, files: list[str], window: int, ready, go, out) -> None:  # type: ignore[no-untyped-def]
+    """Replays devices' batch files, each device on its own connection as a real agent is: a
+    channel with its own subchannel pool (gRPC otherwise shares one TCP connection among every
+    channel of a process to the same address, and the workers of a `--workers` collector would
+    get two connections for twenty devices). Like the agent, a device turned away by a worker to
+    even the workers' loads (UNAVAILABLE, ``REBALANCE_DETAIL``) reconnects on a new connection and
+    sends again what was not acknowledged."""
     import grpc
 
     from fleetscope.agent.daemon.uplink import with_sent_ns
     from fleetscope.proto.v1 import telemetry_pb2 as pb
+    from fleetscope.proto.vocabulary import REBALANCE_DETAIL
 
     md = (("authorization", f"Bearer {TOKEN}"),)
+    options = [("grpc.max_send_message_length", 64 << 20), ("grpc.use_local_subchannel_pool", 1)]
+    rebalanced = [0]
+
+    def turned_away(exc: grpc.RpcError) -> bool:
+        return exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith(REBALANCE_DETAIL)
+
+    def connect(head: dict):  # type: ignore[no-untyped-def]
+        while True:
+            channel = grpc.insecure_channel(address, options=options)
+            register = channel.unary_unary("/fleetscope.v1.Ingest/Register",
+                                           request_serializer=pb.RegisterRequest.SerializeToString,
+                                           response_deserializer=pb.RegisterResponse.FromString)
+            try:
+                register(pb.RegisterRequest(agent_id=head["agent_id"], boot_id="bench", name=head["name"],
+                                            sent_ns=time.time_ns(), labels={"simulated": "true"}), metadata=md, timeout=60)
+                return channel
+            except grpc.RpcError as exc:
+                channel.close()
+                if not turned_away(exc):
+                    raise
+                rebalanced[0] += 1
+
     agents = []
     for path in files:
         head, batches = _read_batches(Path(path))
-        channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
-        register = channel.unary_unary("/fleetscope.v1.Ingest/Register", request_serializer=pb.RegisterRequest.SerializeToString,
-                                       response_deserializer=pb.RegisterResponse.FromString)
-        register(pb.RegisterRequest(agent_id=head["agent_id"], boot_id="bench", name=head["name"], sent_ns=time.time_ns(),
-                                    labels={"simulated": "true"}), metadata=md, timeout=60)
-        agents.append((channel, batches))
+        agents.append((head, connect(head), batches))
     ready.put(len(agents))
     go.wait()
     stored = [0]
     lock = threading.Lock()
 
-    def one(channel, batches) -> None:  # type: ignore[no-untyped-def]
-        sem = threading.Semaphore(window)
-
-        def requests():  # type: ignore[no-untyped-def]
-            for payload in batches:
-                sem.acquire()
-                yield with_sent_ns(payload, time.time_ns())
-
-        stream = channel.stream_stream("/fleetscope.v1.Ingest/Stream", request_serializer=lambda b: b,
-                                       response_deserializer=pb.Ack.FromString)
+    def one(head: dict, channel, batches: list[bytes]) -> None:  # type: ignore[no-untyped-def]
+        acked = 0  # batches acknowledged (stored, or already stored when sent again)
         n = 0
-        for ack in stream(requests(), metadata=md):
-            sem.release()
-            n += ack.status == pb.Ack.STATUS_STORED
-            if n == len(batches):
-                break
+        while acked < len(batches):
+            sem = threading.Semaphore(window)
+
+            def requests(start: int, sem: threading.Semaphore):  # type: ignore[no-untyped-def]
+                for payload in batches[start:]:
+                    sem.acquire()
+                    yield with_sent_ns(payload, time.time_ns())
+
+            stream = channel.stream_stream("/fleetscope.v1.Ingest/Stream", request_serializer=lambda b: b,
+                                           response_deserializer=pb.Ack.FromString)
+            call = stream(requests(acked, sem), metadata=md)
+            try:
+                for ack in call:
+                    sem.release()
+                    acked += 1
+                    n += ack.status == pb.Ack.STATUS_STORED
+                    if acked == len(batches):
+                        call.cancel()
+                        break
+            except grpc.RpcError as exc:
+                if not turned_away(exc):
+                    raise
+                rebalanced[0] += 1
+                channel.close()
+                channel = connect(head)
+        channel.close()
         with lock:
             stored[0] += n
 
@@ -272,7 +309,7 @@ def generator_process(address: str, files: list[str], window: int, ready, go, ou
         t.start()
     for t in threads:
         t.join()
-    out.put(stored[0])
+    out.put((stored[0], rebalanced[0]))
 
 
 def db_size(url: str) -> int:
@@ -350,7 +387,9 @@ def run_fleetscope(label: str, url: str, fleet: Path, counts: dict[str, int], tm
         cpu0 = cpu_seconds(collector.pid)
         t0 = time.monotonic()
         go.set()
-        stored_batches = sum(out.get(timeout=3600) for _ in procs)
+        results = [out.get(timeout=3600) for _ in procs]
+        stored_batches = sum(r[0] for r in results)
+        turned_away = sum(r[1] for r in results)
         elapsed = time.monotonic() - t0
         cpu = cpu_seconds(collector.pid) - cpu0
         for p in procs:
@@ -363,7 +402,8 @@ def run_fleetscope(label: str, url: str, fleet: Path, counts: dict[str, int], tm
     folded = fold(url)
     compact = db_size(url)
     values = counts["values"]
-    say(f"  {label}: {stored_batches:,} batches acknowledged in {elapsed:.1f} s; {folded}")
+    moved = f", {turned_away} times asked onto another worker" if workers > 1 else ""
+    say(f"  {label}: {stored_batches:,} batches acknowledged in {elapsed:.1f} s{moved}; {folded}")
     return {"label": label, "values_per_s": values / elapsed, "rows_per_s": rows / elapsed, "rows_ok": rows == counts["rows"],
             "bytes_raw": raw / values, "bytes": compact / values, "size": compact, "cpu_s": cpu, "elapsed": elapsed,
             "note": folded}

@@ -45,7 +45,7 @@ from fleetscope.collector.ingest.validation import (
     validate_batch,
     validate_registration,
 )
-from fleetscope.collector.ingest.worker_balance import StreamBalancer
+from fleetscope.collector.ingest.worker_balance import StreamBalancer, connection_weight
 from fleetscope.collector.storage.credentials import revocation_count, revoked_among, sha256_hex
 from fleetscope.collector.storage.registry import lookup_device_id, register_device
 from fleetscope.collector.storage.writer import BatchWriter, WriteItem, WriteOutcome
@@ -192,7 +192,8 @@ class IngestService(pb_grpc.IngestServicer):
             validate_registration(request, self._limits)
         except BatchInvalid as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"registration: {exc}")
-        if self.balancer is not None and not self.balancer.admit(context.peer() or "", request.agent_id):
+        if self.balancer is not None and not self.balancer.admit(context.peer() or "", request.agent_id,
+                                                                 connection_weight(len(request.inventory.gpus))):
             # Before the registration is written: an agent turned away costs nothing but a reconnect.
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"{vocabulary.REBALANCE_DETAIL}: this worker holds more agents "
                                 "than another; reconnect")
@@ -355,7 +356,8 @@ class IngestService(pb_grpc.IngestServicer):
             credential = await asyncio.to_thread(self._auth.stream_agent, presented)
         except IdentityRefused as exc:
             await self._refuse(context, presented, exc)
-        binding = _StreamBinding(None if credential is None else credential.agent_id, quota_group(credential))
+        binding = _StreamBinding(None if credential is None else credential.agent_id, quota_group(credential),
+                                 peer=context.peer() or "")
         if credential is not None:
             self._verify(presented)
         if binding.agent_id is not None:
@@ -365,7 +367,7 @@ class IngestService(pb_grpc.IngestServicer):
         pending: asyncio.Queue = asyncio.Queue()
         unacked = _UnackedBytes(self._max_unacked_bytes_per_stream)
         self.streams_open += 1
-        peer = context.peer() or ""
+        peer = binding.peer
         self._open_streams.add(binding)
         if self._closing.is_set():
             binding.leave.set()
@@ -469,25 +471,22 @@ class IngestService(pb_grpc.IngestServicer):
                 self._streams_by_agent.get(binding.agent_id, set()).discard(binding.revoked)
 
     async def _balance(self, balancer: StreamBalancer) -> None:
-        """Every ``check_s``: ask streams to leave while this worker holds more agents than
-        another by more than the tolerance (``StreamBalancer.surplus``), each agent at most once
-        in a while; the newest streams first (the ones that have sent the least of a backlog)."""
+        """Every ``check_s``: ask streams to leave while this worker carries more than another by
+        more than the slack (``StreamBalancer.choose_to_shed``), each agent a few times a window
+        at most; the newest streams first (the ones that have sent the least of a backlog)."""
         while not self._closing.is_set():
             try:
                 balancer.heartbeat()
                 await asyncio.sleep(balancer.check_s)
-                want = balancer.surplus()
+                streams = [(b, b.agent_id, b.peer) for b in sorted(self._open_streams, key=lambda b: -b.opened)
+                           if not b.leave.is_set()]
+                leaving = balancer.choose_to_shed(streams)
             except Exception as exc:  # the loads file went away: balancing stops, ingest goes on
                 log.warning("worker balancing stopped: %s", exc)
                 return
-            for binding in sorted(self._open_streams, key=lambda b: -b.opened):
-                if want <= 0:
-                    break
-                if binding.leave.is_set() or not balancer.may_shed(binding.agent_id):
-                    continue
+            for binding in leaving:
                 binding.shed = True
                 binding.leave.set()
-                want -= 1
 
     async def _ack(self, fut: asyncio.Future | Undecodable, context: grpc.aio.ServicerContext) -> pb.Ack:
         if isinstance(fut, Undecodable):
@@ -538,6 +537,7 @@ class _StreamBinding:
     leave: asyncio.Event = field(default_factory=asyncio.Event)
     shed: bool = False
     opened: float = field(default_factory=time.monotonic)
+    peer: str = ""  # the connection's address (context.peer()), the balancer's key for it
 
 
 @dataclass(frozen=True)

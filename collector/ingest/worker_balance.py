@@ -12,13 +12,14 @@ heartbeat is older than ``stale_s`` is left out, so one that died or has not sta
 look idle and draw every agent's reconnect), and each one (``StreamBalancer``):
 
 * **at registration** (an agent's first call on a new connection) refuses the agent with
-  ``UNAVAILABLE`` and a detail starting with ``REBALANCE_DETAIL`` when it already holds more than
-  the least loaded worker plus a tolerance. The agent reconnects (a new connection: a new source
+  ``UNAVAILABLE`` and a detail starting with ``REBALANCE_DETAIL`` unless it is the least loaded
+  worker (within a slack of 5 %). A connection's load is its weight: one for the host and one per
+  GPU in the inventory the agent registers with (``connection_weight``). The agent reconnects (a new connection: a new source
   port, hashed afresh, so it lands on the same worker again only by chance). A worker turns one
   agent away at most ``turn_away_limit`` times per ``refuse_again_s``, so no agent bounces for
   long whatever the hash does.
-* **while streaming**, every ``check_s``, asks ``surplus`` streams to leave when agents that left
-  made it the busiest by more than the tolerance: such a stream stops reading, acknowledges what
+* **while streaming**, every ``check_s``, asks streams to leave when agents that left made it
+  the busiest by more than the slack (half the excess in weight, ``choose_to_shed``): such a stream stops reading, acknowledges what
   it had read, and ends with the same status. Nothing is lost: what was not acknowledged stays
   in the agent's spool and is sent again on the new connection (stored once: the exactly-once
   claim).
@@ -30,19 +31,21 @@ address (``context.peer()``), which is the same for every call on one connection
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from fleetscope.proto.vocabulary import REBALANCE_DETAIL
 
+K = TypeVar("K")  # what the caller names a stream by
+
 _SLOT = struct.Struct("<qq")  # agent connections, heartbeat (time.monotonic_ns: one clock for every process)
 
-__all__ = ["REBALANCE_DETAIL", "StreamBalancer", "WorkerLoads"]
+__all__ = ["REBALANCE_DETAIL", "StreamBalancer", "WorkerLoads", "connection_weight"]
 
 
 class WorkerLoads:
@@ -96,15 +99,24 @@ class WorkerLoads:
         self._map.close()
 
 
-def tolerance(least: int) -> int:
-    """How many connections more than the least loaded worker a worker may hold: one, or 5 % of
-    the least loaded's (a 10,000-agent fleet need not be split to the agent, and a reconnect
-    storm should not be answered with more reconnects)."""
-    return max(1, math.ceil(least * 0.05))
+def connection_weight(gpus: int) -> int:
+    """What one agent's connection is expected to carry, in units of about one GPU's readings: its
+    host's readings and one share per GPU (an 8-GPU server sends about four and a half times a
+    one-GPU Jetson's values). Counting connections alone, a worker given the servers and another
+    the drones would be "even" and far apart."""
+    return 1 + max(0, gpus)
+
+
+def slack(least: int) -> int:
+    """How much more than the least loaded worker a worker may hold and still take agents: 5 % of
+    that load, rounded down (a small fleet is split to the agent; a 10,000-agent one need not be,
+    and a reconnect storm should not be answered with more reconnects)."""
+    return least // 20
 
 
 class StreamBalancer:
-    """This worker's connections and the decisions to turn an agent away (see the module)."""
+    """This worker's connections, each with its weight (``connection_weight``), and the decisions
+    to turn an agent away (see the module). Its load is the sum of its connections' weights."""
 
     def __init__(self, loads: WorkerLoads, *, refuse_again_s: float = 30.0, turn_away_limit: int = 3,
                  unclaimed_s: float = 60.0, check_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -114,6 +126,7 @@ class StreamBalancer:
         self.unclaimed_s = unclaimed_s
         self.check_s = check_s
         self._clock = clock
+        self._weights: dict[str, int] = {}  # peer -> its weight, while it is counted
         self._registered: dict[str, float] = {}  # peer -> when it registered, until its first stream
         self._streams: dict[str, int] = {}  # peer -> its open streams
         # agent id -> (when this worker first turned it away in the current window, how often since)
@@ -125,7 +138,10 @@ class StreamBalancer:
 
     @property
     def load(self) -> int:
-        return len(self._registered.keys() | self._streams.keys())
+        return sum(self._weights.values())
+
+    def weight_of(self, peer: str) -> int:
+        return self._weights.get(peer, 1)
 
     def _publish(self) -> None:
         if not self._left:
@@ -138,17 +154,17 @@ class StreamBalancer:
         self.loads.leave()
 
     def heartbeat(self) -> None:
-        """Say this worker is alive (and its count), every ``check_s`` at least."""
+        """Say this worker is alive (and its load), every ``check_s`` at least."""
         self._forget_unclaimed(self._clock())
         self._publish()
 
-    def _over(self) -> int:
-        """Connections held beyond the least loaded other worker's count plus the tolerance
-        (never above 0 with no other worker alive)."""
+    def _over(self) -> int | None:
+        """This worker's load beyond the least loaded other worker's plus the slack; None with no
+        other worker alive."""
         least = self.loads.least_of_others()
         if least is None:
-            return -1
-        return self.load - least - tolerance(least)
+            return None
+        return self.load - least - slack(least)
 
     def _turn_away(self, agent_id: str, now: float) -> bool:
         """Whether ``agent_id`` may be turned away now; counts it when so."""
@@ -160,21 +176,25 @@ class StreamBalancer:
         self._turned_away[agent_id] = (since, times + 1)
         return True
 
-    def admit(self, peer: str, agent_id: str) -> bool:
-        """A registration on connection ``peer``: False to turn the agent away (then reconnecting)."""
+    def admit(self, peer: str, agent_id: str, weight: int = 1) -> bool:
+        """A registration on connection ``peer``: False to turn the agent away (then reconnecting).
+        A worker takes agents while it is the least loaded, within the slack."""
         now = self._clock()
         self._forget_unclaimed(now)
-        if peer in self._streams or peer in self._registered:  # a connection already counted
+        if peer in self._weights:  # a connection already counted
             return True
-        if self._over() >= 0 and self._turn_away(agent_id, now):
+        over = self._over()
+        if over is not None and over > 0 and self._turn_away(agent_id, now):
             self.refused += 1
             return False
+        self._weights[peer] = max(1, weight)
         self._registered[peer] = now
         self._publish()
         return True
 
     def opened(self, peer: str) -> None:
         self._registered.pop(peer, None)
+        self._weights.setdefault(peer, 1)  # a stream with no registration on its connection (an old agent's)
         self._streams[peer] = self._streams.get(peer, 0) + 1
         self._publish()
 
@@ -184,27 +204,39 @@ class StreamBalancer:
             self._streams[peer] = left
         else:
             self._streams.pop(peer, None)
+            if peer not in self._registered:
+                self._weights.pop(peer, None)
         self._publish()
 
     def surplus(self) -> int:
-        """How many streams to ask to leave now: half the excess over the least loaded worker
-        (those leaving land on any worker, this one included; the next check sees where)."""
+        """The load to move off this worker now: half its excess over the least loaded worker
+        (what leaves lands on any worker, this one included; the next check sees where)."""
         self._forget_unclaimed(self._clock())
         over = self._over()
-        return 0 if over <= 0 else max(1, (over + 1) // 2)
+        return 0 if over is None or over <= 1 else over // 2
 
-    def may_shed(self, agent_id: str | None) -> bool:
-        """Whether a stream of ``agent_id`` may be asked to leave now (counted with its turn-aways at
-        registration: at most ``turn_away_limit`` per ``refuse_again_s``); notes it when so."""
-        if not self._turn_away(agent_id or "", self._clock()):
-            return False
-        self.shed += 1
-        return True
+    def choose_to_shed(self, streams: Sequence[tuple[K, str | None, str]]) -> list[K]:
+        """Of ``streams`` (key, agent id, peer), newest first, the ones to ask to leave now: up to
+        ``surplus`` in weight, each lighter than the whole excess (moving a heavier one would only
+        turn the imbalance around), each agent at most ``turn_away_limit`` times a window."""
+        want = self.surplus()
+        chosen: list[K] = []
+        for key, agent_id, peer in streams:
+            if want <= 0:
+                break
+            w = self.weight_of(peer)
+            if w >= 2 * want + 1 or not self._turn_away(agent_id or "", self._clock()):
+                continue
+            chosen.append(key)
+            self.shed += 1
+            want -= w
+        return chosen
 
     def _forget_unclaimed(self, now: float) -> None:
         stale = [p for p, t in self._registered.items() if now - t > self.unclaimed_s and p not in self._streams]
         for p in stale:
             del self._registered[p]
+            self._weights.pop(p, None)
         if stale:
             self._publish()
         if len(self._turned_away) > 4096:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.collector.ingest.worker_balance import StreamBalancer, WorkerLoads, tolerance
+from fleetscope.collector.ingest.worker_balance import StreamBalancer, WorkerLoads, connection_weight, slack
 
 
 class Clock:
@@ -83,7 +83,7 @@ def test_a_dead_or_unstarted_worker_draws_nobody(tmp_path: Path, clock: Clock) -
     assert all(connect(a, n) for n in range(10))
     assert a.surplus() == 0
     b = StreamBalancer(WorkerLoads(path, 1, clock_ns=clock.ns), clock=clock)
-    assert a.surplus() == 5, "worker 1 alive and empty: half of a's excess (10 - 0 - 1), rounded up, leaves"
+    assert a.surplus() == 5, "worker 1 alive and empty: half of a's excess (10 - 0), leaves"
     clock.s += 11.0  # b's heartbeat is stale now (it stopped beating: hung, killed)
     a.heartbeat()
     assert a.surplus() == 0
@@ -119,28 +119,69 @@ def test_a_registration_never_followed_by_a_stream_stops_counting(tmp_path: Path
 
 def test_streams_leave_the_busier_worker_each_agent_a_few_times_at_most(tmp_path: Path, clock: Clock) -> None:
     a, b = group(tmp_path, clock)
+    a_peers: dict[int, str] = {}
+    turned: set[int] = set()
     for n in range(12):  # every agent reaches a, again after each turn-away: a keeps it in the end
         tries = 0
         while not a.admit(f"{n}:{tries}", f"agent-{n}"):
             tries += 1
         assert tries in (0, a.turn_away_limit)
-        a.opened(f"{n}:{tries}")
+        if tries:
+            turned.add(n)
+        a_peers[n] = f"{n}:{tries}"
+        a.opened(a_peers[n])
     for n in range(12, 14):
         assert connect(b, n)
-    # a: 12, b: 2 -> a holds 12 - 2 - 1 = 9 too many; half of them (rounded up) are asked to leave.
+    # a: 12, b: 2 -> a holds 10 too many; half of them leave.
     assert a.surplus() == 5
-    assert [a.may_shed("agent-0") for _ in range(4)] == [True, True, True, False]
-    assert not a.may_shed("agent-1"), "agent-1 was turned away three times at registration in this window"
+    streams = [(f"stream-{n}", f"agent-{n}", a_peers[n]) for n in reversed(range(12))]  # newest first
+    # Agents turned away three times at registration in this window are not asked again: every
+    # one but agent-0, which a took at once.
+    assert turned == set(range(1, 12))
+    assert a.choose_to_shed(streams) == ["stream-0"]
+    assert a.shed == 1
     clock.s += a.refuse_again_s
     b.heartbeat()
-    assert a.may_shed("agent-0") and a.may_shed("agent-1")
-    assert a.shed == 5
+    assert len(a.choose_to_shed(streams)) == 5, "a new window: any agent may be asked"
     assert b.surplus() == 0, "the less loaded worker sheds nobody"
 
 
-def test_the_tolerance_grows_with_the_fleet() -> None:
-    assert tolerance(0) == 1 and tolerance(10) == 1
-    assert tolerance(1000) == 50
+def test_the_slack_grows_with_the_fleet() -> None:
+    assert slack(0) == 0 and slack(19) == 0 and slack(20) == 1
+    assert slack(1000) == 50
+
+
+def test_servers_and_drones_are_split_by_what_they_carry_not_by_count(tmp_path: Path, clock: Clock) -> None:
+    a, b = group(tmp_path, clock)
+    server, drone = connection_weight(8), connection_weight(1)
+    assert (server, drone) == (9, 2)
+    # The hash sends the ten servers first, each first to a; then the ten drones, each first to b.
+    for n in range(10):
+        if not a.admit(f"s{n}", f"server-{n}", server):
+            assert b.admit(f"s{n}'", f"server-{n}", server)
+    for n in range(10):
+        if not b.admit(f"d{n}", f"drone-{n}", drone):
+            assert a.admit(f"d{n}'", f"drone-{n}", drone)
+    total = 10 * server + 10 * drone
+    assert a.load + b.load == total
+    assert abs(a.load - b.load) <= server, (a.load, b.load)  # by count it could be 10 servers against 10 drones
+
+
+def test_a_stream_heavier_than_the_excess_stays(tmp_path: Path, clock: Clock) -> None:
+    a, b = group(tmp_path, clock)
+    for peer, weight in (("big", 9), ("small-1", 2), ("small-2", 2)):
+        assert a.admit(peer, peer, weight) or a.admit(peer, peer, weight) or a.admit(peer, peer, weight) \
+            or a.admit(peer, peer, weight)
+        a.opened(peer)
+    assert b.admit("other", "other", 9)
+    b.opened("other")
+    clock.s += a.refuse_again_s  # the turn-aways above are of an earlier window
+    b.heartbeat()
+    # a carries 13, b 9: 4 too many; moving the 9 would leave b 18 against a's 4, so the small
+    # ones are the candidates, and one of them (weight 2) moves the excess's half.
+    streams = [("big", "big", "big"), ("small-1", "small-1", "small-1"), ("small-2", "small-2", "small-2")]
+    assert a.surplus() == 2
+    assert a.choose_to_shed(streams) == ["small-1"]
 
 
 def test_a_file_that_is_not_a_loads_file_is_refused(tmp_path: Path) -> None:

@@ -170,7 +170,10 @@ def build_fleet(devices: int, hours: float, out: Path, wire: str = "compact") ->
         agent_id = str(uuid.uuid4())
         series: set[str] = set()
         with open(out / "fs" / f"{sp.id:05d}.batches", "wb") as f:
-            f.write(json.dumps({"agent_id": agent_id, "name": sp.name}).encode() + b"\n")
+            # What the device's agent registers with: its kind and GPUs (the collector's workers
+            # weigh a connection by them).
+            f.write(json.dumps({"agent_id": agent_id, "name": sp.name, "jetson": sp.jetson, "gpus": sp.gpus,
+                                "gpu_name": sp.model[0]}).encode() + b"\n")
             for w in range(windows):
                 t0 = t_start + w * STEPS * NS
                 t1 = t0 + STEPS * NS
@@ -238,7 +241,7 @@ def generator_process(address: str, files: list[str], window: int, ready, go, ou
 
     from fleetscope.agent.daemon.uplink import with_sent_ns
     from fleetscope.proto.v1 import telemetry_pb2 as pb
-    from fleetscope.proto.vocabulary import REBALANCE_DETAIL
+    from fleetscope.proto.vocabulary import CAPABILITIES, REBALANCE_DETAIL
 
     md = (("authorization", f"Bearer {TOKEN}"),)
     options = [("grpc.max_send_message_length", 64 << 20), ("grpc.use_local_subchannel_pool", 1)]
@@ -254,7 +257,11 @@ def generator_process(address: str, files: list[str], window: int, ready, go, ou
                                            request_serializer=pb.RegisterRequest.SerializeToString,
                                            response_deserializer=pb.RegisterResponse.FromString)
             try:
-                register(pb.RegisterRequest(agent_id=head["agent_id"], boot_id="bench", name=head["name"],
+                kind = pb.DEVICE_KIND_JETSON if head.get("jetson") else pb.DEVICE_KIND_SERVER
+                inventory = pb.Inventory(gpus=[pb.GpuInfo(index=g, name=head.get("gpu_name", ""))
+                                               for g in range(head.get("gpus", 0))])
+                register(pb.RegisterRequest(agent_id=head["agent_id"], boot_id="bench", name=head["name"], kind=kind,
+                                            inventory=inventory, capabilities=list(CAPABILITIES), batch_interval_s=1.0,
                                             sent_ns=time.time_ns(), labels={"simulated": "true"}), metadata=md, timeout=60)
                 return channel
             except grpc.RpcError as exc:

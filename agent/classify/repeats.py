@@ -102,6 +102,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # line and "0000:01:00.0" by the next one.
         if "xid" not in ident and facts.get("implied_xid") is not None:
             ident["xid"] = facts["implied_xid"]
+        if "xid" not in ident and facts.get("gsp_failure") is not None:
+            # GSP notices with no Xid and no GPU named: an RPC history, a core dump, an assertion are told
+            # apart by what they are.
+            ident["gsp_failure"] = facts["gsp_failure"]
         if isinstance(ident.get("pci_address"), str):
             ident["pci_address"] = _bus_id(ident["pci_address"])
     if kind == KIND_TRT_BENCHMARK and facts.get("record") == "run_averages":

@@ -67,6 +67,10 @@ _RM_INIT = re.compile(
     r"NVRM: (?:GPU (?P<pci>" + _PCI_FULL + r")(?P<more>(?: ?/ ?" + _PCI_FULL + r")*): )?(?:RmInitAdapter failed!(?: \((?P<code>[0-9A-Fa-fx:]+)\))?"
     r"|rm_init_adapter(?:\((?P<minor0>\d+)\))? failed(?:, device minor number (?P<minor>\d+))?)"
 )
+# RmInitAdapter's own notes, printed before its "RmInitAdapter failed!" line (NV_PRINTF prefixes the function):
+# "NVRM: RmInitAdapter: Cannot initialize GSP firmware RM", "NVRM: RmInitAdapter: osInitNvMapping failed, ...".
+# Read only where no "RmInitAdapter failed!" line is in view (a title, a cut paste): that line is the fault.
+_RM_INIT_NOTE = re.compile(r"NVRM:? RmInitAdapter: (?P<why>[A-Za-z][^\n\"`']{3,200})")
 # An Xid relayed by another tool: DCGM's metric, the Kubernetes device plugin's health check.
 # DCGM's health and diag failure text (DCGM_FR_XID_ERROR_MSG): "Detected XID 79 for GPU 0".
 _RELAYED = re.compile(
@@ -94,7 +98,13 @@ _GSP_NOTICE = re.compile(
     r"|(?P<dump>kflcnCoreDump\w*)\b"
     r"|[^\n]{0,300}?\bTimeout (?:after (?P<secs>\d+(?:\.\d+)?)s of )?waiting for RPC (?:response )?from (?P<tgpu>(?:GPU)?\d*) ?GSP(?P<gspn>\d*)!"
     r"(?: Expected function (?:(?P<fn>\d+) \()?(?P<fname>[A-Z][A-Z0-9_]*)\)?)?"
-    r"|[^\n]{0,300}?GPU lost from the bus \[NV_ERR_GPU_IS_LOST\])"
+    r"|[^\n]{0,300}?GPU lost from the bus \[NV_ERR_GPU_IS_LOST\]"
+    # nvAssertOkFailedNoLog's "Assertion failed: <status text> [<status>] (0x...) returned from <call> @ <file>:<line>"
+    # for a GPU the RM says must be reset ("Reset required [NV_ERR_RESET_REQUIRED] (0x00000062)"), and
+    # nvAssertFailedNoLog's "Assertion failed: <expr> @ <file>:<line>" in the GSP's own code (kernel_gsp.c,
+    # kernel_gsp_gh100.c, ...): the RM's assertions elsewhere are often benign, these are not.
+    r"|[^\n]{0,300}?Assertion failed: [^\n]{0,80}?\[(?P<reset>NV_ERR_RESET_REQUIRED)\]"
+    r"|[^\n]{0,300}?Assertion failed: [^\n]{0,200}? @ (?P<gspfile>kernel_gsp\w*\.c):\d+)"
 )
 # A value a real driver never prints in the pid field: a template's placeholder ("pid=XXXXX", "pid=<pid>",
 # "pid=$PID"), as docs and guides write the line they ask the reader to look for. An ellipsis ("pid=…")
@@ -160,7 +170,8 @@ class XidClassifier:
         # "fallen off", a GPU that failed to initialise "init_adapter"/"InitAdapter", a GSP failure "GSP".
         if "Xid" not in text and "fallen off" not in text and "nitAdapter" not in text and "init_adapter" not in text \
                 and "XID" not in text and "GSP" not in text and "NV_ERR_GPU_IS_LOST" not in text \
-                and "kflcnCoreDump" not in text and "detected by " not in text:
+                and "kflcnCoreDump" not in text and "detected by " not in text and "NV_ERR_RESET_REQUIRED" not in text \
+                and "kernel_gsp" not in text:
             return []
         return _classify(text)
 
@@ -223,11 +234,16 @@ def _classify(text: str) -> list[Finding]:
         for start, finding in _bus_notices(text, covered, xid79_pcis):
             found.append((start, finding))
     if "nitAdapter" in text or "init_adapter" in text:
+        n_before = len(found)
         for m in _RM_INIT.finditer(text):
             found.append((m.start(), _init_failure(text, m, m["pci"])))
             # A note joining the GPUs one line failed for ("GPU 0000:00:07.0 / 0000:00:0b.0: ..."): each is a fault.
             for extra in _ANY_PCI.findall(m["more"] or ""):
                 found.append((m.start(), _init_failure(text, m, extra)))
+        if len(found) == n_before and "RmInitAdapter: " in text:
+            note = _RM_INIT_NOTE.search(text)
+            if note:
+                found.append((note.start(), _init_note(text, note)))
     if "XID_ERRORS" in text or "XidCriticalError" in text or "Detected XID" in text:
         for m in _RELAYED.finditer(text):
             found.append((m.start(), _relayed_xid(text, m)))
@@ -235,8 +251,9 @@ def _classify(text: str) -> list[Finding]:
         for m in _GPUD.finditer(text):
             if not _inside(m.start(), covered):
                 found.append((m.start(), _gpud_xid(text, m)))
-    if "GSP" in text or "NV_ERR_GPU_IS_LOST" in text or "kflcnCoreDump" in text:
-        found.extend(_gsp_notices(text, covered))
+    if "GSP" in text or "NV_ERR_GPU_IS_LOST" in text or "kflcnCoreDump" in text or "NV_ERR_RESET_REQUIRED" in text \
+            or "kernel_gsp" in text:
+        found.extend(_gsp_notices(text, covered, xid_seen=bool(found)))
     found = [(pos, f) for pos, f in found if not in_code_literal(text, pos)]
     if "detected by " in text:
         # gpud prints its events as JSON: the message is a quoted value under a quoted key, data not code.
@@ -541,6 +558,23 @@ def _init_failure(text: str, m: re.Match[str], pci: str | None) -> Finding:
     return Finding(kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
 
 
+def _init_note(text: str, m: re.Match[str]) -> Finding:
+    """RmInitAdapter's own note of why it failed, with no "RmInitAdapter failed!" line in view."""
+    prefix, line = _line_at(text, m.start(), m.end())
+    nvrm = prefix.rfind("NVRM")
+    facts, ts_ns = _timestamp_facts(prefix[:nvrm] if nvrm >= 0 else prefix)
+    why = m["why"].strip().rstrip(".")
+    facts["init_failed"] = True
+    facts["init_failure_reason"] = why
+    pci_m = _ANY_PCI.search(line)
+    if pci_m:
+        facts["pci_address"] = pci_m.group(0)
+    facts["needs_gpu_reset"] = True
+    facts["needs_reboot"] = False
+    title = f"GPU {facts.get('pci_address', '(unknown PCI address)')} failed to initialise (RmInitAdapter: {why[:80]})"
+    return Finding(kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
 def _relayed_xid(text: str, m: re.Match[str]) -> Finding:
     """An Xid as another tool reports it: its number, the GPU's UUID when given, the catalogue's meaning."""
     xid = int(m["dcgm"] or m["plugin"] or m["dcgm_fr"])
@@ -586,16 +620,24 @@ def _gpud_event(text: str, m: re.Match[str]) -> Finding:
     return Finding(kind=KIND_GPU_XID, severity=xid_severity(xid), title=title, facts=facts, excerpt=line.strip())
 
 
-def _gsp_notices(text: str, covered: list[tuple[int, int]]) -> list[tuple[int, Finding]]:
+def _gsp_notices(text: str, covered: list[tuple[int, int]], *, xid_seen: bool = False) -> list[tuple[int, Finding]]:
     """GSP failures and a lost GPU the driver reports with no Xid line in view: one finding per GPU
-    and kind of notice (a dump's many lines, a repeated assertion are one report)."""
+    and kind of notice (a dump's many lines, a repeated assertion are one report). An assertion (a
+    reset required, one in the GSP's code) follows the fault an Xid line reports: it is read only
+    where no fault is reported otherwise (the Xid line cut off, or only the assertion pasted)."""
     out: list[tuple[int, Finding]] = []
     seen: set[tuple[str, str]] = set()
     for m in _GSP_NOTICE.finditer(text):
+        if xid_seen and (m["reset"] or m["gspfile"]):
+            continue
         prefix, line = _line_at(text, m.start(), m.end())
         if "Xid (" in line or _inside(m.end() - 1, covered):
             continue  # the Xid line itself says it (Xid 119 "Timeout after 6s of waiting for RPC ...")
-        if m["hgpu"]:
+        if m["reset"]:
+            what, gpu = "reset_required", ""
+        elif m["gspfile"]:
+            what, gpu = "gsp_assertion", ""
+        elif m["hgpu"]:
             what, gpu = "rpc_history", m["hgpu"]
         elif m["dump"]:
             what, gpu = "core_dump", ""
@@ -629,8 +671,13 @@ def _gsp_notices(text: str, covered: list[tuple[int, int]]) -> list[tuple[int, F
                 facts["gsp_function"] = m["fname"]
             facts["needs_gpu_reset"] = True
             facts["needs_reboot"] = False
+            if what == "reset_required":
+                facts["error_status"] = "NV_ERR_RESET_REQUIRED"
+            elif what == "gsp_assertion":
+                facts["assertion_file"] = m["gspfile"]
             label = {"rpc_history": "RPC history dumped", "core_dump": "falcon core dump",
-                     "rpc_timeout": "RPC timeout"}[what]
+                     "rpc_timeout": "RPC timeout", "reset_required": "GPU reset required (NV_ERR_RESET_REQUIRED)",
+                     "gsp_assertion": f"assertion failed in {m['gspfile']}"}[what]
             title, severity = f"GSP firmware failure on {gpu or 'a GPU'}: {label}", "critical"
         out.append((m.start(), Finding(kind=KIND_GPU_XID, severity=severity, title=title, facts=facts,
                                        excerpt=line, ts_ns=ts_ns)))

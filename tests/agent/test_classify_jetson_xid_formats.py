@@ -206,6 +206,54 @@ def test_an_rm_init_note_naming_two_gpus_is_two_faults() -> None:
     assert all(f.facts["rm_init_status"] == "0x62:0x40:2028" for f in found)
 
 
+def test_a_reset_required_assertion_alone_is_one_gpu_fault() -> None:
+    lines = [
+        "[Tue Mar  3 08:10:11 2026] NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d00001; hClass=0x0000c86f; status=0x00000062",
+        "[Tue Mar  3 08:10:11 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2901",
+        "[Tue Mar  3 08:10:12 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2901",
+    ]
+    (f,) = classify_text("\n".join(lines))
+    assert f.kind == KIND_GPU_XID
+    assert f.facts["gsp_failure"] == "reset_required"
+    assert f.facts["error_status"] == "NV_ERR_RESET_REQUIRED"
+    assert f.facts["timestamp_style"] == "dmesg_ctime"
+
+
+def test_an_assertion_in_the_gsp_code_is_a_gsp_failure() -> None:
+    (f,) = XID.classify("[   41.002211] NVRM: nvAssertFailedNoLog: Assertion failed: 0 @ kernel_gsp_gb100.c:812")
+    assert f.facts["gsp_failure"] == "gsp_assertion"
+    assert f.facts["assertion_file"] == "kernel_gsp_gb100.c"
+
+
+def test_an_assertion_after_an_xid_line_is_that_xids_fault() -> None:
+    text = (
+        "NVRM: Xid (PCI:0000:41:00): 62, pid=2210, name=python3, 1f2d0000 00000000 00000000 00000000\n"
+        "NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from x @ y.c:1"
+    )
+    (f,) = XID.classify(text)
+    assert f.facts["xid"] == 62
+
+
+def test_an_assertion_elsewhere_in_the_rm_is_not_a_fault() -> None:
+    assert XID.classify("[   41.0] NVRM: nvAssertFailedNoLog: Assertion failed: pGpu != NULL @ os_init.c:95") == []
+
+
+def test_rm_init_adapters_own_note_without_its_failed_line() -> None:
+    (f,) = XID.classify("[  812.400113] NVRM: RmInitAdapter: Cannot initialize GSP firmware RM")
+    assert f.facts["init_failed"] is True
+    assert f.facts["init_failure_reason"] == "Cannot initialize GSP firmware RM"
+    assert f.facts["timestamp_style"] == "dmesg_monotonic"
+
+
+def test_rm_init_adapters_note_beside_its_failed_line_is_that_one_fault() -> None:
+    text = (
+        "NVRM: RmInitAdapter: Cannot initialize GSP firmware RM\n"
+        "NVRM: GPU 0000:65:00.0: RmInitAdapter failed! (0x62:0x65:1860)"
+    )
+    (f,) = XID.classify(text)
+    assert f.facts["rm_init_status"] == "0x62:0x65:1860"
+
+
 # ------------------------------------------------------------------------------ templates, code
 
 

@@ -214,7 +214,14 @@ _LAYER_FIRST = re.compile(r"^(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]]+\]|[^\s:(
 _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
 
 # Context lines, read once per event and attached to what the event yields.
-_TRT_VERSION = re.compile(r"TensorRT version:? v?(?P<v>\d+(?:\.\d+)+|\d{4,6})\b|\[TensorRT v(?P<n>\d{4,6})\]")
+# trtexec's "TensorRT version: 8.6.1" and "[TensorRT v8601]"; an issue template's environment ("**TensorRT Version**:
+# 8.0.1.6", "TensorRT Version 8.0.1.6:", "- TensorRT version: 10.3").
+_TRT_VERSION = re.compile(
+    r"TensorRT(?:\*\*)? ?[Vv]ersion(?:\*\*)?:? ?(?:\*\*)?:?[ \t]*v?(?P<v>\d+(?:\.\d+)+|\d{4,6})\b"
+    r"|\[TensorRT v(?P<n>\d{4,6})\]"
+)
+# Else a release named by its number: a tarball's "TensorRT-8.4.3.1", "TensorRT 10.3.0", "TensorRT v8.6".
+_TRT_RELEASE = re.compile(r"\bTensorRT[- ]v?(?P<v>\d{1,2}\.\d{1,2}(?:\.\d{1,3}){0,2})(?![\d.]*\d)")
 _MEMUSAGE = re.compile(
     r"\[MemUsageChange\] (?P<stage>.*?): CPU [+-]?\d+, GPU [+-]?\d+, now: CPU (?P<cpu>\d+), GPU (?P<gpu>\d+) \((?P<unit>[KMG]i?B)\)"
 )
@@ -396,6 +403,10 @@ def _context(text: str) -> dict[str, FactValue]:
                 if m.group("v") and "." in m.group("v")
                 else _decode_version(m.group("v") or m.group("n"))
             )
+        else:
+            r = _TRT_RELEASE.search(text)
+            if r:
+                ctx["trt_version"] = r.group("v")
     if "[MemUsageChange]" in text:
         usages = list(_MEMUSAGE.finditer(text))
         if usages:
@@ -406,6 +417,20 @@ def _context(text: str) -> dict[str, FactValue]:
             ctx["memusage_gpu_now_bytes"] = parse_size(f"{last.group('gpu')} {unit}")
             ctx["memusage_lines"] = len(usages)
     return ctx
+
+
+def printed_version(text: str) -> tuple[str | None, str | None]:
+    """The TensorRT version ``text`` prints: (from a version line, trtexec's or an environment's; from a
+    release named by its number), each None where not printed. ``fleetscope scan`` gives a report's
+    findings that name no version the one its environment section prints (another event of the file)."""
+    if "TensorRT" not in text:
+        return None, None
+    m = _TRT_VERSION.search(text)
+    if m:
+        v = m.group("v")
+        return (v if v and "." in v else _decode_version(v or m.group("n"))), None
+    r = _TRT_RELEASE.search(text)
+    return None, (r.group("v") if r else None)
 
 
 def _decode_version(raw: str) -> str:

@@ -32,6 +32,7 @@ A file that cannot be read gets ``ScanResult.error`` and the scan goes on with t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import os
@@ -56,6 +57,7 @@ from fleetscope.agent.logs.grouping import (
     LineGrouper,
 )
 from fleetscope.agent.records import FactValue
+from fleetscope.proto.vocabulary import KIND_TENSORRT_ERROR, KIND_TRT_BENCHMARK
 
 __all__ = [
     "Event",
@@ -408,7 +410,45 @@ def _cut(line: str) -> str:
     return line.rstrip("\r")
 
 
-def _classify_blocks(blocks: Iterable[str], classify: Classify, out: list[ScanFinding]) -> None:
+class _Versions:
+    """The TensorRT version a file prints anywhere (an issue's environment section, trtexec's header):
+    the first from a version line, else the first release named by its number."""
+
+    __slots__ = ("line", "release")
+
+    def __init__(self) -> None:
+        self.line: str | None = None
+        self.release: str | None = None
+
+    def note(self, text: str) -> None:
+        from fleetscope.agent.classify.tensorrt import printed_version
+
+        line, release = printed_version(text)
+        self.line = self.line or line
+        self.release = self.release or release
+
+    @property
+    def version(self) -> str | None:
+        return self.line or self.release
+
+
+_TRT_KINDS = frozenset({KIND_TENSORRT_ERROR, KIND_TRT_BENCHMARK})
+
+
+def _with_file_version(findings: Sequence[ScanFinding], versions: _Versions) -> list[ScanFinding]:
+    """TensorRT findings whose event printed no version take the one the file prints elsewhere."""
+    v = versions.version
+    if v is None:
+        return list(findings)
+    return [
+        dataclasses.replace(f, facts={**f.facts, "trt_version": v, "trt_version_from": "file"})
+        if f.kind in _TRT_KINDS and f.facts.get("trt_version") is None else f
+        for f in findings
+    ]
+
+
+def _classify_blocks(blocks: Iterable[str], classify: Classify, out: list[ScanFinding],
+                     versions: _Versions | None = None) -> None:
     """Group and classify pieces of whole lines, looking only at lines the gate points to.
 
     While no block is open, a line the gate does not point to would be an event with no finding
@@ -427,8 +467,11 @@ def _classify_blocks(blocks: Iterable[str], classify: Classify, out: list[ScanFi
 
     def run(events: list[Event]) -> None:
         for ev in events:
-            for f in classify(ev.text):
+            text = ev.text
+            for f in classify(text):
                 out.append(_place(f, ev))
+            if versions is not None and versions.line is None and "TensorRT" in text:
+                versions.note(text)
 
     for block in blocks:
         if first:  # the gate's words are anchored at the characters that are rare in this file
@@ -470,6 +513,7 @@ def scan_file(
     """Classify one file's events; a read error ends this file's scan and is returned, never raised."""
     name = os.fspath(path)
     findings: list[ScanFinding] = []
+    versions = _Versions()
     reader: _Reader | None = None
     error: str | None = None
     mtime_ns: int | None = None
@@ -479,7 +523,7 @@ def scan_file(
             mtime_ns = st.st_mtime_ns
             reader = _Reader(raw, size=st.st_size, path=name, progress=progress)
             try:
-                _classify_blocks(_undecorated(reader.blocks()), classify, findings)
+                _classify_blocks(_undecorated(reader.blocks()), classify, findings, versions)
             finally:
                 reader.close()
             if progress is not None and reader.reported:
@@ -489,7 +533,8 @@ def scan_file(
     findings.sort(key=lambda f: (f.line, f.end_line))
     return ScanResult(
         path=name,
-        findings=tuple(merge_repeats(findings)),  # one fault, one finding (agent/classify/repeats.py)
+        # one fault, one finding (agent/classify/repeats.py); then the file's TensorRT version where an event has none
+        findings=tuple(_with_file_version(merge_repeats(findings), versions)),
         lines=reader.lines if reader else 0,
         bytes_read=reader.bytes_read if reader else 0,
         compressed=reader.compressed if reader else False,

@@ -542,3 +542,51 @@ def test_tensorrt_10s_allocator_report_then_out_of_memory_is_one_fault_with_the_
     ]
     (f,) = merge_repeats([x for line in lines for x in classify_text(line) if x.kind == KIND_TENSORRT_ERROR])
     assert (f.facts["error_code"], f.facts["error_category"], f.facts["requested_bytes"]) == (2, "OutOfMemory", 8589934592)
+
+
+# ------------------------------------------------------------------------------ the version a report prints
+
+
+@pytest.mark.parametrize(("env", "version"), [
+    ("**TensorRT Version**: 8.5.3.1", "8.5.3.1"),  # NVIDIA/TensorRT's issue template
+    ("- TensorRT version: 10.1", "10.1"),
+    ("**TensorRT Version 8.2.1.8:", "8.2.1.8"),
+    ("installed from TensorRT-8.5.1.7.Linux.x86_64-gnu.cuda-11.8.cudnn8.6.tar.gz", "8.5.1.7"),
+])
+def test_an_error_takes_the_version_the_reports_environment_prints(tmp_path: Path, env: str, version: str) -> None:
+    text = "\n".join([
+        "## Description",
+        "Building the engine fails:",
+        f"{STAMP} [TRT] [E] [network.cpp::validate::3012] Error Code 4: Internal Error (Network must have at least one output)",
+        "",
+        "## Environment",
+        "",
+        env,
+        "**NVIDIA GPU**: RTX 3090",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["error_code"] == 4
+    assert f.facts["trt_version"] == version
+
+
+def test_a_version_line_beats_a_release_named_in_prose(tmp_path: Path) -> None:
+    text = "\n".join([
+        "It worked with TensorRT 8.4.3 but fails now:",
+        f"{STAMP} [TRT] [E] 3: [executionContext.cpp::setBindingDimensions::944] Error Code 3: API Usage Error "
+        "(Parameter check failed at: runtime/api/executionContext.cpp::setBindingDimensions::944)",
+        "",
+        "TensorRT Version: 8.6.1.6",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["trt_version"] == "8.6.1.6"
+
+
+def test_an_events_own_version_is_kept(tmp_path: Path) -> None:
+    text = "\n".join([
+        "&&&& RUNNING TensorRT.trtexec [TensorRT v8601] # trtexec --onnx=m.onnx",
+        f"{STAMP} [E] Error[4]: [network.cpp::validate::3012] Error Code 4: Internal Error (Network must have at least one output)",
+        "",
+        "TensorRT Version: 8.5.3",
+    ])
+    found = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert found and all(f.facts["trt_version"] == "8.6.1" for f in found)

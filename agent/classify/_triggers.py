@@ -70,7 +70,8 @@ XID: tuple[str, ...] = (
     'Xid', 'fallen off', 'XID', 'RmInitAdapter', 'rm_init_adapter', 'RPC history', 'RPC event history',
     'kflcnCoreDump', 'RPC from GSP', 'RPC response from GPU', 'NV_ERR_GPU_IS_LOST',
     'detected by dmesg', 'detected by kmsg', 'detected by nvml',  # gpud's event message
-    'NV_ERR_RESET_REQUIRED', 'kernel_gsp',  # the RM's assertions on a GPU to reset, in the GSP's code
+    # The RM's assertions (nvAssertFailedNoLog, nvAssertOkFailedNoLog) on a GPU to reset or in the GSP's code.
+    'FailedNoLog', 'NV_ERR_RESET_REQUIRED',
 )
 
 TENSORRT: tuple[str, ...] = (

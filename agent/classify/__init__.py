@@ -162,7 +162,7 @@ def _default_registry(*, device_is_jetson: bool = False) -> Registry:
         _Deferred(KIND_HOST_OOM, _triggers.HOST_OOM, _host_oom, _triggers.HOST_OOM_SHAPES),
         _Deferred(KIND_JETSON_MEMORY, _triggers.JETSON_MEMORY, _jetson_memory(device_is_jetson)),
         _Deferred(KIND_GPU_XID, _triggers.XID, _xid),
-        _Deferred("tensorrt", _triggers.TENSORRT, _tensorrt),
+        _Deferred("tensorrt", _triggers.TENSORRT, _tensorrt, _triggers.TENSORRT_SHAPES),
     ):
         reg.add(c)
     return reg

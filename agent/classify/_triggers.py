@@ -16,7 +16,7 @@ a rarer one ("illed process", "xhausted").
 from __future__ import annotations
 
 __all__ = [
-    "CUDA_OOM", "CUDA_OOM_SHAPES", "HOST_OOM", "HOST_OOM_SHAPES", "JETSON_MEMORY", "TASK_ROW_TAIL", "TENSORRT", "XID",
+    "CUDA_OOM", "CUDA_OOM_SHAPES", "HOST_OOM", "HOST_OOM_SHAPES", "JETSON_MEMORY", "TASK_ROW_TAIL", "TENSORRT", "TENSORRT_SHAPES", "XID",
 ]
 
 CUDA_OOM: tuple[str, ...] = (
@@ -83,10 +83,13 @@ TENSORRT: tuple[str, ...] = (
     'Skipping tactic', 'equested amount of GPU memory', 'engine plan file', 'xpect fall back to non-int8',
     'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
     'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
-    'Failed to create engine from',
+    'Failed to create engine from', 'Device memory is insufficient to use tactic',
     # onnx-tensorrt's parser ("In node -1 (parseGraph): UNSUPPORTED_NODE: ..."), by its error codes' capitals.
     'UNSUPPORTED_NODE', 'UNSUPPORTED_GRAPH', 'INVALID_NODE', 'INVALID_GRAPH', 'INVALID_VALUE',
     'MODEL_DESERIALIZE_FAILED', 'MEM_ALLOC_FAILED', 'REFIT_FAILED', 'INTERNAL_ERROR:',
     # Its C++ ModelImporter's "ERROR: ModelImporter.cpp:492 In function importModel:" (tensorrt._ONNX_IN_FUNCTION).
     ' In function ',
 )
+# TensorRT 8+'s logger error "<ErrorCode>: <description>" under trtexec's or Polygraphy's "[E]" alone ("[E] 1: Myelin
+# (...)"), no other word of TensorRT's on its line: entered at the "]" the task-table row's shape is entered at.
+TENSORRT_SHAPES: tuple[tuple[str, str], ...] = (("[E] ", r"(?:10|\d): "),)

@@ -181,7 +181,8 @@ def _merged(first: F, other: F) -> F:
         # TensorRT 10's allocator reports its failed cudaMalloc by location only ("Error Code 1: Cuda Runtime (In
         # allocate at .../defaultAllocator.cpp:57)") before the error the allocation ends in ("Error Code 2:
         # OutOfMemory (Requested size was N bytes.)"): the fault's code is the latter's.
-        for k in ("error_code", "error_category", "error_detail", "error_origin"):
+        # The size it names is the one that failed (a tactic's skip before it names the buffer it tried).
+        for k in ("error_code", "error_category", "error_detail", "error_origin", "requested_bytes"):
             if k in other.facts:
                 facts[k] = other.facts[k]
     facts.pop("consistency_flags", None)  # recomputed by Finding for the merged facts

@@ -100,7 +100,17 @@ _SKIP_TACTIC = re.compile(
     # TensorRT 8.6 runs the hint on after the period: "...for tactic 0x0000000000000000.Try decreasing ...".
     r"(?: on requested size of (?P<size>\d+) detected for tactic (?P<tactic>0x[0-9A-Fa-f]+))?(?:\.|\s*$)"
 )
-_INSUFFICIENT_MEMORY = re.compile(r"insuff?icient memory")
+# TensorRT 10 says why in the skip itself: "Skipping tactic 0x0 due to exception [tunable_graph.cpp:create:117]
+# autotuning: User allocator error allocating 15485030400-byte buffer" (its allocator's cudaMalloc failed).
+_INSUFFICIENT_MEMORY = re.compile(r"insuff?icient memory|allocator error allocating|out of memory")
+_BUFFER_BYTES = re.compile(r"allocating (?P<bytes>\d+)-byte buffer")
+# TensorRT 8.2+'s tactic warning, ending "Device memory is insufficient to use tactic." (its "Tactic Device request:
+# 2304MB Available: 1536MB." part is read by _TACTIC_DEVICE): the ending alone, a title's or a cut line's.
+_INSUFFICIENT_TACTIC = re.compile(r"Device memory is insufficient to use tactic")
+# The logger's error as TensorRT 8+ formats it, "<ErrorCode>: <description>" ("1: [caskUtils.cpp::...] ...",
+# "4: The timing cache will not be used!"), under trtexec's or Polygraphy's "[E]" with no "[TRT]": ErrorCode
+# runs from 0 (kSUCCESS) to 10 (kUNSUPPORTED_STATE).
+_CODED_E = re.compile(r"(?:^|[\s\]])\[E\] (?P<code>10|[0-9]): (?P<desc>\S[^\n]*)")
 _TACTIC_DEVICE = re.compile(
     r"Tactic Device request: (?P<req>\d+(?:\.\d+)?)\s*(?P<ru>[KMG]i?B) Available: (?P<avail>\d+(?:\.\d+)?)\s*(?P<au>[KMG]i?B)"
 )
@@ -297,6 +307,7 @@ class TensorRtClassifier:
     name = "tensorrt"
     # The words every text it reads contains: the registry's gate (_triggers.py).
     triggers = _triggers.TENSORRT
+    gate_patterns = _triggers.TENSORRT_SHAPES
 
     def classify(self, text: str) -> list[Finding]:
         # Prefilter on words every recognised line carries: the logger tags ("[TRT]",
@@ -339,6 +350,8 @@ class TensorRtClassifier:
             or "Failed to create engine from" in text
             or "In node " in text
             or " In function " in text
+            or "[E] " in text
+            or "insufficient to use tactic" in text
         ):
             return []
         return _classify(text)
@@ -477,6 +490,8 @@ def _error_line(line: str) -> Finding | None:
         or "Calibration failure" in line
         or "In node " in line
         or " In function " in line
+        or "[E] " in line
+        or "to use tactic" in line
     ):
         return None
     sev = _SEV_TAG.search(line)
@@ -616,7 +631,10 @@ def _categorise(
             facts["tactic"] = m.group("tactic")
         if m.group("size"):
             facts["requested_bytes"] = int(m.group("size"))
-        memory = bool(_INSUFFICIENT_MEMORY.search(m.group("why") or ""))
+        buf = _BUFFER_BYTES.search(line) if "-byte buffer" in line else None
+        if buf and "requested_bytes" not in facts:
+            facts["requested_bytes"] = int(buf.group("bytes"))
+        memory = bool(_INSUFFICIENT_MEMORY.search(line[m.start("why"):] if m.group("why") is not None else ""))
         facts["out_of_memory"] = memory
         cat = "tactic_skipped_insufficient_memory" if memory else "tactic_skipped"
         what = f"needs {facts['requested_bytes']} bytes" if "requested_bytes" in facts else m.group("why")
@@ -628,6 +646,9 @@ def _categorise(
         facts["out_of_memory"] = True
         title = f"TensorRT tactic needs {m.group('req')}{m.group('ru')} of device memory, {m.group('avail')}{m.group('au')} available"
         return "tactic_device_memory_insufficient", _sev(printed, "warning"), title
+    if "to use tactic" in line and _INSUFFICIENT_TACTIC.search(line):
+        facts["out_of_memory"] = True
+        return "tactic_device_memory_insufficient", _sev(printed, "warning"), "TensorRT: too little device memory for a tactic"
     m = _REQUESTED_GPU.search(line)
     if m:
         facts["requested_bytes"] = int(m.group("bytes"))
@@ -873,6 +894,11 @@ def _categorise(
         return "unsupported_state", _sev(printed, "error"), f"TensorRT unsupported state: {message[:100]}"
     if printed == "error" and tagged:
         return "error", "error", f"TensorRT error: {message[:120]}"
+    m = _CODED_E.search(line) if printed == "error" and "[E] " in line else None
+    if m:
+        facts["error_code"] = int(m.group("code"))
+        facts["error_detail"] = m.group("desc").strip()
+        return "error_code", "error", f"TensorRT error {m.group('code')}: {m.group('desc')[:100]}"
     return None, "", ""
 
 

@@ -590,3 +590,48 @@ def test_an_events_own_version_is_kept(tmp_path: Path) -> None:
     ])
     found = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
     assert found and all(f.facts["trt_version"] == "8.6.1" for f in found)
+
+
+# ------------------------------------------------------------------------------ TensorRT 8+/10 wordings
+
+
+def test_a_tactic_skipped_for_an_allocator_error_is_a_memory_shortage_with_its_buffer() -> None:
+    # TensorRT 10: "Error Code: 9: Skipping tactic ... autotuning: User allocator error allocating N-byte buffer".
+    f = _one(f"{STAMP} [E] Error[9]: Error Code: 9: Skipping tactic 0x0000000000000000 due to exception "
+             "[tunable_graph.cpp:create:117] autotuning: User allocator error allocating 4294967296-byte buffer")
+    assert f["out_of_memory"] is True
+    assert f["requested_bytes"] == 4294967296
+
+
+def test_the_allocator_skip_and_the_out_of_memory_error_are_one_fault_of_the_errors_size(tmp_path: Path) -> None:
+    text = "\n".join([
+        "[E] [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of memory)",
+        "",
+        "[E] Error Code: 9: Skipping tactic 0x0000000000000000 due to exception [tunable_graph.cpp:create:117] "
+        "autotuning: User allocator error allocating 40000000000-byte buffer",
+        "",
+        "[E] [virtualMemoryBuffer.cpp::resizePhysical::154] Error Code 2: OutOfMemory (Requested size was 8589934592 bytes.)",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert (f.facts["error_code"], f.facts["requested_bytes"]) == (2, 8589934592)
+
+
+def test_the_tactic_memory_warnings_ending_alone_is_a_memory_shortage() -> None:
+    f = _one("[trtexec] Device memory is insufficient to use tactic.")
+    assert f["category"] == "tactic_device_memory_insufficient" and f["out_of_memory"] is True
+
+
+def test_the_loggers_coded_error_under_a_bare_e_tag() -> None:
+    # ILogger's "<ErrorCode>: <description>" as trtexec / Polygraphy print it, with no "[TRT]" tag.
+    (f,) = classify_text("[E] 1: Myelin (Myelin error from unknown graph)")
+    assert f.kind == KIND_TENSORRT_ERROR
+    assert f.facts["error_code"] == 1 and f.facts["category"] == "error_code"
+
+
+@pytest.mark.parametrize("line", [
+    "[E] 42: not an ErrorCode",  # ErrorCode stops at 10
+    "[W] 4: The timing cache will not be used!",  # a warning
+    "step [E] x: 3",
+])
+def test_other_bracketed_e_lines_are_not_tensorrt_errors(line: str) -> None:
+    assert [f for f in classify_text(line) if f.kind == KIND_TENSORRT_ERROR] == []

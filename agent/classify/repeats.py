@@ -167,10 +167,19 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
     for k, v in ia.items():
         if k not in ib or ib[k] == v:
             continue
+        if k == "layer" and a.kind == KIND_TENSORRT_ERROR and isinstance(v, str) and isinstance(ib[k], str) \
+                and _cut_copy(v, ib[k]):
+            continue  # a node name cut by a title or a paste, beside the whole line naming it
         near = _NEAR.get(k)
         if near is None or not isinstance(v, (int, float)) or not isinstance(ib[k], (int, float)) or abs(v - ib[k]) > near:
             return False
     return True
+
+
+def _cut_copy(a: str, b: str) -> bool:
+    """Whether one name is the other cut short (its brackets left open): "{ForeignNode[a + (Unnamed Layer* 6"."""
+    short, full = (a, b) if len(a) < len(b) else (b, a)
+    return len(short) >= 3 and full.startswith(short) and any(short.count(o) > short.count(c) for o, c in ("()", "[]", "{}"))
 
 
 def _merged(first: F, other: F) -> F:
@@ -185,6 +194,10 @@ def _merged(first: F, other: F) -> F:
         for k in ("error_code", "error_category", "error_detail", "error_origin", "requested_bytes"):
             if k in other.facts:
                 facts[k] = other.facts[k]
+    la, lb = first.facts.get("layer"), other.facts.get("layer")
+    if first.kind == KIND_TENSORRT_ERROR and isinstance(la, str) and isinstance(lb, str) and len(lb) > len(la) \
+            and _cut_copy(la, lb):
+        facts["layer"] = lb  # the whole name, not the cut copy's
     facts.pop("consistency_flags", None)  # recomputed by Finding for the merged facts
     facts["occurrences"] = int(first.facts.get("occurrences") or 1) + int(other.facts.get("occurrences") or 1)
     severity = max(first.severity, other.severity, key=lambda s: _RANK.get(s, 0))

@@ -635,3 +635,18 @@ def test_the_loggers_coded_error_under_a_bare_e_tag() -> None:
 ])
 def test_other_bracketed_e_lines_are_not_tensorrt_errors(line: str) -> None:
     assert [f for f in classify_text(line) if f.kind == KIND_TENSORRT_ERROR] == []
+
+
+def test_an_error_cut_in_a_title_and_the_whole_line_are_one_fault_naming_the_whole_node(tmp_path: Path) -> None:
+    whole = (f"{STAMP} [TRT] [E] 10: [optimizer.cpp::computeCosts::3728] Error Code 10: Internal Error (Could not find "
+             "any implementation for node {ForeignNode[onnx::MatMul_77 + (Unnamed Layer* 12) [Shuffle].../blocks/Reshape_3]}.)")
+    text = "\n".join([
+        "# " + whole[:150],
+        "",
+        "Building the engine fails with:",
+        "",
+        whole,
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["error_code"] == 10
+    assert f.facts["layer"] == "{ForeignNode[onnx::MatMul_77 + (Unnamed Layer* 12) [Shuffle].../blocks/Reshape_3]}"

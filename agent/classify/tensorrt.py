@@ -176,6 +176,10 @@ _HALF2 = re.compile(r"(?P<prec>Half2|FP16|Int8|INT8) support requested on hardwa
 # cause overflow."
 _LAYERNORM_FP16 = re.compile(r"Detected layernorm nodes in FP16|Running layernorm after self-attention in FP16 may cause overflow")
 _CALIBRATION_FAILED = re.compile(r"Calibration failure occurred with no scaling factors detected")
+# DeepStream's nvinfer building an engine in another precision than asked (nvdsinfer_model_builder.cpp):
+# "INT8 calibration file not specified. Trying FP16 mode." (its platform checks, "INT8 not supported by
+# platform. Trying FP16 mode.", are read by _PREC_NOT_SUPPORTED).
+_NVDS_NO_CALIBRATION = re.compile(r"INT8 calibration file not specified\. Trying FP16 mode")
 # trtexec's own failure lines after a failed build or load.
 _TRTEXEC_SETUP = re.compile(r"Engine set up failed|Failed to create engine from model(?: or file)?")
 _PLATFORM_PREC = re.compile(
@@ -792,6 +796,11 @@ def _categorise(
             f"TensorRT Caffe parser: {m.group('bits')}-bit weights not found for layer {m.group('layer')}",
         )
     if "16" in line or "INT8" in line or "int8" in line or "Int8" in line:
+        if "calibration file" in line and _NVDS_NO_CALIBRATION.search(line):
+            facts["precision"] = "int8"
+            facts["precision_issue"] = "no_calibration_file"
+            return ("int8_calibration_missing", _sev(printed, "warning"),
+                    "DeepStream nvinfer: no INT8 calibration file, the engine is built in FP16")
         m = _HALF2.search(line)
         if m:
             int8 = m.group("prec").lower() == "int8"

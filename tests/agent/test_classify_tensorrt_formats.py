@@ -650,3 +650,8 @@ def test_an_error_cut_in_a_title_and_the_whole_line_are_one_fault_naming_the_who
     (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
     assert f.facts["error_code"] == 10
     assert f.facts["layer"] == "{ForeignNode[onnx::MatMul_77 + (Unnamed Layer* 12) [Shuffle].../blocks/Reshape_3]}"
+
+
+def test_deepstreams_fallback_from_int8_without_a_calibration_file() -> None:
+    f = _one("WARNING: ../nvdsinfer/nvdsinfer_model_builder.cpp:1185 INT8 calibration file not specified. Trying FP16 mode.")
+    assert f["category"] == "int8_calibration_missing" and f["precision"] == "int8"

@@ -196,6 +196,8 @@ def _comm(printed: str) -> str | None:
     "kernel: " or, for a name longer than the kernel's 15 characters, at the last space or quote.
     """
     c = printed.strip()
+    if c.startswith("#"):
+        c = c.lstrip("#").strip()  # the line as a Markdown heading (an issue's title): no task name starts "# "
     if "kernel: " in c:
         c = c.rsplit("kernel: ", 1)[1].strip()
     if len(c) > _TASK_COMM_LEN:
@@ -236,7 +238,8 @@ _MEMINFO_KEYS = (
 _MEMINFO_PAIR = re.compile(r"\b(?P<k>[a-z_]+):(?P<v>\d+)\b(?!kB)")
 # warn_alloc: an allocation that failed or stalled; the Mem-Info that follows is not an OOM kill's.
 _WARN_ALLOC = re.compile(
-    r"^(?P<comm>.+?): page allocation (?P<what>stalls for (?P<ms>\d+)ms|failure)"
+    # Two CPUs' warnings printed at once interleave mid-line: a header may lose its "comm: " to the other's line.
+    r"^(?:(?P<comm>.+?): )?page allocation (?P<what>stalls for (?P<ms>\d+)ms|failure)"
     # A line wrapped after "order:0," (a pasted report) keeps its order; the mode is on the next line.
     r"(?:[:.] order:(?P<order>\d+)|, order:(?P<order2>\d+))(?:, mode:(?P<mode>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?|,?\s*$)"
 )
@@ -415,7 +418,7 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                 ep.alloc_warning = True
                 f = ep.facts
                 f["event"] = "page_allocation_stall" if w["ms"] else "page_allocation_failure"
-                _put(f, "invoker_process", _comm(w["comm"]))
+                _put(f, "invoker_process", _comm(w["comm"]) if w["comm"] else None)
                 _put(f, "stall_ms", int(w["ms"]) if w["ms"] else None)
                 f["order"] = int(w["order"] or w["order2"])
                 _put(f, "gfp_mask", w["mode"])

@@ -678,3 +678,21 @@ def test_systemds_unit_oom_lines_and_their_fold_into_the_kernels_report() -> Non
     assert [(f.facts["source"], f.facts.get("victim_pid")) for f in merged] == [("kernel", 4412), ("systemd", None)]
     # The words in a sentence, with no unit before them, are not a kill.
     assert classify_text("A service fails with result 'oom-kill' when a process of this unit has been killed.") == []
+
+
+def test_a_page_allocation_failure_as_an_issue_title_names_its_task() -> None:
+    f = _one("# rsync: page allocation failure: order:2, mode:0x104020(GFP_ATOMIC|__GFP_COMP)", KIND_MEMORY_ALLOC_FAILURE)
+    assert f.facts["invoker_process"] == "rsync" and f.facts["order"] == 2
+
+
+def test_two_cpus_warnings_interleaved_keep_the_order_without_a_task() -> None:
+    # Two CPUs' warn_alloc lines printed in the same microsecond: one header lost its "comm: " to the other's line.
+    text = "\n".join([
+        "[ 9120.004101] page allocation failure: order:0, mode:0x2080020(GFP_ATOMIC)",
+        "[ 9120.004109] CPU: 7 PID: 0 Comm: swapper/7 Not tainted 4.9.0-8-amd64 #1 Debian 4.9.130-2",
+        "[ 9120.004110] , mode:0x2080020(GFP_ATOMIC)",
+        "[ 9120.004112] swapper/3: ",
+        "[ 9120.004113] Hardware name: Supermicro X10DRi/X10DRi, BIOS 2.0 12/17/2015",
+    ])
+    found = [f for f in classify_text(text) if f.kind == KIND_MEMORY_ALLOC_FAILURE]
+    assert found and found[0].facts["order"] == 0

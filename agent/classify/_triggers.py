@@ -53,6 +53,8 @@ HOST_OOM: tuple[str, ...] = (
     'oomd attempting to kill',  # systemd-oomd naming the process it kills
     'VM: killing process',  # Linux 2.4/2.6's page-fault OOM kill
     'illing process', 'sending SIG',  # earlyoom's kill line, v0.5 to now (host_oom._EARLYOOM)
+    # The allocation-failure warning's stack frame, its header cut (host_oom._WARN_ALLOC_FRAME): entered at the rare "+".
+    'warn_alloc+0x', 'warn_alloc_failed+0x',
     'process(es) in this unit',  # systemd on a unit whose processes systemd-oomd killed (host_oom._SYSTEMD_UNIT_OOM)
 )
 # A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents

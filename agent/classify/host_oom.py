@@ -51,6 +51,7 @@ def _maybe_oom(text: str) -> bool:
         or "pages reserved" in text
         or "Free swap" in text
         or "page allocation" in text
+        or "warn_alloc" in text
         or "total pagecache" in text
         or "cgroups for killing" in text
         or "Killed /" in text
@@ -1328,6 +1329,27 @@ def _alloc_failures(lines: list[str], taken: set[int], text: str) -> list[Findin
     return out
 
 
+# warn_alloc()'s stack ("warn_alloc_failed" before 4.9): the frame the allocation-failure warning prints from,
+# "[<ffffffff8118e2a0>] warn_alloc_failed+0x110/0x180", "? warn_alloc+0x13a/0x160", "warn_alloc+0x11c/0x1b0".
+_WARN_ALLOC_FRAME = re.compile(r"(?:^|[\s\]?])warn_alloc(?:_failed)?\+0x[0-9a-f]+/0x[0-9a-f]+")
+
+
+def _warn_alloc_frames(lines: list[str], text: str) -> list[Finding]:
+    """An allocation-failure warning pasted as its stack alone (its "page allocation failure: order:N" header cut
+    off): warn_alloc's frame says the kernel failed an allocation, and nothing here killed a task."""
+    if _OOM_FRAMES.search(text):  # the OOM killer's own frames: a kill cut to its stack is no allocation warning
+        return []
+    for line in lines:
+        if "warn_alloc" in line and _WARN_ALLOC_FRAME.search(line):
+            kl = split_kernel_prefix(line.strip())
+            f: dict[str, FactValue] = {"source": "kernel", "event": "page_allocation_failure", "header_cut": True}
+            _stamp_facts(f, kl)
+            return [Finding(kind=KIND_MEMORY_ALLOC_FAILURE, severity="warning",
+                            title="Kernel memory allocation failed (warn_alloc's stack, its header cut)", facts=f,
+                            excerpt=line.strip()[:_EXCERPT_MAX])]
+    return []
+
+
 def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
     """OOM kills by a userspace killer (systemd-oomd, Meta's oomd, earlyoom), and a cgroup-v1 kill
     line ("Task in /docker/... killed as a result of limit of /docker/...") printed on its own."""
@@ -1440,6 +1462,8 @@ class HostOomClassifier:
                 or "vmalloc error: size" in text \
                 or "*ERROR* Failed to allocate from CMA" in text:
             out.extend(_alloc_failures(lines, taken, text))
+        if "warn_alloc" in text and not out:
+            out.extend(_warn_alloc_frames(lines, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "illing process" in text \
                 or "sending SIG" in text or "OOM kill of PID" in text or " this unit" in text \
                 or "result 'oom-kill'" in text \

@@ -696,3 +696,27 @@ def test_two_cpus_warnings_interleaved_keep_the_order_without_a_task() -> None:
     ])
     found = [f for f in classify_text(text) if f.kind == KIND_MEMORY_ALLOC_FAILURE]
     assert found and found[0].facts["order"] == 0
+
+
+def test_an_allocation_warnings_stack_alone_is_a_failed_allocation() -> None:
+    # warn_alloc's stack pasted without its "page allocation failure: order:N" header (RHEL 7's warn_alloc_failed).
+    text = "\n".join([
+        "\t\t[ 8811.204512]  <IRQ>  [<ffffffff8a761e41>] dump_stack+0x19/0x1b",
+        "\t\t[ 8811.204530]  [<ffffffff8a1bcaa0>] warn_alloc_failed+0x110/0x180",
+        "\t\t[ 8811.204544]  [<ffffffff8a75d44e>] __alloc_pages_slowpath+0x6b6/0x724",
+        "\t\t[ 8811.204561]  [<ffffffff8a1c1105>] __alloc_pages_nodemask+0x405/0x420",
+    ])
+    (f,) = [f for f in classify_text(text) if f.kind == KIND_MEMORY_ALLOC_FAILURE]
+    assert f.facts["header_cut"] is True
+
+
+def test_a_kill_cut_to_its_stack_is_not_an_allocation_warning() -> None:
+    text = "\n".join([
+        "[ 91.1] [<ffffffff811a2b3c>] warn_alloc+0x13a/0x160",
+        "[ 91.1] [<ffffffff81192f10>] out_of_memory+0x3f0/0x4d0",
+    ])
+    assert [f for f in classify_text(text) if f.kind == KIND_MEMORY_ALLOC_FAILURE] == []
+
+
+def test_warn_alloc_named_in_source_code_is_not_a_stack() -> None:
+    assert classify_text("\twarn_alloc(gfp_mask, ac->nodemask, \"page allocation failure: order:%u\", order);") == []

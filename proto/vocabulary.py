@@ -111,6 +111,7 @@ __all__ = [
     "CAPABILITY_METRICS",
     "CAPABILITY_COMPACT",
     "CAPABILITIES",
+    "REBALANCE_DETAIL",
     # units
     "BINARY_BYTE_UNITS",
     "format_reading",

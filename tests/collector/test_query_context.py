@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
@@ -22,6 +24,7 @@ from fleetscope.collector.query import (
     search_incidents,
 )
 from fleetscope.collector.storage.engine import make_engine
+from tests.conftest import wait_until
 from tests.helpers import IdleSampler, make_agent
 
 S = 10**9
@@ -59,6 +62,21 @@ def _host(ts: int, k: int) -> HostSample:
         swap_total_bytes=8 * GIB,
         swap_used_bytes=2 * GIB,
     )
+
+
+@pytest.fixture
+def collector(tmp_path: Path, db_url: str) -> Iterator[Any]:
+    """An in-process collector whose detectors pass every half second and call a device offline only
+    after an hour: the devices here stop sending once their records are in, and with the default 10 s
+    threshold a pass would open an ``agent_offline`` incident beside the OOM at a moment no test controls."""
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings
+
+    c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=db_url, tokens=frozenset(["test-token"]),
+                                    grace_s=2.0, detectors_interval_s=0.5,
+                                    detector_overrides={"offline_after_s": 3600.0}))
+    c.start()
+    yield c
+    c.stop()
 
 
 @pytest.fixture
@@ -107,6 +125,16 @@ def stored(tmp_path: Path, db_url: str, collector):  # type: ignore[no-untyped-d
     _send(tmp_path, collector.port, "gpu-node-1", steps)
     _send(tmp_path, collector.port, "gpu-node-2", [other])
     engine = make_engine(db_url, create=False)
+
+    # The detector pass resolves the hour-old OOM as quiet and gives it its hints: wait for both, so
+    # that the readers compared below read one settled incident, not one from before that pass and
+    # one from after it (a loaded CI machine put the pass between two reads).
+    def settled() -> bool:
+        with Session(engine) as session:
+            view = _the_incident(session)
+        return view.state == "resolved" and bool(view.hints)
+
+    wait_until(settled, timeout_s=60, message="the detector pass to resolve the OOM and give it its hints")
     yield engine, t0, incident_ts, log_offsets
     engine.dispose()
 

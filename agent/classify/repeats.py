@@ -163,7 +163,24 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
         if "memcg_unit" not in ia or "memcg_unit" not in ib:
             return False
     if (a.facts.get("out_of_memory") is True) != (b.facts.get("out_of_memory") is True) and a.kind == KIND_TENSORRT_ERROR:
-        return False
+        # The builder finding no implementation for a node once its tactics' allocations failed is that shortage's end
+        # ("Error Code 10: Internal Error (Could not find any implementation for node ...)" after "Error Code 1: Cuda
+        # Runtime (out of memory)"): one fault.
+        # A tactic skipped for memory is a warning the builder goes on after: what fails later is its own fault.
+        oom, other = (a, b) if a.facts.get("out_of_memory") is True else (b, a)
+        return severity_of(oom.facts) == "error" and _no_implementation(other)
+    return _same_identity(a, b, ia, ib)
+
+
+def _no_implementation(f: _FindingLike) -> bool:
+    """The end of a build whose memory ran out: no implementation for a node, then the build's failure."""
+    if f.facts.get("category") in ("build_failed", "trtexec_failed"):
+        return True
+    text = f"{f.facts.get('error_detail', '')} {f.facts.get('message', '')}"
+    return "ould not find any implementation" in text and "workspace" not in text
+
+
+def _same_identity(a: _FindingLike, b: _FindingLike, ia: dict[str, Any], ib: dict[str, Any]) -> bool:
     for k, v in ia.items():
         if k not in ib or ib[k] == v:
             continue

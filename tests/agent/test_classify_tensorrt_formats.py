@@ -655,3 +655,25 @@ def test_an_error_cut_in_a_title_and_the_whole_line_are_one_fault_naming_the_who
 def test_deepstreams_fallback_from_int8_without_a_calibration_file() -> None:
     f = _one("WARNING: ../nvdsinfer/nvdsinfer_model_builder.cpp:1185 INT8 calibration file not specified. Trying FP16 mode.")
     assert f["category"] == "int8_calibration_missing" and f["precision"] == "int8"
+
+
+def test_an_out_of_memory_error_then_no_implementation_and_the_builds_failure_are_one_fault(tmp_path: Path) -> None:
+    text = "\n".join([
+        f"{STAMP} [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of memory)",
+        f"{STAMP} [W] [TRT] Requested amount of GPU memory (6442450944 bytes) could not be allocated. There may not be "
+        "enough free memory for allocation to succeed.",
+        f"{STAMP} [E] Error[10]: IBuilder::buildSerializedNetwork: Error Code 10: Internal Error (Could not find any "
+        "implementation for node {ForeignNode[/enc/Constant_2_output_0.../enc/Slice_9]}.)",
+        f"{STAMP} [E] Engine could not be created from network",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["out_of_memory"] is True and f.facts["requested_bytes"] == 6442450944
+
+
+def test_a_tactic_skipped_for_memory_and_a_later_no_implementation_error_stay_two_faults(tmp_path: Path) -> None:
+    text = "\n".join([
+        f"{STAMP} [TRT] [W] Skipping tactic 0 due to insuficient memory on requested size of 1073741824 detected for tactic 0.",
+        f"{STAMP} [TRT] [E] 10: [optimizer.cpp::computeCosts::2011] Error Code 10: Internal Error (Could not find any "
+        "implementation for node {ForeignNode[12...Reshape_40]}.)",
+    ])
+    assert len([f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]) == 2

@@ -127,10 +127,9 @@ def test_the_fleet_table_shows_a_page_at_a_time(fleet_engine, db_url: str) -> No
     assert list(table["Device"][:3]) == [f"dev-{i:03d}" for i in sorted(OFFLINE)]
     assert all(len(s) >= 25 for s in table["Util 30 min"]), "every row on the page has its sparkline"
     assert f"1–{PAGE_SIZE} of {DEVICES} shown, {DEVICES} devices" in " ".join(c.value for c in at.caption)
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Online"] == f"{DEVICES - len(OFFLINE)} / {DEVICES}" and metrics["GPUs"] == str(
-        DEVICES * GPUS
-    )
+    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    assert metrics["Online"] == (f"{DEVICES - len(OFFLINE):,}", f"of {DEVICES:,}")
+    assert metrics["GPUs"][0] == str(DEVICES * GPUS)
 
     at.number_input(key="keep_fleet_page").set_value(2).run()
     no_errors(at)

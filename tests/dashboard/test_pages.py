@@ -65,9 +65,9 @@ def test_fleet_lists_every_device_with_state_kind_and_sparklines(pipeline: Pipel
     incidents = frame(at, "fleet_incidents")
     assert {"gpu_xid", "cuda_oom", "host_oom"} <= set(incidents["Kind"])
     assert "trt_benchmark" not in set(incidents["Kind"]), "benchmark records are not open incidents"
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Online"] == f"{len(pipeline.all_devices) - 1} / {len(pipeline.all_devices)}"
-    assert metrics["Offline"] == "1"
+    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    assert metrics["Online"] == (f"{len(pipeline.all_devices) - 1:,}", f"of {len(pipeline.all_devices):,}")
+    assert metrics["Offline"][0] == "1"
 
 
 def test_fleet_filters_narrow_the_table_and_survive_a_refresh(pipeline: Pipeline) -> None:

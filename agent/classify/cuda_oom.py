@@ -389,6 +389,53 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             _add(found, identity, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
 
 
+# The caching allocator's other OOM: an allocation past the limit set_per_process_memory_fraction
+# put on the device (c10/cuda/CUDACachingAllocator.cpp, 2.x): "Allocation on device 0 would exceed
+# allowed memory. (out of memory)", then a field a line: "Currently allocated     : 7.50 GiB",
+# "Requested               : 1.00 GiB", "Device limit            : 8.00 GiB", "Free (according to
+# CUDA): 3.21 GiB", "PyTorch limit (set by user-supplied memory fraction)" / ": 8.00 GiB". Front-ends
+# (ComfyUI) show the exception cut to its first words, "torch.OutOfMemoryError: Allocation on device":
+# read when the exception class names an out-of-memory error or the sentence goes on to the limit
+# (which limit was hit is then not printed, so it is not claimed).
+_PT_LIMIT = re.compile(
+    r"(?:(?P<exc>[A-Za-z_][\w.]*OutOfMemoryError)\s*:\s*)?Allocation on device(?: (?P<dev>\d+))?"
+    r"(?P<would> would exceed allowed memory)?"
+)
+_PT_LIMIT_FIELD = re.compile(
+    rf"^\s*(?P<k>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*: (?P<v>{_SZ})"
+)
+_PT_LIMIT_FACTS = {"Currently allocated": "allocated_bytes", "Requested": "requested_bytes",
+                   "Device limit": "max_allowed_bytes", "Free (according to CUDA)": "free_bytes"}
+
+
+def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        if i in used or "Allocation on device" not in line:
+            continue
+        m = _PT_LIMIT.search(line)
+        if m is None or not (m["exc"] or m["would"]):
+            continue
+        used.add(i)
+        facts: dict[str, FactValue] = {"framework": "pytorch", "wording": "allocation_on_device"}
+        _put(facts, "exception", m["exc"])
+        _put(facts, "device_index", int(m["dev"]) if m["dev"] else None)
+        lines = [i]
+        for j in range(i + 1, min(len(ev.lines), i + 7)):
+            f = _PT_LIMIT_FIELD.match(ev.lines[j])
+            if f is None:
+                continue
+            facts.setdefault(_PT_LIMIT_FACTS[f["k"]], parse_size(f["v"]))
+            used.add(j)
+            lines.append(j)
+        dev_s = f"cuda:{facts['device_index']}" if "device_index" in facts else "GPU"
+        title = f"CUDA OOM on {dev_s}: allocation on the device " + (
+            "would exceed the allowed memory" if m["would"] else "failed")
+        if "requested_bytes" in facts:
+            title += f", tried to allocate {format_bytes(int(facts['requested_bytes']))}"
+        key = ("pytorch-limit", facts.get("device_index"), facts.get("requested_bytes"))
+        _add(found, key, _Acc(facts, title, "error", lines, ev.ts_ns(i)))
+
+
 # ---------------------------------------------------------------------------------- TensorFlow
 
 _TF_OOM = re.compile(
@@ -1465,6 +1512,8 @@ class CudaOomClassifier:
         used: set[int] = set()
         if "out of memory" in text or "Tried to allocate" in text or "by PyTorch" in text or "has a total capac" in text:
             _pytorch(ev, found, used)
+        if "Allocation on device" in text:
+            _pytorch_limit(ev, found, used)
         if (
             "OOM when allocating" in text
             or "an out of memory trying" in text

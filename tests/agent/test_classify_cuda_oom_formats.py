@@ -593,3 +593,37 @@ def test_ggmls_cuda_error_report_names_its_device(tmp_path) -> None:
     )
     (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
     assert f.facts["device_index"] == 0
+
+
+# ------------------------------------------- PyTorch: "Allocation on device" (the allowed-memory limit)
+
+
+def test_allocation_on_device_limit_message_gives_device_and_its_fields() -> None:
+    # c10/cuda/CUDACachingAllocator.cpp's message past the per-process memory fraction, a field a line.
+    f = _one(
+        "torch.OutOfMemoryError: Allocation on device 1 would exceed allowed memory. (out of memory)\n"
+        "Currently allocated     : 5.25 GiB\n"
+        "Requested               : 768.00 MiB\n"
+        "Device limit            : 6.00 GiB\n"
+        "Free (according to CUDA): 9.10 GiB\n"
+        "PyTorch limit (set by user-supplied memory fraction)\n"
+        "                        : 6.00 GiB"
+    )
+    assert f.facts["framework"] == "pytorch" and f.facts["device_index"] == 1
+    assert f.facts["requested_bytes"] == parse_size("768.00 MiB")
+    assert f.facts["allocated_bytes"] == parse_size("5.25 GiB")
+    assert f.facts["free_bytes"] == parse_size("9.10 GiB")
+    assert f.facts["max_allowed_bytes"] == parse_size("6.00 GiB")
+
+
+def test_allocation_on_device_cut_to_its_first_words_is_still_a_pytorch_oom() -> None:
+    # A front-end showing the exception cut after its first words: no device, no sizes are printed.
+    for exc in ("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"):
+        f = _one(f"{exc}: Allocation on device \nGot an OOM, unloading all loaded models.")
+        assert f.facts["framework"] == "pytorch"
+        assert "device_index" not in f.facts and "requested_bytes" not in f.facts
+
+
+def test_allocation_on_device_in_code_or_prose_is_not_a_failure() -> None:
+    _none('if "Allocation on device" in str(e) or "out of memory" in str(e).lower():')
+    _none("Allocation on device memory is faster than on the host.")

@@ -9,7 +9,8 @@ at all; it is reported like Xid 79 (NVIDIA/NVSentinel#155 treats it the same way
 Also read: an Xid as gpud words it ("XID 79(GPU has fallen off the bus) detected on PCI:..."), GSP
 failures printed with no Xid line in view (RPC history dumps, a falcon core dump, an RPC timeout), and
 RM calls failing on a lost GPU ("GPU lost from the bus [NV_ERR_GPU_IS_LOST]", reported like Xid 79).
-A line that is a template (``pid=XXXXX``) or a string literal in code is not the driver's output.
+A line that is a template (``pid=XXXXX`` on a line no log stamped) or a string literal in code is not the
+driver's output. Any other RM assertion (``nvAssertFailedNoLog``) with no fault reported beside it is one.
 
 One finding per Xid/SXid line: an event that carries a burst of Xids (dmesg block, journal
 excerpt) yields one finding each, in order. Every finding gets the meaning of its code from
@@ -102,10 +103,22 @@ _GSP_NOTICE = re.compile(
     # nvAssertOkFailedNoLog's "Assertion failed: <status text> [<status>] (0x...) returned from <call> @ <file>:<line>"
     # for a GPU the RM says must be reset ("Reset required [NV_ERR_RESET_REQUIRED] (0x00000062)"), and
     # nvAssertFailedNoLog's "Assertion failed: <expr> @ <file>:<line>" in the GSP's own code (kernel_gsp.c,
-    # kernel_gsp_gh100.c, ...): the RM's assertions elsewhere are often benign, these are not.
+    # kernel_gsp_gh100.c, ...): these ask for a reset; the RM's other assertions are read below (_RM_ASSERT).
     r"|[^\n]{0,300}?Assertion failed: [^\n]{0,80}?\[(?P<reset>NV_ERR_RESET_REQUIRED)\]"
     r"|[^\n]{0,300}?Assertion failed: [^\n]{0,200}? @ (?P<gspfile>kernel_gsp\w*\.c):\d+)"
 )
+# Any other assertion of the RM, as its nvAssertFailedNoLog / nvAssertOkFailedNoLog print it (NV_PRINTF
+# with the function's name): "NVRM: [GPU0 ]nvAssertFailedNoLog: Assertion failed: <expr> @ <file>:<line>",
+# "NVRM: nvAssertOkFailedNoLog: Assertion failed: <status text> [<status>] (0x...) returned from <call> @
+# <file>:<line>". The driver reports a fault it did not expect: read where nothing else reports one (an
+# Xid line, a notice above), once per text (a burst of assertions is one report). The line may be cut
+# or wrapped after the function's name, and a title may drop the colon after "NVRM". One whose status
+# is NV_ERR_NO_MEMORY is a failed allocation: cuda_oom's, not read here.
+_RM_ASSERT = re.compile(
+    r"NVRM:? (?:GPU\d+ )?(?P<fn>nvAssert(?:Ok)?FailedNoLog)\b:?(?:[ \t]*(?:\r?\n[ \t]*)?Assertion failed: ?(?P<what>[^\n]*))?"
+)
+_RM_ASSERT_FILE = re.compile(r" ?@ (?P<file>[\w.]+\.c(?:pp)?):\d+\s*$")
+_RM_ASSERT_STATUS = re.compile(r"\[(?P<status>NV_ERR_[A-Z0-9_]+)\]")
 # A value a real driver never prints in the pid field: a template's placeholder ("pid=XXXXX", "pid=<pid>",
 # "pid=$PID"), as docs and guides write the line they ask the reader to look for. An ellipsis ("pid=…")
 # is not one: people cut real lines that way too.
@@ -171,7 +184,7 @@ class XidClassifier:
         if "Xid" not in text and "fallen off" not in text and "nitAdapter" not in text and "init_adapter" not in text \
                 and "XID" not in text and "GSP" not in text and "NV_ERR_GPU_IS_LOST" not in text \
                 and "kflcnCoreDump" not in text and "detected by " not in text and "NV_ERR_RESET_REQUIRED" not in text \
-                and "kernel_gsp" not in text:
+                and "kernel_gsp" not in text and "FailedNoLog" not in text:
             return []
         return _classify(text)
 
@@ -222,8 +235,11 @@ def _classify(text: str) -> list[Finding]:
     if "Xid" in text:
         for m in _XID.finditer(text):
             covered.append((m.start(), m.end()))
-            if _PLACEHOLDER_PID.match(m.group("rest") or "") or _PLACEHOLDER_PCI.search(m.group("pci")):
-                continue  # a template of the line (a guide's "pid=XXXXX", "PCI:0000:xx:00"), not the driver's output
+            if _PLACEHOLDER_PCI.search(m.group("pci")) or (
+                    _PLACEHOLDER_PID.match(m.group("rest") or "") and not _stamped(text, m.start())):
+                # A template of the line (a guide's "pid=XXXXX", "PCI:0000:xx:00"), not the driver's output. A
+                # line stamped by the log that held it (syslog, journald, dmesg) is output whose pid was redacted.
+                continue
             found.append((m.start(), _xid_finding(text, m)))
             if m.group("xid") == "79":
                 xid79_pcis.append(m.group("pci").lower())
@@ -254,6 +270,8 @@ def _classify(text: str) -> list[Finding]:
     if "GSP" in text or "NV_ERR_GPU_IS_LOST" in text or "kflcnCoreDump" in text or "NV_ERR_RESET_REQUIRED" in text \
             or "kernel_gsp" in text:
         found.extend(_gsp_notices(text, covered, xid_seen=bool(found)))
+    if not found and "FailedNoLog" in text:
+        found.extend(_rm_assertion(text))
     found = [(pos, f) for pos, f in found if not in_code_literal(text, pos)]
     if "detected by " in text:
         # gpud prints its events as JSON: the message is a quoted value under a quoted key, data not code.
@@ -273,6 +291,15 @@ def _line_at(text: str, start: int, end: int) -> tuple[str, str]:
     if line_end < 0:
         line_end = len(text)
     return text[line_start:start], text[line_start:line_end].rstrip("\r\n ")
+
+
+_STAMPED = frozenset({"dmesg_monotonic", "dmesg_ctime", "dmesg_iso", "iso", "syslog", "journal"})
+
+
+def _stamped(text: str, pos: int) -> bool:
+    """Whether the line at ``pos`` carries a log's time stamp (or journald's ``kernel:``) before it."""
+    prefix, _ = _line_at(text, pos, pos)
+    return _timestamp_facts(prefix)[0].get("timestamp_style") in _STAMPED
 
 
 def _timestamp_facts(prefix: str) -> tuple[dict[str, FactValue], int | None]:
@@ -353,7 +380,7 @@ def _xid_finding(text: str, m: re.Match[str]) -> Finding:
         else:
             facts["process_known"] = False  # the driver printed pid='<unknown>'
         name = pn.group("name")
-        if name is not None and name.strip() not in ("<unknown>", ""):
+        if name is not None and name.strip() not in ("<unknown>", "") and not (raw_pid[:2] in ("XX", "xx") and "<" in name):
             facts["process_name"] = name.strip()
         message = rest[pn.end() :]
     facts["message"] = message.strip()
@@ -682,6 +709,38 @@ def _gsp_notices(text: str, covered: list[tuple[int, int]], *, xid_seen: bool = 
         out.append((m.start(), Finding(kind=KIND_GPU_XID, severity=severity, title=title, facts=facts,
                                        excerpt=line, ts_ns=ts_ns)))
     return out
+
+
+def _rm_assertion(text: str) -> list[tuple[int, Finding]]:
+    """The first RM assertion in ``text`` not about an allocation that failed, as one finding."""
+    for m in _RM_ASSERT.finditer(text):
+        what = (m["what"] or "").strip()
+        status = _RM_ASSERT_STATUS.search(what)
+        if status and status["status"] == "NV_ERR_NO_MEMORY":
+            continue
+        prefix, line = _line_at(text, m.start(), m.start())
+        nvrm = prefix.rfind("NVRM")
+        facts, ts_ns = _timestamp_facts(prefix[:nvrm] if nvrm >= 0 else prefix)
+        facts["rm_assertion"] = m["fn"]
+        where = _RM_ASSERT_FILE.search(what)
+        if where:
+            facts["assertion_file"] = where["file"]
+            what = what[: where.start()].rstrip()
+        if what:
+            facts["assertion"] = what[:200]
+        if status:
+            facts["error_status"] = status["status"]
+        pci_m = _ANY_PCI.search(line)
+        if pci_m:
+            facts["pci_address"] = pci_m.group(0)
+        facts["needs_gpu_reset"] = False
+        facts["needs_reboot"] = False
+        title = "NVIDIA driver (RM) assertion failed" + (f": {what[:80]}" if what else "")
+        if where:
+            title += f" @ {where['file']}"
+        return [(m.start(), Finding(kind=KIND_GPU_XID, severity="error", title=title, facts=facts,
+                                    excerpt=line, ts_ns=ts_ns))]
+    return []
 
 
 def _bus_finding(text: str, start: int, end: int, pci: str | None, devid: str | None) -> Finding:

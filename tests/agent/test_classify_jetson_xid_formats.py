@@ -234,8 +234,10 @@ def test_an_assertion_after_an_xid_line_is_that_xids_fault() -> None:
     assert f.facts["xid"] == 62
 
 
-def test_an_assertion_elsewhere_in_the_rm_is_not_a_fault() -> None:
-    assert XID.classify("[   41.0] NVRM: nvAssertFailedNoLog: Assertion failed: pGpu != NULL @ os_init.c:95") == []
+def test_an_assertion_elsewhere_in_the_rm_is_a_driver_fault_but_asks_no_reset() -> None:
+    (f,) = XID.classify("[   41.0] NVRM: nvAssertFailedNoLog: Assertion failed: pGpu != NULL @ os_init.c:95")
+    assert f.severity == "error" and f.facts["needs_gpu_reset"] is False
+    assert "gsp_failure" not in f.facts
 
 
 def test_rm_init_adapters_own_note_without_its_failed_line() -> None:
@@ -308,3 +310,51 @@ def test_gpuds_json_event_for_an_xid_it_read() -> None:
     [f] = XID.classify('        "message": "xid 119 detected by dmesg (47 minutes ago)",')
     assert (f.kind, f.facts["xid"], f.facts["relayed_by"], f.facts["detected_by"]) == (KIND_GPU_XID, 119, "gpud", "dmesg")
     assert XID.classify("the xid 119 detected by dmesglike tools") == []
+
+
+# ------------------------------------------------------------------------------ RM assertions, redacted pids
+
+
+def test_an_rm_assertion_anywhere_in_the_driver_is_a_driver_fault_with_its_file() -> None:
+    (f,) = XID.classify("[ 1021.554301] NVRM: GPU1 nvAssertFailedNoLog: Assertion failed: pKernelBus != NULL @ kern_bus.c:912")
+    assert f.kind == KIND_GPU_XID
+    assert f.facts["rm_assertion"] == "nvAssertFailedNoLog"
+    assert f.facts["assertion_file"] == "kern_bus.c"
+    assert f.facts["assertion"] == "pKernelBus != NULL"
+    assert "xid" not in f.facts and "pci_address" not in f.facts  # neither is printed
+
+
+def test_a_burst_of_rm_assertions_is_one_report_and_keeps_the_status() -> None:
+    text = (
+        "Jan 02 03:04:05 node kernel: NVRM: nvAssertOkFailedNoLog: Assertion failed: Invalid state [NV_ERR_INVALID_STATE]"
+        " (0x00000040) returned from memmgrFree(pGpu) @ mem_mgr.c:301\n"
+        "Jan 02 03:04:05 node kernel: NVRM: nvAssertFailedNoLog: Assertion failed: NV_OK == status @ rs_server.c:259\n"
+    )
+    (f,) = XID.classify(text)
+    assert f.facts["error_status"] == "NV_ERR_INVALID_STATE"
+    assert f.facts["timestamp_style"] == "syslog"
+
+
+def test_an_rm_assertion_cut_after_its_function_or_as_a_title_is_still_read() -> None:
+    assert [f.kind for f in classify_text("NVRM: nvAssertFailedNoLog:")] == [KIND_GPU_XID]
+    assert [f.kind for f in classify_text("NVRM nvAssertOkFailedNoLog: Assertion failed: Generic failure")] == [KIND_GPU_XID]
+
+
+def test_an_rm_assertion_about_memory_running_out_is_left_to_cuda_oom() -> None:
+    line = ("[ 88.1] NVRM: nvAssertOkFailedNoLog: Assertion failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051)"
+            " returned from allocVa(pVAS) @ va_alloc.c:77")
+    assert XID.classify(line) == []
+
+
+def test_an_rm_assertion_beside_an_xid_adds_no_second_fault() -> None:
+    text = ("NVRM: Xid (PCI:0000:41:00): 31, pid=77, name=python, Ch 00000008\n"
+            "NVRM: nvAssertFailedNoLog: Assertion failed: 0 @ channel.c:10\n")
+    assert [f.facts.get("xid") for f in XID.classify(text)] == [31]
+
+
+def test_a_stamped_xid_line_with_its_pid_redacted_is_output() -> None:
+    (f,) = XID.classify("Apr 01 10:00:00 host kernel: NVRM: Xid (PCI:0000:17:00): 45, pid=XXXX, name=trainer, Ch 00000010")
+    assert f.facts["xid"] == 45 and "pid" not in f.facts and f.facts["process_known"] is False
+    assert f.facts["process_name"] == "trainer"
+    # The same line with no log's stamp is a template, as guides write it.
+    assert XID.classify("NVRM: Xid (PCI:0000:17:00): 45, pid=XXXX, name=trainer, Ch 00000010") == []

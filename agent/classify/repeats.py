@@ -194,8 +194,11 @@ def _same_identity(a: _FindingLike, b: _FindingLike, ia: dict[str, Any], ib: dic
 
 
 def _cut_copy(a: str, b: str) -> bool:
-    """Whether one name is the other cut short (its brackets left open): "{ForeignNode[a + (Unnamed Layer* 6"."""
+    """Whether one name is the other cut short (its brackets left open): "{ForeignNode[a + (Unnamed Layer* 6"; or
+    a scoped name (TensorFlow's and ONNX exporters' "scope/scope/op") given by its last part alone: "op"."""
     short, full = (a, b) if len(a) < len(b) else (b, a)
+    if len(short) >= 3 and "/" not in short and full.endswith("/" + short):
+        return True
     return len(short) >= 3 and full.startswith(short) and any(short.count(o) > short.count(c) for o, c in ("()", "[]", "{}"))
 
 

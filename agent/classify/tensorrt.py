@@ -226,13 +226,20 @@ _NODE = re.compile(r"(?:for node|node|layer) (?=[^\s,:()]*[\d/_.\[\]{}A-Z])(?P<l
 # applied to shape tensor ...)", "((Unnamed Layer* 7) [Shuffle]: at most one dimension may be inferred)".
 _LAYER_FIRST = re.compile(r"^(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]]+\]|[^\s:()][^:()]*?): (?:an? )?I[A-Z]\w*Layer\b")
 _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
+# TensorRT 7's network validation names the layer first: "Layer: Where_1305's output can not be used as shape tensor."
+_LAYER_OWN = re.compile(r"\bLayer: (?P<layer>[^\s']+)'s ")
+# The builder's error when no tactic fits (TensorRT 5 to 7, and TF-TRT's "DefaultLogger" relaying it):
+# "Internal error: could not find any implementation for node <node>, try increasing the workspace size with
+# IBuilder::setMaxWorkspaceSize()". TensorRT's own wording: read with no logger tag too.
+_NO_IMPL = re.compile(r"(?i)Internal error: could not find any implementation for node \S")
 
 # Context lines, read once per event and attached to what the event yields.
-# trtexec's "TensorRT version: 8.6.1" and "[TensorRT v8601]"; an issue template's environment ("**TensorRT Version**:
-# 8.0.1.6", "TensorRT Version 8.0.1.6:", "- TensorRT version: 10.3").
+# trtexec's "TensorRT version: 8.6.1" and "[TensorRT v8601]" (its integer version, also written bare: "TensorRT
+# v8503"); an issue template's environment ("**TensorRT Version**: 8.0.1.6", "TensorRT Version 8.0.1.6:", "- TensorRT
+# version: 10.3", a field filled between its asterisks "**TensorRT Version*7.1.3.0*:").
 _TRT_VERSION = re.compile(
-    r"TensorRT(?:\*\*)? ?[Vv]ersion(?:\*\*)?:? ?(?:\*\*)?:?[ \t]*v?(?P<v>\d+(?:\.\d+)+|\d{4,6})\b"
-    r"|\[TensorRT v(?P<n>\d{4,6})\]"
+    r"TensorRT(?:\*\*)? ?[Vv]ersion\**:? ?(?:\*\*)?:?[ \t]*v?(?P<v>\d+(?:\.\d+)+|\d{4,6})\b"
+    r"|\[?TensorRT v(?P<n>\d{4,6})\b(?![.\d])"
 )
 # Else a release named by its number: a tarball's "TensorRT-8.4.3.1", "TensorRT 10.3.0", "TensorRT v8.6".
 _TRT_RELEASE = re.compile(r"\bTensorRT[- ]v?(?P<v>\d{1,2}\.\d{1,2}(?:\.\d{1,3}){0,2})(?![\d.]*\d)")
@@ -530,7 +537,8 @@ def _error_line(line: str) -> Finding | None:
             # The detail in parentheses holds parentheses of its own ("(Unnamed Layer* 8) [Fully
             # Connected]") or lost its ")": the node runs to the message's end, less the detail's ")".
             whole = _whole_node(message)
-        node = impl or first or _NODE.search(message)
+        own = _LAYER_OWN.search(message) if "Layer: " in message else None
+        node = impl or first or own or _NODE.search(message)
         if whole is not None:
             facts["layer"] = whole
         elif node:
@@ -559,6 +567,7 @@ _ONNX_IN_FUNCTION = re.compile(
 )
 _ONNX_NODE = re.compile(r"While parsing node number (?P<n>-?\d+) \[(?P<op>[\w.]+)(?: -> \\?\"(?P<out>[^\"\\\n]*)\\?\")?\]")
 _ONNX_CODE_LINE = re.compile(r"^\s*\[\d{1,2}\] \S")
+_INVALID_NODE = re.compile(r"Invalid Node - (?P<name>[^\s,]+)")
 
 
 def _join_parser_errors(lines: list[str]) -> list[str]:
@@ -619,6 +628,10 @@ def _categorise(
                 facts["onnx_error"] = _ONNX_CODES[code]
         if m["desc"]:
             facts["error_detail"] = m["desc"]
+            # parseGraph's kINVALID_NODE names the node: "[6] Invalid Node - <node name>" (then why, a line on).
+            inv = _INVALID_NODE.match(m["desc"])
+            if inv:
+                facts["layer"] = inv["name"]
         node = _ONNX_NODE.search(line)
         if node:
             facts["onnx_node_index"] = int(node["n"])
@@ -903,6 +916,8 @@ def _categorise(
         return "unsupported_state", _sev(printed, "error"), f"TensorRT unsupported state: {message[:100]}"
     if printed == "error" and tagged:
         return "error", "error", f"TensorRT error: {message[:120]}"
+    if "implementation for node" in line and _NO_IMPL.search(line):
+        return "error", _sev(printed, "error"), f"TensorRT error: {message[:120]}"
     m = _CODED_E.search(line) if printed == "error" and "[E] " in line else None
     if m:
         facts["error_code"] = int(m.group("code"))

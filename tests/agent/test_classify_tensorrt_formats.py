@@ -552,6 +552,8 @@ def test_tensorrt_10s_allocator_report_then_out_of_memory_is_one_fault_with_the_
     ("- TensorRT version: 10.1", "10.1"),
     ("**TensorRT Version 8.2.1.8:", "8.2.1.8"),
     ("installed from TensorRT-8.5.1.7.Linux.x86_64-gnu.cuda-11.8.cudnn8.6.tar.gz", "8.5.1.7"),
+    ("**TensorRT Version*8.0.3.4*:", "8.0.3.4"),  # the template's field filled between its asterisks
+    ("my TRT is `TensorRT v8401`", "8.4.1"),  # TensorRT's integer version, as trtexec prints it, unbracketed
 ])
 def test_an_error_takes_the_version_the_reports_environment_prints(tmp_path: Path, env: str, version: str) -> None:
     text = "\n".join([
@@ -677,3 +679,46 @@ def test_a_tactic_skipped_for_memory_and_a_later_no_implementation_error_stay_tw
         "implementation for node {ForeignNode[12...Reshape_40]}.)",
     ])
     assert len([f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]) == 2
+
+
+# ------------------------------------------------------------------------------ no implementation, named layers
+
+
+@pytest.mark.parametrize("line", [
+    "Internal error: could not find any implementation for node (Unnamed Layer* 4) [Softmax], try increasing the "
+    "workspace size with IBuilder::setMaxWorkspaceSize()",
+    "2020-01-02 03:04:05.678901: E tensorflow/compiler/tf2tensorrt/utils/trt_logger.cc:41] DefaultLogger Internal error: "
+    "could not find any implementation for node (Unnamed Layer* 4) [Softmax], try increasing the workspace size with "
+    "IBuilder::setMaxWorkspaceSize()",
+])
+def test_the_builders_no_implementation_error_without_a_tensorrt_tag_names_its_node(line: str) -> None:
+    facts = _one(line)
+    assert facts["layer"] == "(Unnamed Layer* 4) [Softmax]"
+    assert "error_code" not in facts  # TensorRT <= 7 prints none
+
+
+def test_a_no_implementation_sentence_in_prose_is_not_read_without_internal_error() -> None:
+    assert TRT.classify("If it could not find any implementation for node X, try increasing the workspace.") == []
+
+
+def test_a_node_named_by_its_last_scope_in_a_title_is_the_same_fault() -> None:
+    findings = [f for line in (
+        "Internal error: could not find any implementation for node up_2, try increasing the workspace size",
+        "E trt_logger.cc:41] DefaultLogger Internal error: could not find any implementation for node "
+        "decoder/block_3/up_2, try increasing the workspace size",
+    ) for f in TRT.classify(line)]
+    (f,) = merge_repeats(findings)
+    assert f.facts["layer"] == "decoder/block_3/up_2"  # one node: the whole name is kept
+
+
+def test_network_validation_names_the_layer_before_its_possessive() -> None:
+    facts = _one("[TensorRT] ERROR: Layer: Gather_77's output can not be used as shape tensor.")
+    assert facts["layer"] == "Gather_77"
+
+
+def test_the_onnx_parsers_invalid_node_names_the_node() -> None:
+    text = ("[E] [TRT] ModelImporter.cpp:773: ERROR: ModelImporter.cpp:195 In function parseGraph:\n"
+            "[6] Invalid Node - Slice_12\n"
+            "Unsupported slice step")
+    (f,) = [x for x in TRT.classify(text) if x.facts.get("onnx_error") == "INVALID_NODE"]
+    assert f.facts["layer"] == "Slice_12"

@@ -97,6 +97,7 @@ def _maybe_oom(text: str) -> bool:
         or "BFCAllocator" in text
         or "memory_limit_" in text
         or "in-use chunks" in text
+        or "InUse at" in text
         or "hipError_t(1002)" in text
         or "BFCArena::AllocateRawInternal" in text
         or "_STATUS_NOT_INITIALIZED" in text
@@ -499,6 +500,10 @@ _TF_BIN = re.compile(r"Bin \((?P<size>\d+)\):\s+Total Chunks: (?P<total>\d+), Ch
 _TF_MEM_LIMIT = re.compile(r"memory_limit_: (\d+)")
 _TF_DUMP_FOR = re.compile(r"BFCAllocator dump for (\w+)")
 _TF_CHUNK_MAP = re.compile(r"\] [*_]{8,}\s*$")
+# The dump's chunk list (BFCAllocator::DumpMemoryLog, printed only after an allocation failed), one chunk a line:
+# TF 1.x "InUse at 00000007F7D4FD00 next 1940 of size 1605632", TF 2.x "InUse at 7f1e6c000000 of size 256 next 141"
+# (2.4+ adds " by op X action_count N step N"), a free chunk "Free  at ...".
+_TF_CHUNK = re.compile(r"\] (?:InUse|Free ) at (?:0x)?[0-9A-Fa-f]+ (?:next -?\d+ )?of size \d+\b")
 _TF_GPU_ALLOCATOR_HINT = re.compile(r"TF_GPU_ALLOCATOR=\w+")
 
 
@@ -787,7 +792,7 @@ def _bfc_dump(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -
     dump: dict[str, FactValue] = {}
     lines: list[int] = []
     bins: list[str] = []
-    chunk_map = 0
+    chunk_map = chunks = 0
     for i, line in enumerate(ev.lines):
         st = _TF_STAT.match(line) if ":" in line else None
         if st:
@@ -813,10 +818,15 @@ def _bfc_dump(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -
             dump["bfc_dump"] = True
             lines.append(i)
             continue
-        if ev.glog[i] and "bfc_allocator" in ev.glog[i][2] and _TF_CHUNK_MAP.search(line):  # type: ignore[index]
-            chunk_map += 1
-            lines.append(i)
-            continue
+        if ev.glog[i] and "bfc_allocator" in ev.glog[i][2]:  # type: ignore[index]
+            if _TF_CHUNK_MAP.search(line):
+                chunk_map += 1
+                lines.append(i)
+                continue
+            if " at " in line and _TF_CHUNK.search(line):
+                chunks += 1
+                lines.append(i)
+                continue
         if "TF_GPU_ALLOCATOR=" in line:
             h = _TF_GPU_ALLOCATOR_HINT.search(line)
             if h:
@@ -826,6 +836,8 @@ def _bfc_dump(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -
         dump["bfc_bins"] = ",".join(bins)
     if chunk_map:
         dump["chunk_map_lines"] = chunk_map
+    if chunks:
+        dump["chunk_list_lines"] = chunks
     if "bfc_limit_bytes" in dump:
         dump.setdefault("bfc_memory_limit_bytes", dump["bfc_limit_bytes"])
         dump["total_capacity_bytes"] = dump["bfc_limit_bytes"]
@@ -841,7 +853,7 @@ def _bfc_dump(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -
                 a.facts.setdefault(k, v)
         return
     # Stats printed alone ("Limit:" lines) are no evidence; the dump's own markers are.
-    if not (dump.get("bfc_dump") or bins or chunk_map or "bfc_memory_limit_bytes" in dump and "bfc_in_use_bytes" in dump):
+    if not (dump.get("bfc_dump") or bins or chunk_map or chunks or "bfc_memory_limit_bytes" in dump and "bfc_in_use_bytes" in dump):
         return
     facts: dict[str, FactValue] = {"allocator_family": "bfc", "message": "BFC allocator dump"}
     _put(facts, "framework", _bfc_framework(ev, lines[0], text))
@@ -958,8 +970,9 @@ def _xla_framework(ev: _Event, i: int, text: str, status: str) -> str:
 def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     text = "\n".join(ev.lines)
     for i, line in enumerate(ev.lines):
-        if "RESOURCE_EXHAUSTED" not in line and "Resource exhausted: " not in line:
-            continue
+        if "RESOURCE_EXHAUSTED" not in line and "Resource exhausted: " not in line \
+                and "out of memory in memory space" not in line:
+            continue  # XLA's memory-space check is its own wording: a title may quote it without the status
         m = _JAX.search(line) or _JAX_REQ.search(line)
         if not m:
             _xla_other(ev, found, used, i, line, text)
@@ -987,7 +1000,9 @@ def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
 def _xla_other(ev: _Event, found: dict[tuple, _Acc], used: set[int], i: int, line: str, text: str) -> None:
     """XLA's other out-of-memory statuses: the TPU runtime's reservation, the compile-time memory
     space check, and the allocation message cut at the line's end."""
-    facts: dict[str, FactValue] = {"status": "RESOURCE_EXHAUSTED"}
+    facts: dict[str, FactValue] = {}
+    if "RESOURCE_EXHAUSTED" in line or "Resource exhausted" in line:
+        facts["status"] = "RESOURCE_EXHAUSTED"
     if "Attempting to" in line and (m := _XLA_RESERVE.search(line)):
         facts["requested_bytes"] = parse_size(m["v"])
         _put(facts, "free_bytes", _bytes(m["free"]))
@@ -1189,6 +1204,9 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
 # requested buffer of size 939524096".
 # The arena's only failure that starts so; a line cut inside it ("... bool, onnxruntime::WaitNotificationFn)
 # Failed to alloc") still says which, without the size.
+# The sentence is ORT_THROW's in bfc_arena.cc alone: a paste wrapped before it ("... AllocateRawIn" / "Failed to
+# allocate memory for requested buffer of size N") still names the arena's failure and the size (_ORT_ARENA_TAIL).
+_ORT_ARENA_TAIL = re.compile(r"(?<![\w\\])Failed to allocate memory for requested buffer of size (?P<n>\d+)\b")
 _ORT_ARENA = re.compile(
     r"BFCArena::AllocateRawInternal\b.*?Failed to alloc(?:ate memory for requested buffer of size (?P<n>\d+)"
     r"|(?:a(?:t(?:e(?: (?:m(?:e(?:m(?:o(?:ry?)?)?)?)?)?)?)?)?)?\s*$)"
@@ -1255,7 +1273,8 @@ def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             continue
         facts: dict[str, FactValue] | None = None
         severity = "error"
-        if "BFCArena" in line and (m := _ORT_ARENA.search(line)):
+        if ("BFCArena" in line and (m := _ORT_ARENA.search(line))) or (
+                "requested buffer" in line and (m := _ORT_ARENA_TAIL.search(line))):
             facts = {"framework": "onnxruntime", "allocator": "BFCArena"}
             _put(facts, "requested_bytes", int(m["n"]) if m["n"] else None)
         elif "error on " in line and (m := _PADDLE.search(line)):
@@ -1524,9 +1543,11 @@ class CudaOomClassifier:
             or "memory_limit_" in text
             or "in-use chunks" in text
             or "allocation summary follows" in text
+            or "InUse at" in text
         ):
             _tensorflow(ev, found, used, text)
-        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: " in text or "BufferAssignment" in text:
+        if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: " in text or "BufferAssignment" in text \
+                or "out of memory in memory space" in text:
             _jax(ev, found, used)
             _xla_listing(ev, found, used)
         if (
@@ -1539,6 +1560,7 @@ class CudaOomClassifier:
             _raw_cuda(ev, found, used)
         if (
             "BFCArena" in text
+            or "requested buffer" in text
             or "error on " in text
             or "bytes" in text
             or "failed to allocate memory" in text

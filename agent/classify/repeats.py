@@ -76,6 +76,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # A CUDA runtime error ("CUDA error: out of memory") and an allocator's message are two
         # wordings that never relay each other: which one it is belongs to the identity.
         ident["cuda_error"] = facts.get("cuda_error") or ""
+        if ident.get("framework") in ("cuda", "hip") and facts.get("cuda_error"):
+            # The runtime's error with no framework named ("CUDA error: out of memory" relayed as an exception
+            # string) is the same error a framework raised beside it: the framework it lacks is no difference.
+            del ident["framework"]
         # A math library's status (cuBLAS, cuDNN) is its own fault beside the framework's allocator error.
         ident["library"] = facts.get("library") or ""
     if kind == KIND_HOST_OOM and "victim_pid" in ident and ident.get("source") in _NAMES_A_PID_KILL:

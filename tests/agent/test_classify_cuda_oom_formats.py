@@ -627,3 +627,56 @@ def test_allocation_on_device_cut_to_its_first_words_is_still_a_pytorch_oom() ->
 def test_allocation_on_device_in_code_or_prose_is_not_a_failure() -> None:
     _none('if "Allocation on device" in str(e) or "out of memory" in str(e).lower():')
     _none("Allocation on device memory is faster than on the host.")
+
+
+# ------------------------------------------- TensorFlow's BFC chunk list, ONNX Runtime's arena sentence alone
+
+
+@pytest.mark.parametrize("chunk", [
+    "InUse at 00000007A1B2C300 next 811 of size 1048576",  # TF 1.x: next before size, upper-case address
+    "InUse at 7f3a20000400 of size 4096 next 77",  # TF 2.x
+])
+def test_a_bfc_dumps_chunk_list_alone_is_the_allocators_failure(chunk: str) -> None:
+    text = "\n".join(
+        f"2021-03-04 05:06:{7 + n:02d}.100000: I tensorflow/core/common_runtime/bfc_allocator.cc:1046] {line}"
+        for n, line in enumerate((chunk, "Free  at 7f3a20001400 of size 2048 next 78", chunk))
+    )
+    f = _one(text)
+    assert f.facts["framework"] == "tensorflow"
+    assert f.facts["chunk_list_lines"] == 3
+    assert "requested_bytes" not in f.facts  # the failing request is not among these lines
+    # The scan's gate lets a chunk line through.
+    assert [x.kind for x in classify_text(text)] == [KIND_CUDA_OOM]
+
+
+def test_a_chunk_line_not_logged_by_the_bfc_allocator_is_nothing() -> None:
+    _none("InUse at 7f3a20000400 of size 4096 next 77")
+
+
+def test_onnxruntime_arena_sentence_wrapped_onto_its_own_line_keeps_the_size() -> None:
+    f = _one("Failed to allocate memory for requested buffer of size 50331648")
+    assert f.facts["framework"] == "onnxruntime"
+    assert f.facts["requested_bytes"] == 50331648
+
+
+def test_xlas_memory_space_check_quoted_without_its_status_is_read() -> None:
+    f = _one('Flax training on a TPU fails: "Ran out of memory in memory space hbm." after the first step')
+    assert f.facts["memory_space"] == "hbm"
+    assert "status" not in f.facts  # RESOURCE_EXHAUSTED is not printed here
+    assert "total_capacity_bytes" not in f.facts
+
+
+def test_a_runtime_oom_relayed_without_a_framework_is_the_frameworks_same_fault(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "relay.log"
+    p.write_text(
+        "RuntimeError: CUDA error: out of memory\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1.\n"
+        "\n"
+        "worker 3 failed\n"
+        "Exception string: 'CUDA error: out of memory\n",
+        encoding="utf-8",
+    )
+    assert [f.kind for f in scan_file(p).findings] == [KIND_CUDA_OOM]

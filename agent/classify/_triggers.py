@@ -57,6 +57,9 @@ HOST_OOM: tuple[str, ...] = (
     # The allocation-failure warning's stack frame, its header cut (host_oom._WARN_ALLOC_FRAME): entered at the rare "+".
     'warn_alloc+0x', 'warn_alloc_failed+0x',
     'process(es) in this unit',  # systemd on a unit whose processes systemd-oomd killed (host_oom._SYSTEMD_UNIT_OOM)
+    # A memory cgroup's part of an OOM report pasted alone (host_oom._MEMCG_USAGE, _MEMCG_STATS): entered at the
+    # "k" and "M" other words are entered at.
+    'kB, limit', 'Memory cgroup stats',
 )
 # A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
 # oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.

@@ -47,6 +47,8 @@ def _maybe_oom(text: str) -> bool:
         or "tgid total_vm" in text
         or "Tasks state" in text
         or "Mem-Info" in text
+        or "kB, limit" in text
+        or "Memory cgroup stats" in text
         or "pages RAM" in text
         or "pages reserved" in text
         or "Free swap" in text
@@ -207,6 +209,11 @@ def _comm(printed: str) -> str | None:
 _CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<mems>\S+)\s*$")
 _TASK_IN = re.compile(r"(?:Task in )?(?P<task>/\S*) killed as a result of limit of (?P<limit>\S+)")
 _MEMCG_USAGE = re.compile(r"^memory: usage (?P<u>\d+)kB, limit (?P<l>\d+)kB, failcnt (?P<f>\d+)")
+# mem_cgroup_print_oom_meminfo(), the memory cgroup's part of an OOM report (the kernel prints it nowhere else):
+# "memory: usage 1048576kB, limit 1048576kB, failcnt 153" (then memory+swap, kmem) and "Memory cgroup stats for
+# /kubepods/pod...:" (the OOM cgroup first; up to 4.x one such line per child cgroup, each with its counters).
+# Either opens a report pasted from its middle.
+_MEMCG_STATS = re.compile(r"^Memory cgroup stats for (?P<memcg>/\S*?):")
 _FREE_SWAP = re.compile(r"^Free swap\s*=\s*(?P<v>\d+)kB")
 _TOTAL_SWAP = re.compile(r"^Total swap\s*=\s*(?P<v>\d+)kB")
 # Mem-Info's page counters: "16676584 pages RAM", "0 pages cma reserved", "7034948 total pagecache pages".
@@ -568,6 +575,14 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     memcg_limit_bytes=int(m["l"]) * 1024,
                     memcg_failcnt=int(m["f"]),
                 )
+                pending.facts.setdefault("oom_scope", "memcg")
+                pending.lines.append(i)
+        elif "Memory cgroup stats for" in line:
+            m = _MEMCG_STATS.match(split_kernel_prefix(line).body.lstrip())
+            if m:
+                pending.facts.setdefault("memcg_stats_for", m["memcg"])
+                pending.facts.setdefault("oom_scope", "memcg")
+                pending.lines.append(i)
         elif "Hardware name" in line:
             m = _HARDWARE.search(split_kernel_prefix(line).body)
             if m:
@@ -649,7 +664,7 @@ def _stack_header(ep: _Episode, lines: list[str], i: int) -> None:
 
 
 def _has_figures(f: dict[str, FactValue]) -> bool:
-    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or "oom_call_trace" in f or "no_killable_processes" in f \
+    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or "memcg_failcnt" in f or "memcg_stats_for" in f or "oom_call_trace" in f or "no_killable_processes" in f \
         or "oom_panic" in f or any(
         k.startswith(("meminfo_", "pages_", "zone_", "free_swap", "total_swap", "total_pagecache", "swap_cache"))
         for k in f
@@ -677,6 +692,10 @@ def _opens_partial(line: str) -> bool:
             or "panic_on_oom" in line or "deadlocked on memory" in line) and _OOM_FRAMES.search(line):
         return True
     if "Mem-Info" in line or "Tasks state" in line or "pages RAM" in line or "pages reserved" in line:
+        return True
+    if "kB, limit" in line and _MEMCG_USAGE.match(split_kernel_prefix(line).body.lstrip()) is not None:
+        return True
+    if "Memory cgroup stats for" in line and _MEMCG_STATS.match(split_kernel_prefix(line).body.lstrip()) is not None:
         return True
     if "Free swap" in line or "total pagecache" in line or "swap cache" in line or "active_anon:" in line:
         return True
@@ -816,7 +835,9 @@ def _kernel_title(f: dict[str, FactValue]) -> str:
     if f.get("oom_report") == "partial":
         parts = [p for p in ("Mem-Info" if any(k.startswith(("meminfo_", "pages_", "zone_", "free_swap")) for k in f) else "",
                              f"task table of {f['dump_tasks_rows']} rows" if f.get("dump_tasks_rows") else "") if p]
-        return "Kernel OOM report without its header or kill line" + (f" ({', '.join(parts)})" if parts else "")
+        if "memcg_failcnt" in f:
+            parts.append(f"usage {int(f['memcg_usage_bytes']) // 1024} kB of a {int(f['memcg_limit_bytes']) // 1024} kB limit")
+        return f"{who} report without its header or kill line" + (f" ({', '.join(parts)})" if parts else "")
     return "Kernel OOM killer task dump (victim not in this event)"
 
 

@@ -720,3 +720,27 @@ def test_a_kill_cut_to_its_stack_is_not_an_allocation_warning() -> None:
 
 def test_warn_alloc_named_in_source_code_is_not_a_stack() -> None:
     assert classify_text("\twarn_alloc(gfp_mask, ac->nodemask, \"page allocation failure: order:%u\", order);") == []
+
+
+# ------------------------------------------------------------ a memory cgroup's part of the report, alone
+
+
+def test_a_memcg_usage_line_at_its_limit_alone_is_an_oom_report_of_that_cgroup() -> None:
+    # mem_cgroup_print_oom_meminfo()'s first line, printed by the kernel only inside an OOM report.
+    f = _one("[ 5012.118822] memory: usage 2097152kB, limit 2097152kB, failcnt 88")
+    assert f.facts["oom_scope"] == "memcg"
+    assert f.facts["memcg_failcnt"] == 88
+    assert f.facts["memcg_limit_bytes"] == 2097152 * 1024
+    assert "victim_pid" not in f.facts and "oom_memcg" not in f.facts  # neither is printed
+
+
+def test_memcg_stats_heading_with_its_cgroup_through_the_scan_gate() -> None:
+    text = ("Mar 03 04:05:06 node7 kernel: Memory cgroup stats for /kubepods/burstable/pod1234:\n"
+            "Mar 03 04:05:06 node7 kernel: anon 52428800\n")
+    (f,) = [x for x in classify_text(text) if x.kind == KIND_HOST_OOM]
+    assert f.facts["memcg_stats_for"] == "/kubepods/burstable/pod1234"
+
+
+def test_memory_usage_words_in_other_text_are_no_oom() -> None:
+    assert HOST.classify("The container's memory: usage 512kB, limit 1024kB looks fine") == []
+    assert HOST.classify("memory: usage 512kB, limit 1024kB") == []  # no failcnt: not the kernel's line

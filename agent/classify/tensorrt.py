@@ -457,6 +457,21 @@ def printed_version(text: str) -> tuple[str | None, str | None]:
     return None, (r.group("v") if r else None)
 
 
+# The library named in other spellings, as environment lists and pip print it: "Tensorrt version:8.4.0.6",
+# "tensorRT 7.1.0.16", "tensorrt           6.0.1.5" (pip list), "TRT 8.6", "Trt8.4.1". Not another package whose
+# name holds it ("onnx-tensorrt 0.1.0", "torch_tensorrt 1.4", "tensorrt-llm 0.9", "tensorrt_llm").
+_LOOSE_VERSION = re.compile(
+    r"(?i)(?<![\w-])(?:tensorrt|trt)(?![a-z_-])[ \t]*(?:version)?[ \t:=*]*v?(?P<v>(?:[2-9]|1[0-9])\.\d{1,2}(?:\.\d{1,3}){0,2})(?![\d.]*\d)"
+)
+
+
+def loose_version(text: str) -> str | None:
+    """The TensorRT release ``text`` names in any spelling (``fleetscope scan`` reads it in a small file whose
+    findings name no version and whose lines the gate passed over); None where none is printed."""
+    m = _LOOSE_VERSION.search(text)
+    return m.group("v") if m else None
+
+
 def _decode_version(raw: str) -> str:
     """TensorRT's integer version: 8601 -> "8.6.1" (major*1000+minor*100+patch), 100300 -> "10.3.0"."""
     n = int(raw)
@@ -561,8 +576,10 @@ _ONNX_PARSER = re.compile(
 _ONNX_CODES = ("SUCCESS", "INTERNAL_ERROR", "MEM_ALLOC_FAILED", "MODEL_DESERIALIZE_FAILED", "INVALID_VALUE", "INVALID_GRAPH",
                "INVALID_NODE", "UNSUPPORTED_GRAPH", "UNSUPPORTED_NODE", "UNSUPPORTED_NODE_ATTR", "UNSUPPORTED_NODE_INPUT",
                "UNSUPPORTED_NODE_DATATYPE", "UNSUPPORTED_NODE_DYNAMIC", "UNSUPPORTED_NODE_SHAPE", "REFIT_FAILED")
+# The Python backend (onnx_tensorrt.backend) raises the same error as RuntimeError("While parsing node number N:\n"
+# "<file>:<line> In function <func>:\n[<code>] <desc>"), with no "ERROR: ": read then only with its "[code]".
 _ONNX_IN_FUNCTION = re.compile(
-    r"\bERROR: (?P<file>[\w.\\/-]+\.(?:cpp|hpp|cc|cu|h)):(?P<line>\d+) In function (?P<fn>\w+):"
+    r"(?P<err>\bERROR: )?(?<![\w.\\/-])(?P<file>[\w.\\/-]+\.(?:cpp|hpp|cc|cu|h)):(?P<line>\d+) In function (?P<fn>\w+):"
     r"(?:\s*\[(?P<code>\d{1,2})\](?: (?P<desc>.*\S))?)?"
 )
 _ONNX_NODE = re.compile(r"While parsing node number (?P<n>-?\d+) \[(?P<op>[\w.]+)(?: -> \\?\"(?P<out>[^\"\\\n]*)\\?\")?\]")
@@ -618,7 +635,7 @@ def _categorise(
             facts["onnx_operator"] = m["op"]
         return "onnx_parser_error", _sev(printed, "error"), f"TensorRT's ONNX parser failed: {m['code']}"
     m = _ONNX_IN_FUNCTION.search(line) if " In function " in line else None
-    if m:
+    if m and (m["err"] or m["code"]):
         facts["onnx_function"] = m["fn"]
         facts["error_site"] = f"{m['file']}:{m['line']}"
         code = int(m["code"]) if m["code"] else None

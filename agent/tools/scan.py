@@ -433,6 +433,20 @@ class _Versions:
 
 
 _TRT_KINDS = frozenset({KIND_TENSORRT_ERROR, KIND_TRT_BENCHMARK})
+# A pasted report (an issue, a notes file) names its TensorRT in any spelling ("Tensorrt 7.0", a pip list's
+# "tensorrt 6.0.1.5") on lines the gate passes over: a file this small whose TensorRT findings name no version
+# is read once more for it. Larger files (a service's logs) are not read twice.
+LOOSE_VERSION_MAX_BYTES = 1 << 20
+
+
+def _loose_version(path: str) -> str | None:
+    from fleetscope.agent.classify.tensorrt import loose_version
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return loose_version(f.read(LOOSE_VERSION_MAX_BYTES))
+    except OSError:
+        return None
 
 
 def _with_file_version(findings: Sequence[ScanFinding], versions: _Versions) -> list[ScanFinding]:
@@ -531,6 +545,10 @@ def scan_file(
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         error = _describe(exc)
     findings.sort(key=lambda f: (f.line, f.end_line))
+    if versions.version is None and reader is not None and not reader.compressed and error is None \
+            and reader.bytes_read <= LOOSE_VERSION_MAX_BYTES \
+            and any(f.kind in _TRT_KINDS and f.facts.get("trt_version") is None for f in findings):
+        versions.release = _loose_version(name)
     return ScanResult(
         path=name,
         # one fault, one finding (agent/classify/repeats.py); then the file's TensorRT version where an event has none

@@ -722,3 +722,44 @@ def test_the_onnx_parsers_invalid_node_names_the_node() -> None:
             "Unsupported slice step")
     (f,) = [x for x in TRT.classify(text) if x.facts.get("onnx_error") == "INVALID_NODE"]
     assert f.facts["layer"] == "Slice_12"
+
+
+def test_the_onnx_backends_runtime_error_without_error_prefix_is_the_parser_error() -> None:
+    # onnx_tensorrt.backend: RuntimeError("While parsing node number N:\n<file>:<line> In function <f>:\n[<code>] <desc>").
+    text = ("RuntimeError: While parsing node number 3:\n"
+            "ModelImporter.cpp:311 In function importModel:\n"
+            "[8] No importer registered for op: NonZero")
+    (f,) = TRT.classify(text)
+    assert f.facts["onnx_error"] == "UNSUPPORTED_NODE"
+    assert f.facts["onnx_function"] == "importModel"
+
+
+def test_a_file_line_in_function_without_a_code_or_error_prefix_is_not_the_parser() -> None:
+    assert TRT.classify("main.cpp:12 In function main: starting TensorRT build") == []
+
+
+@pytest.mark.parametrize(("env", "version"), [
+    ("tensorrt           8.2.3.0", "8.2.3.0"),  # pip list
+    ("- Tensorrt version:8.5.1.7", "8.5.1.7"),
+    ("JetPack 4.6, tensorRT 8.0.1.6", "8.0.1.6"),
+    ("Trt8.6.1 / QAT", "8.6.1"),
+])
+def test_a_small_report_names_its_tensorrt_in_any_spelling(tmp_path: Path, env: str, version: str) -> None:
+    text = "\n".join([
+        f"{STAMP} [TRT] [E] [network.cpp::validate::3012] Error Code 4: Internal Error (Network must have at least one output)",
+        "",
+        "onnx-tensorrt      0.1.0",  # another package, named with the library's name inside its own
+        env,
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["trt_version"] == version
+
+
+def test_no_spelling_of_tensorrt_means_no_version(tmp_path: Path) -> None:
+    text = "\n".join([
+        f"{STAMP} [TRT] [E] [network.cpp::validate::3012] Error Code 4: Internal Error (Network must have at least one output)",
+        "torch_tensorrt     1.4.0",
+        "It took 1.5 ms per TRT 1.5 batch",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert "trt_version" not in f.facts

@@ -110,9 +110,10 @@ _RESERVED = r"(?!(?:RAM|SWAP|IRAM|CPU|cpu|EMC|emc|EMC_FREQ|GR3D|GR3D_FREQ|APE|MT
 # Marks a quote or a page glues to a line's fields: the opening quote of a string literal or an emphasis
 # before "RAM"/the timestamp, bold after "MB", the closing quote after the last field (with the
 # literal's "\n" escape and what closes the statement: '...GR3D_FREQ 0%\n",', '...VDD_SOC 650mW/711mW"'),
-# and the HTML tags a web page wraps output lines in ("...CPU<br>").
+# and the HTML tags a web page wraps output lines in ("...CPU<br>"); a comment marker written without its space
+# ("#RAM 1710/7854MB ...", "//RAM ...": a reading commented out in a script).
 _GLUED_MARKS = re.compile(
-    r"[`\"'*]+(?=RAM \d|\d\d-\d\d-\d{4} )|(?<=MB)\*+"
+    r"(?:[`\"'*]+|#+|//+)(?=RAM \d|\d\d-\d\d-\d{4} )|(?<=MB)\*+"
     r"|(?<=[\w%\]])(?:\\[nr])*[`\"'*]+(?=[\s,;)\]]*$|\s*\+)"
     r"|</?(?:br|code|pre|span|p|div|tt|kbd|samp)\b[^>]*>"
 )

@@ -87,3 +87,12 @@ def test_consecutive_lines_are_separate_readings_even_without_a_ram_field_repeat
 def test_any_text_reads_without_raising(parts: list[str]) -> None:
     for r in read_tegrastats_text("".join(parts)):
         assert r.ram_total_mb == 2
+
+
+def test_a_reading_commented_out_without_a_space_after_the_marker() -> None:
+    line = "RAM 2210/3956MB (lfb 12x4MB) SWAP 0/1978MB (cached 0MB) CPU [3%@102,2%@102,off,off] EMC_FREQ 4%@1600 GR3D_FREQ 9%@76"
+    for marker in ("#", "//"):
+        (r,) = read_tegrastats_text(f"# header of a script\n{marker}{line}\nusage() {{")
+        assert (r.ram_used_mb, r.ram_total_mb, r.swap_total_mb) == (2210, 3956, 1978)
+        assert (r.emc_load_pct, r.gr3d_load_pct, r.gr3d_freq_mhz) == (4, 9, (76,))
+        assert r.unparsed == ()

@@ -556,7 +556,10 @@ def _bus_notices(
             line_end = text.find("\n", pos)
             line_end = len(text) if line_end < 0 else line_end
             line = text[line_start:line_end]
-            if "NVRM" in line:
+            # The probe notice's last sentence is the driver's own words: a paste that re-wrapped the notice
+            # ("NVRM: The NVIDIA GPU 0000:02:00.0" / "has fallen off the bus and is not responding to commands.")
+            # leaves it without its tag.
+            if "NVRM" in line or "fallen off the bus and is not responding to commands" in line:
                 spans.append((line_start, line_end))
                 pci_m = _ANY_PCI.search(line)
                 pci = pci_m.group(0) if pci_m else None

@@ -358,3 +358,13 @@ def test_a_stamped_xid_line_with_its_pid_redacted_is_output() -> None:
     assert f.facts["process_name"] == "trainer"
     # The same line with no log's stamp is a template, as guides write it.
     assert XID.classify("NVRM: Xid (PCI:0000:17:00): 45, pid=XXXX, name=trainer, Ch 00000010") == []
+
+
+def test_the_probe_notice_re_wrapped_without_its_tag_still_reports_the_gpu_lost() -> None:
+    (f,) = XID.classify("has fallen off the bus and is not responding to commands.")
+    assert f.facts["fallen_off_bus"] is True and f.facts["implied_xid"] == 79
+    assert "pci_address" not in f.facts  # on the line before, not on this one
+
+
+def test_fallen_off_the_bus_in_a_sentence_without_the_drivers_words_is_nothing() -> None:
+    assert XID.classify("2) GPU has fallen off the bus") == []

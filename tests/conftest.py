@@ -143,7 +143,7 @@ _PROCESS_DIRS = ("e2e", "deploy")
 # Fixtures that start processes or servers of other programs for the tests that use them.
 _PROCESS_FIXTURES = {"collector_process", "pipeline", "small_fleet"}
 # Fixtures that start a server (a gRPC collector) in the test's own process.
-_SERVER_FIXTURES = {"collector"}
+_SERVER_FIXTURES = {"collector", "quiet_collector"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
@@ -328,6 +328,22 @@ def collector(tmp_path: Path, db_url: str) -> Iterator:
     from fleetscope.collector.ingest.server import Collector, CollectorSettings
 
     c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=db_url, tokens=frozenset(["test-token"]), grace_s=2.0))
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def quiet_collector(tmp_path: Path, db_url: str) -> Iterator:
+    """An in-process collector whose detectors pass every half second and call a device offline
+    only after an hour: for tests whose devices stop sending once their records are in, where the
+    default 10 s threshold would open an ``agent_offline`` incident (and flip the device's status)
+    at a moment no test controls, between two readers' calls."""
+    from fleetscope.collector.ingest.server import Collector, CollectorSettings
+
+    c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=db_url, tokens=frozenset(["test-token"]),
+                                    grace_s=2.0, detectors_interval_s=0.5,
+                                    detector_overrides={"offline_after_s": 3600.0}))
     c.start()
     yield c
     c.stop()

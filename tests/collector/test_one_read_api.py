@@ -91,23 +91,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Spy]:
 
 
 @pytest.fixture
-def collector(tmp_path: Path, db_url: str) -> Iterator[Any]:
-    """An in-process collector whose detectors pass every half second and call the device offline
-    only after an hour: the one device here stops sending once its records are in, and with the
-    default 10 s threshold a pass would open an ``agent_offline`` incident (and flip the device's
-    status) at a moment no test controls, between two readers' calls."""
-    from fleetscope.collector.ingest.server import Collector, CollectorSettings
-
-    c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=db_url, tokens=frozenset(["test-token"]),
-                                    grace_s=2.0, detectors_interval_s=0.5,
-                                    detector_overrides={"offline_after_s": 3600.0}))
-    c.start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture
-def stored(tmp_path: Path, db_url: str, collector) -> Iterator[int]:  # type: ignore[no-untyped-def]
+def stored(tmp_path: Path, db_url: str, quiet_collector) -> Iterator[int]:  # type: ignore[no-untyped-def]
     """One device with logs, two incidents and an operation's latency histograms, stored an hour ago."""
     t0 = (time.time_ns() - 3600 * S) // S * S
     records = SampleSet(
@@ -144,7 +128,7 @@ def stored(tmp_path: Path, db_url: str, collector) -> Iterator[int]:  # type: ig
             for k in range(3)
         ]
     )
-    agent = make_agent(tmp_path, [f"127.0.0.1:{collector.port}"], IdleSampler(), name=DEVICE)
+    agent = make_agent(tmp_path, [f"127.0.0.1:{quiet_collector.port}"], IdleSampler(), name=DEVICE)
     agent.add(records)
     agent.add_sdk_report(report)
     agent.flush()

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
@@ -65,22 +63,7 @@ def _host(ts: int, k: int) -> HostSample:
 
 
 @pytest.fixture
-def collector(tmp_path: Path, db_url: str) -> Iterator[Any]:
-    """An in-process collector whose detectors pass every half second and call a device offline only
-    after an hour: the devices here stop sending once their records are in, and with the default 10 s
-    threshold a pass would open an ``agent_offline`` incident beside the OOM at a moment no test controls."""
-    from fleetscope.collector.ingest.server import Collector, CollectorSettings
-
-    c = Collector(CollectorSettings(listen="127.0.0.1:0", db_url=db_url, tokens=frozenset(["test-token"]),
-                                    grace_s=2.0, detectors_interval_s=0.5,
-                                    detector_overrides={"offline_after_s": 3600.0}))
-    c.start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture
-def stored(tmp_path: Path, db_url: str, collector):  # type: ignore[no-untyped-def]
+def stored(tmp_path: Path, db_url: str, quiet_collector):  # type: ignore[no-untyped-def]
     """Samples every 10 s over ±3 min of a CUDA OOM at T+3 s, logs around it, one unrelated device.
 
     One batch per sampling step, as an agent sends them, so the GPU state row (stored on change,
@@ -122,8 +105,8 @@ def stored(tmp_path: Path, db_url: str, collector):  # type: ignore[no-untyped-d
         host=[HostSample(ts_ns=t0, mem_used_bytes=1)],
         logs=[LogEvent(ts_ns=incident_ts, source="x", message="neighbour")],
     )
-    _send(tmp_path, collector.port, "gpu-node-1", steps)
-    _send(tmp_path, collector.port, "gpu-node-2", [other])
+    _send(tmp_path, quiet_collector.port, "gpu-node-1", steps)
+    _send(tmp_path, quiet_collector.port, "gpu-node-2", [other])
     engine = make_engine(db_url, create=False)
 
     # The detector pass resolves the hour-old OOM as quiet and gives it its hints: wait for both, so

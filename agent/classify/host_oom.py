@@ -281,7 +281,9 @@ _KILL_HEAD = re.compile(
     # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them.
     r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):)|(?P<bare>[^()]*)\)(?=[.,]?\s*$))"
 )
-_KILL_FIELD = re.compile(r"(?<![\w-])(?P<k>total-vm|vsz|anon-rss|file-rss|shmem-rss|pgtables):(?P<v>\d+)kB\b")
+# A terminal that wrapped the line pads its row with spaces before the next row's "kB": the number is whole
+# when only blanks stand between it and its unit.
+_KILL_FIELD = re.compile(r"(?<![\w-])(?P<k>total-vm|vsz|anon-rss|file-rss|shmem-rss|pgtables):(?P<v>\d+)[ \t]*kB\b")
 # A value is read only when what follows it shows it whole (its unit, or the space before the next field):
 # a line cut inside "UID:1000" must not say UID 1.
 _KILL_UID = re.compile(r"(?<![\w-])UID:(?P<uid>\d+)(?=[\s,])")

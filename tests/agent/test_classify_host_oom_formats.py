@@ -744,3 +744,16 @@ def test_memcg_stats_heading_with_its_cgroup_through_the_scan_gate() -> None:
 def test_memory_usage_words_in_other_text_are_no_oom() -> None:
     assert HOST.classify("The container's memory: usage 512kB, limit 1024kB looks fine") == []
     assert HOST.classify("memory: usage 512kB, limit 1024kB") == []  # no failcnt: not the kernel's line
+
+
+def test_a_kill_line_wrapped_by_a_terminal_between_a_figure_and_its_unit_keeps_the_figure() -> None:
+    line = ("[811.5] Out of memory: Killed process 4242 (trainer) total-vm:20971520" + " " * 40
+            + "kB, anon-rss:16777216kB, file-rss:1024kB, shmem-rss:0kB, UID:1000 pgtables:33000kB oom_score_adj:0")
+    f = _one(line)
+    assert f.facts["total_vm_bytes"] == 20971520 * 1024
+    assert f.facts["anon_rss_bytes"] == 16777216 * 1024
+
+
+def test_a_figure_cut_by_the_wrap_is_not_joined_to_the_next_rows_digits() -> None:
+    f = _one("[811.5] Out of memory: Killed process 4242 (trainer) total-vm:2097    1520kB, anon-rss:16777216kB")
+    assert "total_vm_bytes" not in f.facts

@@ -93,8 +93,9 @@ TENSORRT: tuple[str, ...] = (
     # onnx-tensorrt's parser ("In node -1 (parseGraph): UNSUPPORTED_NODE: ..."), by its error codes' capitals.
     'UNSUPPORTED_NODE', 'UNSUPPORTED_GRAPH', 'INVALID_NODE', 'INVALID_GRAPH', 'INVALID_VALUE',
     'MODEL_DESERIALIZE_FAILED', 'MEM_ALLOC_FAILED', 'REFIT_FAILED', 'INTERNAL_ERROR:',
-    # Its C++ ModelImporter's "ERROR: ModelImporter.cpp:492 In function importModel:" (tensorrt._ONNX_IN_FUNCTION).
-    ' In function ',
+    # Its C++ ModelImporter's "ERROR: ModelImporter.cpp:492 In function importModel:" (tensorrt._ONNX_IN_FUNCTION),
+    # and its kINVALID_NODE description on the line after it, "[6] Invalid Node - <node>" (entered at its "v").
+    ' In function ', 'Invalid Node - ',
 )
 # TensorRT 8+'s logger error "<ErrorCode>: <description>" under trtexec's or Polygraphy's "[E]" alone ("[E] 1: Myelin
 # (...)"), no other word of TensorRT's on its line: entered at the "]" the task-table row's shape is entered at.

@@ -361,6 +361,7 @@ class TensorRtClassifier:
             or "Failed to create engine from" in text
             or "In node " in text
             or " In function " in text
+            or "Invalid Node - " in text
             or "[E] " in text
             or "insufficient to use tactic" in text
         ):
@@ -516,6 +517,7 @@ def _error_line(line: str) -> Finding | None:
         or "Calibration failure" in line
         or "In node " in line
         or " In function " in line
+        or "Invalid Node - " in line
         or "[E] " in line
         or "to use tactic" in line
     ):
@@ -585,6 +587,9 @@ _ONNX_IN_FUNCTION = re.compile(
 _ONNX_NODE = re.compile(r"While parsing node number (?P<n>-?\d+) \[(?P<op>[\w.]+)(?: -> \\?\"(?P<out>[^\"\\\n]*)\\?\")?\]")
 _ONNX_CODE_LINE = re.compile(r"^\s*\[\d{1,2}\] \S")
 _INVALID_NODE = re.compile(r"Invalid Node - (?P<name>[^\s,]+)")
+# That description on a line of its own: the parser's message holds a newline after "In function <f>:", so a
+# log shows "[6] Invalid Node - <node>" as a line (an event) apart from the "ERROR: ... In function" line.
+_INVALID_NODE_LINE = re.compile(r"^\s*(?:\[(?P<code>\d{1,2})\] )?Invalid Node - (?P<name>[^\s,]+)")
 
 
 def _join_parser_errors(lines: list[str]) -> list[str]:
@@ -634,6 +639,13 @@ def _categorise(
         if m["op"]:
             facts["onnx_operator"] = m["op"]
         return "onnx_parser_error", _sev(printed, "error"), f"TensorRT's ONNX parser failed: {m['code']}"
+    m = _INVALID_NODE_LINE.match(message) if "Invalid Node - " in line else None
+    if m:
+        facts["onnx_error"] = "INVALID_NODE"
+        if m["code"]:
+            facts["onnx_error_code"] = int(m["code"])
+        facts["layer"] = m["name"]
+        return "onnx_parser_error", _sev(printed, "error"), f"TensorRT's ONNX parser failed: invalid node {m['name']}"
     m = _ONNX_IN_FUNCTION.search(line) if " In function " in line else None
     if m and (m["err"] or m["code"]):
         facts["onnx_function"] = m["fn"]

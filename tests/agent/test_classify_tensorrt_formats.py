@@ -763,3 +763,16 @@ def test_no_spelling_of_tensorrt_means_no_version(tmp_path: Path) -> None:
     ])
     (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
     assert "trt_version" not in f.facts
+
+
+def test_the_invalid_node_description_on_its_own_line_names_the_node_through_the_gate(tmp_path: Path) -> None:
+    # ModelImporter's LOG_ERROR holds a newline after "In function parseGraph:": a log shows two lines.
+    text = "\n".join([
+        f"{STAMP} [E] [TRT] ModelImporter.cpp:771: ERROR: ModelImporter.cpp:195 In function parseGraph:",
+        "[6] Invalid Node - Gather_31",
+        "Cannot gather on an empty tensor",
+        f"{STAMP} [E] Failed to parse onnx file",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["layer"] == "Gather_31"
+    assert [x.facts.get("onnx_error") for x in classify_text("[6] Invalid Node - Gather_31")] == ["INVALID_NODE"]

@@ -81,6 +81,10 @@ A line that is not inside a block opens one when it is, tried in this order:
    memory`` or ``CUDA error: out of memory`` line (ROCm, MUSA and cuBLAS alike) and the ``current
    device: N`` line its CUDA_CHECK prints next, then the indented statement that failed (since 2024):
    at most three lines, so the device is read with the error.
+10. earlyoom's v0.x kill report: its ``Out of memory! avail: N MiB < min: N MiB`` line, the candidates'
+   debug lines it may print next, and the ``Killing process N name`` line that ends it; at most
+   ``EARLYOOM_LINES`` lines, ended by a blank line or another report. Its kill line alone says nothing
+   of earlyoom, so it is read with the line that does.
 
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
@@ -153,6 +157,7 @@ SECTION_LINES = 64  # trtexec sections and kubectl state blocks are a dozen line
 LITERAL_LINES = 400  # a test fixture's log; a stray triple quote holds no more than this
 DESCRIBE_LINES = 400  # a pod's describe output: a few dozen lines per container
 SHORT_BURST_LINES = 8  # "Kill process ... or sacrifice child" is followed by "Killed process" at once
+EARLYOOM_LINES = 40  # earlyoom v0.x: "Out of memory! ..." then its candidates' debug lines, then the kill
 _BLANKS_IN_A_ROW = 2  # Python prints one blank line on each side of a chain's separator
 
 # -------------------------------------------------------------------------------- patterns
@@ -221,6 +226,9 @@ _SUMMARY_STAT = re.compile(
 # "  %s" (the statement that failed).
 _GGML_OPEN = re.compile(r"\b(?:CUDA|ROCm|MUSA|cuBLAS) error(?: \d+ at \S+:\d+)?: \S")
 _GGML_DEVICE = re.compile(r"\s*current device: -?\d+\b")
+# earlyoom v0.x (rule 10): "Out of memory! avail: 314 MiB < min: 314 MiB" (later "mem min:"), then "Killing process N name".
+_EARLYOOM_OPEN = re.compile(r"\bOut of memory! (?:avail|mem min):")
+_EARLYOOM_KILL = re.compile(r"\bKilling process \d+")
 # A TensorFlow / XLA allocator report: the error, its allocator summary and dump, the coordinator's
 # echo, the node names, XLA's BufferAssignment listing (rule 4 of the module docstring).
 _ALLOC_OPEN = re.compile(
@@ -292,6 +300,7 @@ OPEN_WORDS: tuple[str, ...] = (
     # letters are every log's, and a gate entered at them would slow every line.
     "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", *LITERAL_WORDS,
     "CUDA error", "ROCm error", "MUSA error", "cuBLAS error",  # ggml's CUDA error report (rule 9)
+    "Out of memory! ",  # earlyoom v0.x's report (rule 10), entered at the "y" another word is entered at
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -347,6 +356,7 @@ _TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _
     "k8s_describe", "k8s_status",
 )
 _GGML = "ggml_cuda_error"
+_EARLYOOM = "earlyoom"
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
@@ -578,8 +588,15 @@ def _ggml_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
 
 
+def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if _blank(rest) or _EARLYOOM_OPEN.search(rest):
+        return _END, g.state
+    return (_TAKE_LAST, g.state) if _EARLYOOM_KILL.search(rest) else (_TAKE, g.state)
+
+
 _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _GGML: _ggml_step,
+    _EARLYOOM: _earlyoom_step,
     _TRACEBACK: _traceback_step,
     _GLOG_BLOCK: _glog_step,
     _KERNEL_OOM: _kernel_oom_step,
@@ -594,7 +611,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 8 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 10 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -643,6 +660,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_LITERAL, _BODY, now_ns, "info", cap=LITERAL_LINES, closer=closer)
     if _GGML_OPEN.search(text):
         return _Group(_GGML, _BODY, now_ns, "error", cap=3)
+    if "memory! " in text and _EARLYOOM_OPEN.search(text):
+        return _Group(_EARLYOOM, _BODY, now_ns, "error", cap=EARLYOOM_LINES)
     return None
 
 

@@ -581,3 +581,17 @@ def test_a_name_line_that_is_not_a_pods_describe_takes_nothing_after_it() -> Non
     out = EventGrouper(clock=FakeClock()).feed(events(text))
     assert [e.message for e in out] == text.splitlines()
     assert [f.kind for e in out for f in classify_text(e.message)] == ["cuda_oom"]
+
+
+def test_earlyoom_v0_report_is_read_with_its_kill_line() -> None:
+    # earlyoom v0.x: "Out of memory! avail: N MiB < min: N MiB", candidates' debug lines, then the bare kill line.
+    text = ("Out of memory! avail: 201 MiB < min: 240 MiB\n"
+            "    [311] badness=512\n"
+            "Killing process 311 ffmpeg\n"
+            "service restarted")
+    out = EventGrouper(clock=FakeClock()).feed(events(text))
+    assert [e.message.count("\n") for e in out] == [2, 0]
+    (f,) = [f for f in classify_text(out[0].message) if f.kind == "host_oom"]
+    assert (f.facts["victim_pid"], f.facts["victim_process"], f.facts["source"]) == (311, "ffmpeg", "earlyoom")
+    # The kill line alone names no earlyoom: nothing to report.
+    assert [f.kind for f in classify_text("Killing process 311 ffmpeg")] == []

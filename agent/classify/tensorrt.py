@@ -230,8 +230,12 @@ _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
 _LAYER_OWN = re.compile(r"\bLayer: (?P<layer>[^\s']+)'s ")
 # The builder's error when no tactic fits (TensorRT 5 to 7, and TF-TRT's "DefaultLogger" relaying it):
 # "Internal error: could not find any implementation for node <node>, try increasing the workspace size with
-# IBuilder::setMaxWorkspaceSize()". TensorRT's own wording: read with no logger tag too.
-_NO_IMPL = re.compile(r"(?i)Internal error: could not find any implementation for node \S")
+# IBuilder::setMaxWorkspaceSize()". TensorRT's own wording: read with no logger tag too. TensorRT 8's logger puts
+# its ErrorCode first instead ("10: Could not find any implementation for node X."), under an application's own
+# severity tag ("ERROR: 10: ...").
+_NO_IMPL = re.compile(
+    r"(?i)(?:Internal error: |(?<![\w.:])(?P<code>10|[0-9]): )could not find any implementation for node \S"
+)
 
 # Context lines, read once per event and attached to what the event yields.
 # trtexec's "TensorRT version: 8.6.1" and "[TensorRT v8601]" (its integer version, also written bare: "TensorRT
@@ -518,6 +522,7 @@ def _error_line(line: str) -> Finding | None:
         or "In node " in line
         or " In function " in line
         or "Invalid Node - " in line
+        or "implementation for node" in line
         or "[E] " in line
         or "to use tactic" in line
     ):
@@ -945,7 +950,10 @@ def _categorise(
         return "unsupported_state", _sev(printed, "error"), f"TensorRT unsupported state: {message[:100]}"
     if printed == "error" and tagged:
         return "error", "error", f"TensorRT error: {message[:120]}"
-    if "implementation for node" in line and _NO_IMPL.search(line):
+    m = _NO_IMPL.search(line) if "implementation for node" in line else None
+    if m:
+        if m["code"]:
+            facts["error_code"] = int(m["code"])
         return "error", _sev(printed, "error"), f"TensorRT error: {message[:120]}"
     m = _CODED_E.search(line) if printed == "error" and "[E] " in line else None
     if m:

@@ -776,3 +776,14 @@ def test_the_invalid_node_description_on_its_own_line_names_the_node_through_the
     (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
     assert f.facts["layer"] == "Gather_31"
     assert [x.facts.get("onnx_error") for x in classify_text("[6] Invalid Node - Gather_31")] == ["INVALID_NODE"]
+
+
+def test_tensorrt_8_no_implementation_under_an_applications_own_error_tag_keeps_its_code() -> None:
+    # TensorRT 8's logger message "<ErrorCode>: <desc>", printed by an application's ILogger as "ERROR: " + msg.
+    facts = _one("ERROR: 10: Could not find any implementation for node conv_3 + relu_3.")
+    assert facts["error_code"] == 10
+    assert facts["layer"] == "conv_3 + relu_3"
+
+
+def test_a_sentence_about_missing_implementations_is_not_the_builders_error() -> None:
+    assert TRT.classify("If it could not find any implementation for node X, increase the workspace") == []

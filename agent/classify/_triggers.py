@@ -83,6 +83,7 @@ XID: tuple[str, ...] = (
 TENSORRT: tuple[str, ...] = (
     'TRT]', 'TensorRT', 'Error Code', 'FP16', 'Unsupported SM', 'ms, max', 'tion ===', 'summary ===',
     'Enqueue Time', 'GPU Compute', 'Host Latency', 'Cuda Error in', 'Serialization Error', 'ngine failed', 'ngine file failed',
+    'ngine build failed',
     'optimization profile', 'ngine could not', 'nvinfer1::', 'Average o', 'NvDsInferContext',
     # Lines that name no logger: relayed by another logger, retyped, or cut from their tags. Each word is
     # searched from its rarest character (agent/classify/_gate.py): none may start at a common one.

@@ -131,6 +131,7 @@ _BUILD_FAILED = re.compile(
     r"(?i)(?:building|failed to build|unable to build|could not build|build) (?:the |a )?(?:tensorrt |trt |cuda )?engine"
     r"(?: file)?(?: from network)?(?: failed| \(failed\))?|buildSerializedNetwork failed|engine could not be created"
     r"|Failed to create (?:the )?(?:TensorRT|TRT) engine"
+    r"|(?:TensorRT|TRT) [Ee]ngine build failed"  # optimum-nvidia's RuntimeError after a failed build
 )
 # DeepStream's nvinfer: "NvDsInferContext[UID 3]: Error in NvDsInferContextImpl::buildModel()
 # <nvdsinfer_context_impl.cpp:2126> [UID = 3]: build engine file failed".
@@ -345,6 +346,7 @@ class TensorRtClassifier:
             or "Cuda Error in" in text
             or "Serialization Error" in text
             or "ngine failed" in text
+            or "ngine build failed" in text
             or "ngine file failed" in text
             or "optimization profile" in text
             or "ngine could not" in text

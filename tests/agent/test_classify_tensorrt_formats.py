@@ -787,3 +787,8 @@ def test_tensorrt_8_no_implementation_under_an_applications_own_error_tag_keeps_
 
 def test_a_sentence_about_missing_implementations_is_not_the_builders_error() -> None:
     assert TRT.classify("If it could not find any implementation for node X, increase the workspace") == []
+
+
+def test_a_wrappers_engine_build_failed_error_is_a_build_failure_through_the_gate() -> None:
+    (f,) = classify_text('  raise RuntimeError("x")\nRuntimeError: TRT Engine build failed... Please check the logs.')
+    assert f.kind == KIND_TENSORRT_ERROR and f.facts["category"] == "build_failed"

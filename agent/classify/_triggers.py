@@ -30,6 +30,7 @@ CUDA_OOM: tuple[str, ...] = (
     # TensorFlow's pinned host allocator; CUDA.jl's OutOfGPUMemoryError; cuRAND.
     'pinned host memory of size', 'of GPU memory trying', 'ALLOCATION_FAILED',
     "memory isn't enough",  # MindSpore
+    'CUDA memory with byte size',  # Triton's memory manager (cuda_oom._TRITON_CUDA)
     'hipError_t(1002)',  # TensorFlow's ROCm stream executor before HIP named its errors
 )
 # A word with a number inside, entered at its rare capitals: PyTorch's "GPU 0 has a total capacity

@@ -1206,6 +1206,13 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
 # Failed to alloc") still says which, without the size.
 # The sentence is ORT_THROW's in bfc_arena.cc alone: a paste wrapped before it ("... AllocateRawIn" / "Failed to
 # allocate memory for requested buffer of size N") still names the arena's failure and the size (_ORT_ARENA_TAIL).
+# Triton's memory manager when its CUDA pool (CNMeM) is exhausted: "failed to allocate CUDA memory with byte size 78643200
+# on GPU 0: CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory" (a warning: the request is served from
+# host memory). A title may quote its first words only.
+_TRITON_CUDA = re.compile(
+    r"(?i)\bfailed to allocate CUDA memory with byte size(?: (?P<n>\d+)(?: on GPU (?P<dev>\d+))?)?"
+    r"(?:: (?P<status>[A-Z][A-Z_]+))?"
+)
 _ORT_ARENA_TAIL = re.compile(r"(?<![\w\\])Failed to allocate memory for requested buffer of size (?P<n>\d+)\b")
 _ORT_ARENA = re.compile(
     r"BFCArena::AllocateRawInternal\b.*?Failed to alloc(?:ate memory for requested buffer of size (?P<n>\d+)"
@@ -1277,6 +1284,14 @@ def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 "requested buffer" in line and (m := _ORT_ARENA_TAIL.search(line))):
             facts = {"framework": "onnxruntime", "allocator": "BFCArena"}
             _put(facts, "requested_bytes", int(m["n"]) if m["n"] else None)
+        elif "memory with byte size" in line and (m := _TRITON_CUDA.search(line)):
+            facts = {"framework": "triton"}
+            _put(facts, "requested_bytes", int(m["n"]) if m["n"] else None)
+            _put(facts, "device_index", int(m["dev"]) if m["dev"] else None)
+            _put(facts, "status", m["status"])
+            if "falling back to pinned" in line:
+                facts["fallback_to_pinned_memory"] = True
+            severity = "warning"
         elif "error on " in line and (m := _PADDLE.search(line)):
             facts = {"framework": "paddle", "device_index": int(m["dev"])}
             if m["kind"] != "GPU":
@@ -1561,6 +1576,7 @@ class CudaOomClassifier:
         if (
             "BFCArena" in text
             or "requested buffer" in text
+            or "memory with byte size" in text
             or "error on " in text
             or "bytes" in text
             or "failed to allocate memory" in text

@@ -680,3 +680,12 @@ def test_a_runtime_oom_relayed_without_a_framework_is_the_frameworks_same_fault(
         encoding="utf-8",
     )
     assert [f.kind for f in scan_file(p).findings] == [KIND_CUDA_OOM]
+
+
+def test_tritons_cuda_pool_exhausted_warning_gives_size_device_and_fallback() -> None:
+    f = _one("W0301 10:11:12.131415 1 memory.cc:170] failed to allocate CUDA memory with byte size 4194304 on GPU 1: "
+             "CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory")
+    assert f.severity == "warning"  # served from pinned host memory instead
+    assert (f.facts["requested_bytes"], f.facts["device_index"]) == (4194304, 1)
+    assert f.facts["fallback_to_pinned_memory"] is True
+    assert [x.kind for x in classify_text("Failed to allocate CUDA memory with byte size")] == [KIND_CUDA_OOM]

@@ -409,6 +409,25 @@ _PT_LIMIT_FACTS = {"Currently allocated": "allocated_bytes", "Requested": "reque
                    "Device limit": "max_allowed_bytes", "Free (according to CUDA)": "free_bytes"}
 
 
+# The allocator's exception with its message cut inside its first words ("torch.cuda.OutOfMemoryError: CUDA out",
+# a log or a paste cut at the line's end): the class says what was raised, the backend whose memory ran out.
+_PT_CUT = re.compile(r"(?P<exc>[A-Za-z_][\w.]*OutOfMemoryError)\s*:\s*(?P<backend>CUDA|HIP|XPU|NPU)(?: out(?: of(?: m\w*)?)?)?\s*$")
+
+
+def _pytorch_cut(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        if i in used or "OutOfMemoryError" not in line:
+            continue
+        m = _PT_CUT.search(line)
+        if m is None:
+            continue
+        used.add(i)
+        facts: dict[str, FactValue] = {"framework": "pytorch", "backend": m["backend"].lower(), "exception": m["exc"],
+                                       "message_cut": True}
+        title = f"{m['backend']} OOM (message cut after its first words)"
+        _add(found, ("pytorch-cut", m["backend"]), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
 def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used or "Allocation on device" not in line:
@@ -1548,6 +1567,8 @@ class CudaOomClassifier:
             _pytorch(ev, found, used)
         if "Allocation on device" in text:
             _pytorch_limit(ev, found, used)
+        if "OutOfMemoryError" in text and not found:
+            _pytorch_cut(ev, found, used)
         if (
             "OOM when allocating" in text
             or "an out of memory trying" in text

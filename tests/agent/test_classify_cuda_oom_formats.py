@@ -689,3 +689,19 @@ def test_tritons_cuda_pool_exhausted_warning_gives_size_device_and_fallback() ->
     assert (f.facts["requested_bytes"], f.facts["device_index"]) == (4194304, 1)
     assert f.facts["fallback_to_pinned_memory"] is True
     assert [x.kind for x in classify_text("Failed to allocate CUDA memory with byte size")] == [KIND_CUDA_OOM]
+
+
+@pytest.mark.parametrize("line", [
+    "[rank0]: torch.cuda.OutOfMemoryError: CUDA out",
+    "torch.OutOfMemoryError: CUDA out of",
+    "torch.cuda.OutOfMemoryError: CUDA",
+])
+def test_the_allocators_exception_cut_inside_its_first_words_is_a_pytorch_oom(line: str) -> None:
+    f = _one(line)
+    assert f.facts["framework"] == "pytorch" and f.facts["backend"] == "cuda"
+    assert "requested_bytes" not in f.facts
+
+
+def test_the_exception_class_caught_in_code_is_not_an_oom() -> None:
+    _none("    except torch.cuda.OutOfMemoryError:")
+    _none("except cupy.cuda.memory.OutOfMemoryError: pass")

@@ -111,7 +111,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
             # apart by what they are.
             ident["gsp_failure"] = facts["gsp_failure"]
         if isinstance(ident.get("pci_address"), str):
-            ident["pci_address"] = _bus_id(ident["pci_address"])
+            if not ident["pci_address"].strip(". \u2026"):
+                del ident["pci_address"]  # hand-redacted ("(...)", "(.)"): no GPU named, so no difference
+            else:
+                ident["pci_address"] = _bus_id(ident["pci_address"])
     if kind == KIND_TRT_BENCHMARK and facts.get("record") == "run_averages":
         # Each average line of one run: the run is one benchmark however many it printed.
         return {"record": "run_averages", "runs_per_average": facts.get("runs_per_average")}

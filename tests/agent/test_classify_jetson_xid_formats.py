@@ -368,3 +368,17 @@ def test_the_probe_notice_re_wrapped_without_its_tag_still_reports_the_gpu_lost(
 
 def test_fallen_off_the_bus_in_a_sentence_without_the_drivers_words_is_nothing() -> None:
     assert XID.classify("2) GPU has fallen off the bus") == []
+
+
+def test_two_hand_redacted_addresses_of_one_xid_are_one_gpu() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    found = XID.classify(
+        "kernel: NVRM: Xid (...): 31, pid=1201, name=game.exe, Ch 00000028, intr 00000000. MMU Fault: ENGINE GRAPHICS\n"
+        "kernel: NVRM: Xid (.): 31, pid=1201, name=game.exe, Ch 00000028, intr 00000000. MMU Fault: ENGINE GRAPHICS\n"
+    )
+    assert [f.facts["pci_address"] for f in found] == ["...", "."]  # as printed
+    assert len(merge_repeats(found)) == 1
+    # Two GPUs named are two faults still.
+    two = XID.classify("NVRM: Xid (PCI:0000:41:00): 31, pid=7, name=a, Ch 1\nNVRM: Xid (PCI:0000:42:00): 31, pid=7, name=a, Ch 1")
+    assert len(merge_repeats(two)) == 2

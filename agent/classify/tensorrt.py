@@ -102,7 +102,7 @@ _SKIP_TACTIC = re.compile(
 )
 # TensorRT 10 says why in the skip itself: "Skipping tactic 0x0 due to exception [tunable_graph.cpp:create:117]
 # autotuning: User allocator error allocating 15485030400-byte buffer" (its allocator's cudaMalloc failed).
-_INSUFFICIENT_MEMORY = re.compile(r"insuff?icient memory|allocator error allocating|out of memory")
+_INSUFFICIENT_MEMORY = re.compile(r"insuff?icient memory|allocator error allocating|out of memory|\boom error\b")
 _BUFFER_BYTES = re.compile(r"allocating (?P<bytes>\d+)-byte buffer")
 # TensorRT 8.2+'s tactic warning, ending "Device memory is insufficient to use tactic." (its "Tactic Device request:
 # 2304MB Available: 1536MB." part is read by _TACTIC_DEVICE): the ending alone, a title's or a cut line's.

@@ -792,3 +792,13 @@ def test_a_sentence_about_missing_implementations_is_not_the_builders_error() ->
 def test_a_wrappers_engine_build_failed_error_is_a_build_failure_through_the_gate() -> None:
     (f,) = classify_text('  raise RuntimeError("x")\nRuntimeError: TRT Engine build failed... Please check the logs.')
     assert f.kind == KIND_TENSORRT_ERROR and f.facts["category"] == "build_failed"
+
+
+def test_tensorrt_8_skipping_a_tactic_for_an_oom_error_is_the_device_requests_same_shortage() -> None:
+    findings = [f for line in (
+        "[TensorRT] ERROR: Tactic Device request: 300MB Available: 256MB. Device memory is insufficient to use tactic.",
+        "[TensorRT] WARNING: Skipping tactic 3 due to oom error on requested size of 300 detected for tactic 8812.",
+    ) for f in TRT.classify(line)]
+    assert findings[1].facts["out_of_memory"] is True
+    (f,) = merge_repeats(findings)
+    assert f.facts["requested_bytes"] == 300 * 1024 * 1024

@@ -61,6 +61,8 @@ HOST_OOM: tuple[str, ...] = (
     # A memory cgroup's part of an OOM report pasted alone (host_oom._MEMCG_USAGE, _MEMCG_STATS): entered at the
     # "k" and "M" other words are entered at.
     'kB, limit', 'Memory cgroup stats',
+    # Its memory.stat counters alone on kernel lines (host_oom._MEMCG_STAT_KEY), entered at the "_" and "k" others are.
+    'workingset_', 'slab_reclaimable', 'slab_unreclaimable', 'shmem_thp', 'file_thp', 'anon_thp',
 )
 # A dump_tasks row: "[  pid  ] uid tgid total_vm rss [rss_anon rss_file rss_shmem] pgtables swapents
 # oom_score_adj name": seven to ten numbers after the pid. Its shape alone marks a task table.

@@ -49,6 +49,9 @@ def _maybe_oom(text: str) -> bool:
         or "Mem-Info" in text
         or "kB, limit" in text
         or "Memory cgroup stats" in text
+        or "workingset_" in text
+        or "reclaimable " in text
+        or "_thp " in text
         or "pages RAM" in text
         or "pages reserved" in text
         or "Free swap" in text
@@ -214,6 +217,13 @@ _MEMCG_USAGE = re.compile(r"^memory: usage (?P<u>\d+)kB, limit (?P<l>\d+)kB, fai
 # /kubepods/pod...:" (the OOM cgroup first; up to 4.x one such line per child cgroup, each with its counters).
 # Either opens a report pasted from its middle.
 _MEMCG_STATS = re.compile(r"^Memory cgroup stats for (?P<memcg>/\S*?):")
+# Its memory.stat counters, a "key value" kernel line each (cgroup v2; v1 prints them after the stats line): those
+# whose names no other kernel report prints ("workingset_refault_anon 0", "slab_reclaimable 71080", "shmem_thp 0"),
+# read only with a kernel log's prefix (a "cat memory.stat" pasted has none).
+_MEMCG_STAT_KEY = re.compile(
+    r"^(?:workingset_(?:refault|activate|restore|nodereclaim)(?:_anon|_file)?|slab_(?:un)?reclaimable|(?:shmem|file|anon)_thp)"
+    r" \d+\s*$"
+)
 _FREE_SWAP = re.compile(r"^Free swap\s*=\s*(?P<v>\d+)kB")
 _TOTAL_SWAP = re.compile(r"^Total swap\s*=\s*(?P<v>\d+)kB")
 # Mem-Info's page counters: "16676584 pages RAM", "0 pages cma reserved", "7034948 total pagecache pages".
@@ -541,6 +551,12 @@ def _kernel(lines: list[str]) -> list[_Episode]:
         if _meminfo(pending, line):
             pending.lines.append(i)
             continue
+        if ("workingset_" in line or "reclaimable " in line or "_thp " in line) \
+                and _MEMCG_STAT_KEY.match(split_kernel_prefix(line).body.strip()):
+            pending.facts["memcg_stat_lines"] = int(pending.facts.get("memcg_stat_lines", 0)) + 1
+            pending.facts.setdefault("oom_scope", "memcg")
+            pending.lines.append(i)
+            continue
         if ("no killable" in line or "panic_on_oom" in line or "deadlocked on memory" in line) and _OOM_FRAMES.search(line):
             # The report's end when there was nothing to kill, or vm.panic_on_oom: no victim, the host is at stake.
             if "no killable" in line:
@@ -666,7 +682,8 @@ def _stack_header(ep: _Episode, lines: list[str], i: int) -> None:
 
 
 def _has_figures(f: dict[str, FactValue]) -> bool:
-    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or "memcg_failcnt" in f or "memcg_stats_for" in f or "oom_call_trace" in f or "no_killable_processes" in f \
+    return bool(f.get("dump_tasks_rows")) or "summary_cut" in f or "memcg_failcnt" in f or "memcg_stats_for" in f \
+        or "memcg_stat_lines" in f or "oom_call_trace" in f or "no_killable_processes" in f \
         or "oom_panic" in f or any(
         k.startswith(("meminfo_", "pages_", "zone_", "free_swap", "total_swap", "total_pagecache", "swap_cache"))
         for k in f
@@ -699,6 +716,9 @@ def _opens_partial(line: str) -> bool:
         return True
     if "Memory cgroup stats for" in line and _MEMCG_STATS.match(split_kernel_prefix(line).body.lstrip()) is not None:
         return True
+    if "workingset_" in line or "reclaimable " in line or "_thp " in line:
+        kl = split_kernel_prefix(line)
+        return kl.body != line and _MEMCG_STAT_KEY.match(kl.body.strip()) is not None
     if "Free swap" in line or "total pagecache" in line or "swap cache" in line or "active_anon:" in line:
         return True
     if "]" in line and TASK_ROWS.search(line):

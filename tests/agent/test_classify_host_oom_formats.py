@@ -757,3 +757,17 @@ def test_a_kill_line_wrapped_by_a_terminal_between_a_figure_and_its_unit_keeps_t
 def test_a_figure_cut_by_the_wrap_is_not_joined_to_the_next_rows_digits() -> None:
     f = _one("[811.5] Out of memory: Killed process 4242 (trainer) total-vm:2097    1520kB, anon-rss:16777216kB")
     assert "total_vm_bytes" not in f.facts
+
+
+def test_a_memcg_reports_memory_stat_counters_on_kernel_lines_are_that_report() -> None:
+    text = ("Apr 04 05:06:07 node-1 kernel: workingset_refault_file 12\n"
+            "Apr 04 05:06:07 node-1 kernel: slab_reclaimable 40960\n")
+    (f,) = [x for x in classify_text(text) if x.kind == KIND_HOST_OOM]
+    assert f.facts["oom_scope"] == "memcg" and f.facts["memcg_stat_lines"] == 2
+    assert "victim_pid" not in f.facts
+
+
+def test_memory_stat_pasted_from_a_file_without_a_kernel_prefix_is_no_oom() -> None:
+    assert HOST.classify("workingset_refault_file 12\nslab_reclaimable 40960\nshmem_thp 0") == []
+    # Mem-Info's own "slab_reclaimable:" figures are not these counters.
+    assert HOST.classify("[ 12.0] slab_reclaimable:40960 slab_unreclaimable:1024") == []

@@ -106,6 +106,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # line and "0000:01:00.0" by the next one.
         if "xid" not in ident and facts.get("implied_xid") is not None:
             ident["xid"] = facts["implied_xid"]
+        if "xid" not in ident and facts.get("init_failed") is True:
+            # RmInitAdapter failing is its own fault beside the Xid that came before it on the same GPU
+            # (an Xid 119 burst, then the adapter failing to come back): not folded into that Xid.
+            ident["xid"] = "init_failed"
         if "xid" not in ident and facts.get("gsp_failure") is not None:
             # GSP notices with no Xid and no GPU named: an RPC history, a core dump, an assertion are told
             # apart by what they are.

@@ -382,3 +382,15 @@ def test_two_hand_redacted_addresses_of_one_xid_are_one_gpu() -> None:
     # Two GPUs named are two faults still.
     two = XID.classify("NVRM: Xid (PCI:0000:41:00): 31, pid=7, name=a, Ch 1\nNVRM: Xid (PCI:0000:42:00): 31, pid=7, name=a, Ch 1")
     assert len(merge_repeats(two)) == 2
+
+
+def test_rm_init_adapter_failing_after_an_xid_on_that_gpu_is_a_second_fault() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    lines = (
+        "[  98.1] NVRM: Xid (PCI:0000:00:07): 119, pid=1120, name=python3, Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x0 0x0).",
+        "[ 101.2] NVRM: GPU 0000:00:07.0: RmInitAdapter failed! (0x22:0x56:731)",
+        "[ 101.3] NVRM: GPU 0000:00:07.0: rm_init_adapter failed, device minor number 0",
+    )
+    merged = merge_repeats([f for line in lines for f in XID.classify(line)])
+    assert [(f.facts.get("xid"), f.facts.get("init_failed")) for f in merged] == [(119, None), (None, True)]

@@ -986,6 +986,22 @@ def _xla_framework(ev: _Event, i: int, text: str, status: str) -> str:
     return "jax" if status == "RESOURCE_EXHAUSTED" else "tensorflow"
 
 
+# The rest of XLA's status when a paste wrapped it after "Out" (see _XLA_CUT): a line that begins with it.
+_XLA_REST = re.compile(r"^\s*of memory while trying to allocate (?P<b>\d+) bytes\b")
+
+
+def _xla_wrapped_rest(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    for i, line in enumerate(ev.lines):
+        m = _XLA_REST.match(line) if i not in used else None
+        if m is None:
+            continue
+        used.add(i)
+        nbytes = int(m["b"])
+        facts: dict[str, FactValue] = {"requested_bytes": nbytes, "fragment": True}  # whose XLA is not printed here
+        _add(found, ("xla-rest", nbytes), _Acc(facts, f"XLA OOM: tried to allocate {format_bytes(nbytes)} (message's rest)",
+                                             "error", [i], ev.ts_ns(i)))
+
+
 def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     text = "\n".join(ev.lines)
     for i, line in enumerate(ev.lines):
@@ -1586,6 +1602,8 @@ class CudaOomClassifier:
                 or "out of memory in memory space" in text:
             _jax(ev, found, used)
             _xla_listing(ev, found, used)
+        if "of memory while trying to allocate" in text and not found:
+            _xla_wrapped_rest(ev, found, used)
         if (
             "out of memory" in text
             or "cudaErrorMemoryAllocation" in text

@@ -705,3 +705,24 @@ def test_the_allocators_exception_cut_inside_its_first_words_is_a_pytorch_oom(li
 def test_the_exception_class_caught_in_code_is_not_an_oom() -> None:
     _none("    except torch.cuda.OutOfMemoryError:")
     _none("except cupy.cuda.memory.OutOfMemoryError: pass")
+
+
+def test_xlas_status_wrapped_after_out_keeps_its_size_in_one_fault(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "wrapped.log"
+    p.write_text(
+        "2020-01-02 03:04:05.000001: E external/org_tensorflow/tensorflow/compiler/xla/pjrt/local.cc:99] "
+        "Execution failed: Resource exhausted: Out \n"
+        "of memory while trying to allocate 123456789 bytes.\n",
+        encoding="utf-8",
+    )
+    (f,) = scan_file(p).findings
+    assert f.kind == KIND_CUDA_OOM
+    assert f.facts["requested_bytes"] == 123456789
+    assert f.facts["framework"] == "jax"  # named by the first line's org_tensorflow path, not by the rest
+
+
+def test_the_rest_of_xlas_status_alone_names_no_framework() -> None:
+    f = _one("of memory while trying to allocate 2048 bytes.")
+    assert f.facts["requested_bytes"] == 2048 and "framework" not in f.facts

@@ -198,10 +198,37 @@ def _same_identity(a: _FindingLike, b: _FindingLike, ia: dict[str, Any], ib: dic
         if k == "layer" and a.kind == KIND_TENSORRT_ERROR and isinstance(v, str) and isinstance(ib[k], str) \
                 and _cut_copy(v, ib[k]):
             continue  # a node name cut by a title or a paste, beside the whole line naming it
+        if k == "memcg_unit" and isinstance(v, str) and isinstance(ib[k], str) and _unit_nested(v, ib[k]):
+            continue  # one kill, counted in its cgroup and in every slice above it
         near = _NEAR.get(k)
         if near is None or not isinstance(v, (int, float)) or not isinstance(ib[k], (int, float)) or abs(v - ib[k]) > near:
             return False
     return True
+
+
+_USER_SERVICE = re.compile(r"user@(\d+)\.service")
+
+
+def _slices_above(unit: str) -> list[str]:
+    """The slices a systemd unit sits in, as its name says (systemd.slice(5): "foo-bar.slice" is in "foo.slice";
+    a user's manager "user@1000.service" in "user-1000.slice"); other units name no slice."""
+    m = _USER_SERVICE.fullmatch(unit)
+    if m:
+        unit = f"user-{m[1]}.slice"
+        out = [unit]
+    elif unit.endswith(".slice") and unit != "-.slice":
+        out = []
+    else:
+        return []
+    parts = unit[: -len(".slice")].split("-")
+    out += ["-".join(parts[:n]) + ".slice" for n in range(len(parts) - 1, 0, -1)]
+    return out
+
+
+def _unit_nested(a: str, b: str) -> bool:
+    """Whether one unit sits inside the other: the kernel counts an OOM kill in every cgroup above its victim's,
+    and systemd reports it for each of those units at once."""
+    return a in _slices_above(b) or b in _slices_above(a)
 
 
 def _cut_copy(a: str, b: str) -> bool:

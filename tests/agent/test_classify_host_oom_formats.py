@@ -771,3 +771,22 @@ def test_memory_stat_pasted_from_a_file_without_a_kernel_prefix_is_no_oom() -> N
     assert HOST.classify("workingset_refault_file 12\nslab_reclaimable 40960\nshmem_thp 0") == []
     # Mem-Info's own "slab_reclaimable:" figures are not these counters.
     assert HOST.classify("[ 12.0] slab_reclaimable:40960 slab_unreclaimable:1024") == []
+
+
+def test_systemds_line_for_each_slice_above_a_killed_unit_is_one_kill() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    lines = [f"2026-03-01T10:00:00.1{n}+00:00 host systemd[1]: {unit}: A process of this unit has been killed by the OOM killer."
+             for n, unit in enumerate(("user-1000.slice", "app-db.slice", "user@1000.service", "user.slice", "app.slice"))]
+    found = [f for line in lines for f in HOST.classify(line)]
+    assert len(found) == 5
+    merged = merge_repeats(found)
+    assert sorted(str(f.facts["systemd_unit"]) for f in merged) == ["app-db.slice", "user-1000.slice"]
+
+
+def test_two_sibling_units_killed_stay_two() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+
+    lines = [f"Mar 01 10:00:00 host systemd[1]: {unit}: A process of this unit has been killed by the OOM killer."
+             for unit in ("user-1000.slice", "user-1001.slice")]
+    assert len(merge_repeats([f for line in lines for f in HOST.classify(line)])) == 2

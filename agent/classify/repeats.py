@@ -289,7 +289,7 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
                 tries.add(len(out))
             recent.append(len(out))
             out.append(f)
-    return _fold_show_mem(out)
+    return _fold_show_mem(_fold_stalls(out))
 
 
 # TensorFlow's and XLA's allocators try before they fail. The stream executor prints "failed to
@@ -367,6 +367,31 @@ def _show_mem_only(f: _FindingLike) -> bool:
     facts = f.facts
     return (f.kind == KIND_HOST_OOM and facts.get("oom_report") == "partial"
             and all(k in _SHOW_MEM_OTHER or k.startswith(_SHOW_MEM_PREFIXES) for k in facts))
+
+
+def _fold_stalls(findings: list[F]) -> list[F]:
+    """An allocation that stalled ("page allocation stalls for Nms, order:O, mode:M") and then invoked the OOM killer
+    (the kernel's report after it names the same gfp mask and order) is the kill's fault: no allocation failed without
+    a kill, so the stall is folded into that report (``stall_ms``)."""
+    if not any(f.kind == KIND_MEMORY_ALLOC_FAILURE and f.facts.get("event") == "page_allocation_stall" for f in findings):
+        return findings
+    out = list(findings)
+    drop: set[int] = set()
+    for i, f in enumerate(findings):
+        if f.kind != KIND_MEMORY_ALLOC_FAILURE or f.facts.get("event") != "page_allocation_stall" \
+                or f.facts.get("gfp_mask") is None or f.facts.get("order") is None:
+            continue
+        for j in range(i + 1, len(findings)):
+            g = out[j]
+            if g.kind == KIND_HOST_OOM and g.facts.get("gfp_mask") == f.facts["gfp_mask"] \
+                    and g.facts.get("order") == f.facts["order"]:
+                facts = dict(g.facts)
+                if f.facts.get("stall_ms") is not None:
+                    facts.setdefault("stall_ms", f.facts["stall_ms"])
+                out[j] = dataclasses.replace(g, facts=facts)  # type: ignore[type-var]
+                drop.add(i)
+                break
+    return [f for i, f in enumerate(out) if i not in drop]
 
 
 def _fold_show_mem(findings: list[F]) -> list[F]:

@@ -790,3 +790,19 @@ def test_two_sibling_units_killed_stay_two() -> None:
     lines = [f"Mar 01 10:00:00 host systemd[1]: {unit}: A process of this unit has been killed by the OOM killer."
              for unit in ("user-1000.slice", "user-1001.slice")]
     assert len(merge_repeats([f for line in lines for f in HOST.classify(line)])) == 2
+
+
+def test_an_allocation_that_stalled_then_invoked_the_oom_killer_is_the_kills_fault() -> None:
+    from fleetscope.agent.classify.repeats import merge_repeats
+    from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
+
+    stall = "[ 900.1] java: page allocation stalls for 12000ms, order:1, mode:0x24200ca(GFP_HIGHUSER_MOVABLE)"
+    kill = ("[ 900.4] java invoked oom-killer: gfp_mask=0x24200ca(GFP_HIGHUSER_MOVABLE), nodemask=0, order=1, oom_score_adj=0\n"
+            "[ 900.5] Out of memory: Kill process 811 (java) score 900 or sacrifice child\n"
+            "[ 900.5] Killed process 811 (java) total-vm:4000000kB, anon-rss:3000000kB, file-rss:0kB, shmem-rss:0kB")
+    found = merge_repeats([*HOST.classify(stall), *HOST.classify(kill)])
+    assert [f.kind for f in found] == [KIND_HOST_OOM]
+    assert found[0].facts["stall_ms"] == 12000
+    # A stall of another allocation (another order) stays its own warning.
+    other = merge_repeats([*HOST.classify(stall.replace("order:1", "order:3")), *HOST.classify(kill)])
+    assert sorted(f.kind for f in other) == sorted([KIND_MEMORY_ALLOC_FAILURE, KIND_HOST_OOM])

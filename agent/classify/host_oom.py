@@ -74,6 +74,7 @@ def _maybe_oom(text: str) -> bool:
         or "*ERROR* Failed to allocate from CMA" in text
         or "oom killer: done" in text
         or "VM: killing process" in text
+        or "on the node (IP:" in text
         or "out_of_memory" in text
         or "kB min:" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
@@ -95,7 +96,8 @@ _PREFIX = re.compile(
     r"^(?:[ \t]+(?=\[\s*\d+\.\d+\]|\d{4}-\d\d-\d\d[T ]\d\d:|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d))?"
     r"(?:<\d+>)?"
     r"(?:[a-z]+ *:[a-z]+ *: )?"  # dmesg --decode: "kern  :warn  : "
-    r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) )?"
+    # (A relay's console log may put a tab after its stamp: "2023-07-27T18:19:22Z\t[ 3126.787965] ...".)
+    r"(?:(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)[ \t])?"
     # syslog's "Jan  5 15:19:27", also with a localised month ("maj 06", "Mär 06", "janv. 06").
     # journalctl -o short-precise adds microseconds ("Nov 03 08:06:47.252691").
     r"(?:(?P<sys>[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?) )?"
@@ -1155,6 +1157,13 @@ _OOMD_KILLED = re.compile(r"\bKilled (?P<cg>/\S+) due to (?P<why>memory pressure
 # Ray's memory monitor, an OOM killer of its own: "(raylet) ... node_manager.cc:3084: 4 Workers (tasks / actors)
 # killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node ...".
 _RAY_OOM = re.compile(r"\b(?P<n>\d+) Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)")
+# The error Ray raises for a worker its memory monitor killed (node_manager.cc, CreateOomKillMessageDetails; the
+# ray.exceptions.OutOfMemoryError text, a worker's exit_detail): "Memory on the node (IP: 10.0.0.1, ID: <hex>) where
+# the task (task ID: <hex>, name=f, pid=548, memory used=12.18GB) was running was 21.91GB / 33.28GB (0.658192), which
+# exceeds the memory usage threshold of 0.65. Ray killed this worker (ID: ...)" ("actor ID", "lease ID" in later
+# releases), and Ray 2.5+'s "N worker(s) were killed ... Memory on the node (IP: 10.0.0.1) was 110.41GB / ...".
+_RAY_NODE = re.compile(r"(?<![^\W\d_])Memory on the node \(IP: (?P<ip>[^,)\s]+)(?:, ID: (?P<id>[^)\s]*))?\)")
+_RAY_PID = re.compile(r"\bpid=(?P<pid>\d+), memory used=")
 # Linux 2.4/2.6's page-fault path out of memory (arch/*/mm/fault.c): "VM: killing process gammu-smsd".
 _VM_KILLING = re.compile(r"(?:^|[\s:\]>])VM: killing process (?P<name>\S+)\s*$")
 # systemd-oomd 252+ names each process it kills in the cgroup it picked: "oomd attempting to kill 407 with KILL".
@@ -1397,6 +1406,7 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
     """OOM kills by a userspace killer (systemd-oomd, Meta's oomd, earlyoom), and a cgroup-v1 kill
     line ("Task in /docker/... killed as a result of limit of /docker/...") printed on its own."""
     out: list[Finding] = []
+    ray_seen: set[tuple[str, str, str]] = set()
     for i, line in enumerate(lines):
         if i in taken:
             continue
@@ -1421,6 +1431,19 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
             m = _RAY_OOM.search(line)
             if m:
                 f = {"source": "ray", "workers_killed": int(m["n"])}
+        elif "on the node (IP:" in line:
+            m = _RAY_NODE.search(line)
+            if m:
+                # The pid of the worker killed, when the line goes on that far (a paste cut inside the task's name
+                # prints none); the same message repeated (a traceback, then the worker's exit detail) is one kill.
+                rest = line[m.end():]
+                p = _RAY_PID.search(rest[: rest.find(" was running")] if " was running" in rest else rest)
+                key = (m["ip"], m["id"] or "", p["pid"] if p else "")
+                if key in ray_seen:
+                    continue
+                ray_seen.add(key)
+                f = {"source": "ray", "node_ip": m["ip"]}
+                _put(f, "victim_pid", int(p["pid"]) if p else None)
         elif "VM: killing process" in line:
             m = _VM_KILLING.search(line)
             if m:
@@ -1511,6 +1534,7 @@ class HostOomClassifier:
                 or "sending SIG" in text or "OOM kill of PID" in text or " this unit" in text \
                 or "result 'oom-kill'" in text \
                 or "killed as a result of limit" in text or "oom killer: done" in text \
-                or "killed due to memory pressure" in text or "VM: killing process" in text:
+                or "killed due to memory pressure" in text or "VM: killing process" in text \
+                or "on the node (IP:" in text:
             out.extend(_userspace(lines, taken))
         return out

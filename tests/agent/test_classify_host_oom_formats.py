@@ -494,6 +494,38 @@ def test_rays_memory_monitor_linux_2_4s_fault_path_and_a_cut_slurm_step_are_kill
     assert HOST.classify("the VM: killing process names is a bad idea, said nobody") == []
 
 
+def test_a_ray_worker_killed_by_the_memory_monitor_is_one_kill_with_its_pid() -> None:
+    # Ray's OutOfMemoryError text (node_manager.cc's kill details), raised at ray.get and repeated in the
+    # worker's exit detail: one kill, named by the worker's pid.
+    detail = ("Memory on the node (IP: 10.1.2.3, ID: 0a1b2c) where the actor (actor ID: 77ff, name=Mapper.__init__, "
+              "pid=4242, memory used=3.10GB) was running was 60.00GB / 62.00GB (0.967742), which exceeds the memory "
+              "usage threshold of 0.95. Ray killed this worker (ID: 99aa) because it was the most recently scheduled task")
+    text = "\n".join([
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", detail,
+        "exit_detail = Task was killed due to the node running low on memory.", "    " + detail,
+    ])
+    f = _one(text)
+    assert (f.facts["source"], f.facts["victim_pid"], f.facts["node_ip"]) == ("ray", 4242, "10.1.2.3")
+    assert "victim_process" not in f.facts  # a task's name is not a process name
+
+
+def test_a_ray_kill_message_cut_before_its_pid_or_run_into_a_row_number_is_still_a_kill() -> None:
+    f = _one("1017Memory on the node (IP: 10.9.8.7, ID: beef) where the task (task ID: 01, name=sort('par")
+    assert f.facts["source"] == "ray"
+    assert "victim_pid" not in f.facts
+    newer = _one("ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low on memory. "
+                 "Memory on the node (IP: 10.0.0.5) was 110.41GB / 121.63GB (0.907749)")
+    assert newer.facts["node_ip"] == "10.0.0.5"
+    assert HOST.classify("Memory on the node is plentiful, Ray's docs say") == []
+
+
+def test_a_console_relay_with_a_tab_after_its_timestamp_reads_a_task_table() -> None:
+    kl = split_kernel_prefix("2024-02-03T04:05:06Z\t[ 99.100000] [    77]  1000    77   121954     1132   131072        0"
+                             "             0 worker")
+    assert kl.uptime_s == 99.1
+    assert kl.body.startswith("[    77]")
+
+
 def test_a_syslog_task_table_indented_as_a_markdown_code_block_is_read() -> None:
     rows = [
         "Aug  1 14:20:36 kiosk kernel: [  601.273660] [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents "

@@ -1402,6 +1402,28 @@ def _warn_alloc_frames(lines: list[str], text: str) -> list[Finding]:
     return []
 
 
+# The kernel's kill line cut down to its verb and the victim's name, its pid left out ("Out of memory: Killed
+# process (dockerd)", 3.x's "Out of memory: Kill process (chrome)"), as an issue title quotes it. One name only:
+# "(chrome) or (firefox)" is a search for several.
+_KILL_NO_PID = re.compile(
+    r"\b(?:Memory cgroup out of memory|Out of memory): Kill(?:ed)? process \((?P<name>[^()\s]+)\)"
+    r"(?!\s*(?:or\s+|and\s+|,\s*|/\s*)?\()"
+)
+
+
+def _pidless_kill(lines: list[str]) -> list[Finding]:
+    """A kill line quoted without its pid, read only where nothing else in the text is a kill: beside the report
+    it names (a title over its task table), it is that kill, not another."""
+    for line in lines:
+        if "of memory: Kill" in line:
+            m = _KILL_NO_PID.search(line)
+            if m:
+                f: dict[str, FactValue] = {"source": "kernel", "victim_process": m["name"]}
+                return [Finding(kind=KIND_HOST_OOM, severity="error", title=f"OOM kill: {m['name']}", facts=f,
+                                excerpt=line.strip()[:_EXCERPT_MAX])]
+    return []
+
+
 def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
     """OOM kills by a userspace killer (systemd-oomd, Meta's oomd, earlyoom), and a cgroup-v1 kill
     line ("Task in /docker/... killed as a result of limit of /docker/...") printed on its own."""
@@ -1537,4 +1559,6 @@ class HostOomClassifier:
                 or "killed due to memory pressure" in text or "VM: killing process" in text \
                 or "on the node (IP:" in text:
             out.extend(_userspace(lines, taken))
+        if not out and "of memory: Kill" in text:
+            out.extend(_pidless_kill(lines))
         return out

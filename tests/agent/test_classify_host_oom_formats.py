@@ -519,6 +519,25 @@ def test_a_ray_kill_message_cut_before_its_pid_or_run_into_a_row_number_is_still
     assert HOST.classify("Memory on the node is plentiful, Ray's docs say") == []
 
 
+def test_a_kill_line_quoted_without_its_pid_names_the_victim() -> None:
+    f = _one("# Out of memory: Killed process (postgres) every night")
+    assert (f.facts["source"], f.facts["victim_process"]) == ("kernel", "postgres")
+    assert "victim_pid" not in f.facts
+    assert _one("Out of memory: Kill process (java)").facts["victim_process"] == "java"
+    # a search for several victims names none of them
+    assert HOST.classify("Out of memory: Killed process (chrome) or (firefox) dmesg") == []
+
+
+def test_a_pidless_kill_line_over_the_report_it_names_is_that_one_kill() -> None:
+    text = "\n".join([
+        "Title: Out of memory: Killed process (java)",
+        "[ 10.000000] Out of memory: Killed process 4321 (java) total-vm:2000kB, anon-rss:1000kB, file-rss:0kB, "
+        "shmem-rss:0kB, UID:0 pgtables:40kB oom_score_adj:0",
+    ])
+    f = _one(text)
+    assert f.facts["victim_pid"] == 4321
+
+
 def test_a_console_relay_with_a_tab_after_its_timestamp_reads_a_task_table() -> None:
     kl = split_kernel_prefix("2024-02-03T04:05:06Z\t[ 99.100000] [    77]  1000    77   121954     1132   131072        0"
                              "             0 worker")

@@ -402,6 +402,7 @@ _PT_LIMIT = re.compile(
     r"(?:(?P<exc>[A-Za-z_][\w.]*OutOfMemoryError)\s*:\s*)?Allocation on device(?: (?P<dev>\d+))?"
     r"(?P<would> would exceed allowed memory)?"
 )
+_COMFY_EXC_TYPE = re.compile(r"Exception Type:(?:\*\*)?\s*(?P<exc>[A-Za-z_][\w.]*OutOfMemoryError)\s*$")
 _PT_LIMIT_FIELD = re.compile(
     rf"^\s*(?P<k>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*: (?P<v>{_SZ})"
 )
@@ -433,11 +434,22 @@ def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None
         if i in used or "Allocation on device" not in line:
             continue
         m = _PT_LIMIT.search(line)
-        if m is None or not (m["exc"] or m["would"]):
+        if m is None:
+            continue
+        exc = m["exc"]
+        if exc is None and "Exception Message:" in line[: m.start()]:
+            # ComfyUI's error report gives the class and the message a field each: "- **Exception Type:**
+            # torch.OutOfMemoryError", then "- **Exception Message:** Allocation on device ".
+            for j in range(i - 1, max(-1, i - 3), -1):
+                t = _COMFY_EXC_TYPE.search(ev.lines[j])
+                if t:
+                    exc = t["exc"]
+                    break
+        if not (exc or m["would"]):
             continue
         used.add(i)
         facts: dict[str, FactValue] = {"framework": "pytorch", "wording": "allocation_on_device"}
-        _put(facts, "exception", m["exc"])
+        _put(facts, "exception", exc)
         _put(facts, "device_index", int(m["dev"]) if m["dev"] else None)
         lines = [i]
         for j in range(i + 1, min(len(ev.lines), i + 7)):
@@ -467,8 +479,13 @@ _TF_OOM = re.compile(
 # flo", "on /job:loc") keeps what came before the cut and drops the cut value.
 _TF_DTYPES = frozenset(_DTYPE_BYTES) | {"string", "resource", "variant", "bfloat", "quint16", "qint16"}
 _TF_DEVICE_WHOLE = re.compile(
-    r"(?:/job:[\w-]+/replica:\d+/task:\d+)?/device:[A-Za-z_]+:\d+|/(?:gpu|cpu|GPU|CPU):\d+"
+    r"(?:/job:[\w-]+/replica:\d+/task:\d+)?(?:/device:[A-Za-z_]+:\d+|/(?:gpu|cpu|GPU|CPU):\d+)"  # 0.x: ".../task:0/gpu:0"
 )
+# TensorFlow 0.x's executor: "Compute status: Resource exhausted: OOM when allocating tensor with shape" with no
+# bracketed shape after it on the line, then the failed op as "[[Node: name = Op[T=DT_FLOAT,
+# _device="/job:localhost/replica:0/task:0/gpu:0"](inputs)]]": the op's device is where its output was allocated.
+_TF_OOM_UNSHAPED = re.compile(r"(?:Resource exhausted|RESOURCE_EXHAUSTED): OOM when allocating tensor with shape\s*$")
+_TF_NODE_DEVICE = re.compile(r'\[\[Node: \S+ = \w+\[[^\n]*?_device="(?P<dev>[^"]+)"')
 _TF_ALLOC_WHOLE = re.compile(r"\w+_bfc|\w+_async|cpu|mklcpu")
 _TF_EXC = re.compile(r"(?<![\w.])((?:[\w]+\.)*ResourceExhaustedError)\b")
 _TF_ROOT = re.compile(r"(\d+) root error\(s\) found")
@@ -680,12 +697,25 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
     for n, i in enumerate(oom_lines):
         line = ev.lines[i]
         m = _TF_OOM.search(line)
-        if not m:
+        if m:
+            used.add(i)
+            if "cpu:" in (m["dev"] or "").lower() or (m["alloc"] and _host_allocator(m["alloc"])):
+                continue  # a tensor in host memory ("device:CPU:0 by allocator cpu"): not an accelerator's
+            facts = _tf_tensor_facts(m, line, cut_at_end=i == last)
+        elif _TF_OOM_UNSHAPED.search(line):
+            used.add(i)
+            facts = {"framework": "tensorflow", "message": "OOM when allocating tensor"}
+            for j in range(i + 1, min(len(ev.lines), i + 3)):
+                d = _TF_NODE_DEVICE.search(ev.lines[j])
+                if d and _TF_DEVICE_WHOLE.fullmatch(d["dev"]):
+                    facts["tf_device"] = d["dev"]
+                    break
+            if "cpu:" in str(facts.get("tf_device", "")).lower():
+                continue
+            g = _TF_GPU.search(str(facts.get("tf_device", "")))
+            _put(facts, "device_index", int(g.group(1)) if g else None)
+        else:
             continue
-        used.add(i)
-        if "cpu:" in (m["dev"] or "").lower() or (m["alloc"] and _host_allocator(m["alloc"])):
-            continue  # a tensor in host memory ("device:CPU:0 by allocator cpu"): not an accelerator's
-        facts = _tf_tensor_facts(m, line, cut_at_end=i == last)
         lexc = _TF_EXC.search(line)
         _put(facts, "exception", lexc.group(1) if lexc else event_exc)
         req = _TF_OP_REQUIRES.search(line)
@@ -731,7 +761,7 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
     for acc in tensor_accs:
         f = acc.facts
         where = f" on GPU:{f['device_index']}" if "device_index" in f else ""
-        title = f"TensorFlow OOM{where}: tensor {f['tensor_shape']}"
+        title = f"TensorFlow OOM{where}: tensor {f.get('tensor_shape', '(shape not printed)')}"
         if "dtype" in f:
             title += f" {f['dtype']}"
         if "requested_bytes" in f:

@@ -25,7 +25,8 @@ A line that is not inside a block opens one when it is, tried in this order:
    the exception, up to two blank lines in a row are kept if the block goes on.
 2. A pasted traceback tail: a line that is a ``File "...", line N`` frame, read as in 1.
    A VS Code debugger report (``Exception has occurred: X``, the message, then frames innermost
-   first) is a traceback too.
+   first) is a traceback too, and so is a ComfyUI error report's exception, its class and its message a
+   list item each (``- **Exception Type:** X`` and the ``- **Exception Message:** ...`` line after it).
 3. A TensorFlow / XLA allocator report: a line with the OOM ("OOM when allocating", "ran out of
    memory trying", "Error reported to Coordinator", XLA's "Out of memory while trying to allocate" status,
    a BFC dump or a ``BufferAssignment`` listing,
@@ -268,6 +269,9 @@ _MEMINFO_MORE = re.compile(
 _STACK_HEAD = re.compile(r"CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: ")
 _STACK_NEXT = re.compile(r"Hardware name: |[Cc]all [Tt]race:")  # after any prefix (dmesg, syslog, journal)
 _VSCODE_EXC = re.compile(r"Exception has occurred: [A-Za-z_][\w.]*\s*$")
+# ComfyUI's error report (its frontend's "# ComfyUI Error Report" template): "- **Exception Type:** X", the class
+# alone, then "- **Exception Message:** ..." on the next line.
+_COMFY_EXC = re.compile(r"\s*- \*\*Exception Type:\*\* [A-Za-z_][\w.]*\s*$")
 # trtexec <= 7 prints each metric as a heading, then one "min: x ms" line per statistic.
 _TRT_HEADING = re.compile(r"(?:End-to-End Host Latency|Host Latency|Enqueue Time|GPU Compute(?: Time)?|H2D Latency|D2H Latency)\s*")
 _TRT_VERTICAL_STAT = re.compile(r"(?:min|max|mean|median|percentile|throughput|walltime|end to end)\b[^:]*:", re.I)
@@ -295,7 +299,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
     "memory while trying to allocate",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
-    "page allocation", "Exception has occurred", "Enqueue Time", "GPU Compute", "Host Latency",
+    "page allocation", "Exception has occurred", "Exception Type:**", "Enqueue Time", "GPU Compute", "Host Latency",
     # A pod status's "containerStatuses:" and "lastState:" ("State:" above); a bare "state:" is not gated: its
     # letters are every log's, and a gate entered at them would slow every line.
     "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", *LITERAL_WORDS,
@@ -623,6 +627,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_TRACEBACK, _FRAMES, now_ns, "error")
     if _VSCODE_EXC.match(text):
         return _Group(_TRACEBACK, _VS_MESSAGE, now_ns, "error")
+    if "Exception Type:**" in text and _COMFY_EXC.match(text):
+        return _Group(_TRACEBACK, _VS_MESSAGE, now_ns, "error", cap=2)  # the class, then its message's line
     m = _GLOG.match(text)
     if _ALLOC_OPEN.search(text) or (m is not None and "bfc_allocator" in text[: m.end()]):
         return _Group(_ALLOC, _BODY, now_ns, _GLOG_LEVELS[m["a"] or m["b"]] if m is not None else "info")

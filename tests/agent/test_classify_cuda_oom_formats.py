@@ -726,3 +726,45 @@ def test_xlas_status_wrapped_after_out_keeps_its_size_in_one_fault(tmp_path) -> 
 def test_the_rest_of_xlas_status_alone_names_no_framework() -> None:
     f = _one("of memory while trying to allocate 2048 bytes.")
     assert f.facts["requested_bytes"] == 2048 and "framework" not in f.facts
+
+
+def test_a_comfyui_error_reports_out_of_memory_exception_type_is_one_pytorch_oom(tmp_path) -> None:
+    # ComfyUI's frontend report template: "- **Exception Type:** <class>" then "- **Exception Message:** <message>",
+    # a list item each; the message "Allocation on device " names no device and no size.
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "report.md"
+    p.write_text(
+        "# ComfyUI Error Report\n"
+        "## Error Details\n"
+        "- **Node ID:** 7\n"
+        "- **Node Type:** VAEDecode\n"
+        "- **Exception Type:** torch.OutOfMemoryError\n"
+        "- **Exception Message:** Allocation on device \n"
+        "## Stack Trace\n"
+    )
+    (f,) = scan_file(p).findings
+    assert (f.kind, f.facts["framework"], f.facts["exception"]) == (KIND_CUDA_OOM, "pytorch", "torch.OutOfMemoryError")
+    assert "device_index" not in f.facts and "requested_bytes" not in f.facts
+
+
+def test_a_comfyui_error_report_with_another_exception_finds_no_oom(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "report.md"
+    p.write_text("- **Exception Type:** RuntimeError\n- **Exception Message:** Allocation on device failed to load\n")
+    assert not scan_file(p).findings
+
+
+def test_tensorflow_0x_unshaped_oom_takes_its_device_from_the_node_line() -> None:
+    # TF 0.x's executor: "Compute status: Resource exhausted: OOM when allocating tensor with shape" (no bracketed
+    # shape), then "[[Node: name = Op[..., _device=\"/job:.../task:0/gpu:N\"](inputs)]]".
+    f = _one(
+        "W tensorflow/core/common_runtime/executor.cc:1102] 0x7f00aa Compute status: Resource exhausted: "
+        "OOM when allocating tensor with shape\n"
+        '\t [[Node: gradients/MatMul_grad/MatMul = MatMul[T=DT_FLOAT, transpose_a=false, '
+        '_device="/job:localhost/replica:0/task:0/gpu:1"](gradients/add_grad, W/read)]]'
+    )
+    assert (f.facts["framework"], f.facts["device_index"]) == ("tensorflow", 1)
+    assert "tensor_shape" not in f.facts
+    _none("Understanding the ResourceExhaustedError OOM when allocating tensor with shape")

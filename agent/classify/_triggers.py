@@ -95,6 +95,8 @@ TENSORRT: tuple[str, ...] = (
     'sufficient workspace memory', 'ould not find any implementation', 'qps', '-bit weights not found',
     'tensorrt_execution_provider', 'Calibration failure occurred', 'ngine set up failed',
     'Failed to create engine from', 'Device memory is insufficient to use tactic',
+    # TensorRT-LLM's runtime check "Assertion failed: Failed to deserialize cuda engine." quoted without its tag.
+    'eserialize cuda engine',
     # onnx-tensorrt's parser ("In node -1 (parseGraph): UNSUPPORTED_NODE: ..."), by its error codes' capitals.
     'UNSUPPORTED_NODE', 'UNSUPPORTED_GRAPH', 'INVALID_NODE', 'INVALID_GRAPH', 'INVALID_VALUE',
     'MODEL_DESERIALIZE_FAILED', 'MEM_ALLOC_FAILED', 'REFIT_FAILED', 'INTERNAL_ERROR:',

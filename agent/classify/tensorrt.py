@@ -166,8 +166,10 @@ _IMPL_NODE = re.compile(
     r"(?i)could not find any implementation for node (?P<layer>.+?)(?: due to .*|, try increasing.*|\.?\s*)$"
 )
 _WORKSPACE_TACTICS = re.compile(r"Some tactics do not have sufficient workspace memory to run")
+# Triton's TensorRT backend when deserializeCudaEngine returns no engine: "Internal: unable to create TensorRT
+# engine" (a model's UNAVAILABLE status, the servable loader's error).
 _DESERIALIZE = re.compile(r"(?i)deserializ\w* (?:the )?(?:cuda )?engine failed|deserializeCudaEngine failed"
-                          r"|failed to deserialize (?:the )?(?:cuda )?engine")
+                          r"|failed to deserialize (?:the )?(?:cuda )?engine|unable to create TensorRT engine")
 _TRTEXEC_FAILED = re.compile(r"&&&& FAILED TensorRT\.trtexec(?: \[TensorRT v(?P<v>\d{4,6})\])?")
 _CUDA_ERROR_IN = re.compile(r"Cuda Error in (?P<call>\S+?): (?P<code>\d+)(?: \((?P<name>[^)]*)\))?")
 _CUDA_INIT = re.compile(r"CUDA initialization failure with error:? (?P<code>\d+)")
@@ -346,6 +348,7 @@ class TensorRtClassifier:
             or "Cuda Error in" in text
             or "Serialization Error" in text
             or "ngine failed" in text
+            or "eserialize cuda engine" in text
             or "ngine build failed" in text
             or "ngine file failed" in text
             or "optimization profile" in text

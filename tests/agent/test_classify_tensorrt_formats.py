@@ -202,6 +202,21 @@ def test_engine_from_another_device_model_is_a_warning(line: str) -> None:
     assert f.facts["category"] == "engine_other_device_model" and f.severity == "warning"
 
 
+def test_tensorrt_llms_deserialize_assertion_quoted_without_its_tag_is_a_deserialize_failure(tmp_path: Path) -> None:
+    assert _one("Assertion failed: Failed to deserialize cuda engine.")["category"] == "engine_deserialize_failed"
+    p = tmp_path / "issue.md"
+    p.write_text("## Assertion failed: Failed to deserialize cuda engine.\n\nworker-1  | 3  0x7f00 /lib/libfoo.so(+0x1a) [0x7f00]\n")
+    assert [f.kind for f in scan_file(p).findings] == [KIND_TENSORRT_ERROR]
+
+
+def test_tritons_unable_to_create_tensorrt_engine_is_a_failed_plan_load() -> None:
+    # Triton's TensorRT backend when the runtime returns no engine for the plan: the model's status and the loader line.
+    assert _one("| resnet_trt | 1 | UNAVAILABLE: Internal: unable to create TensorRT engine |")["category"] \
+        == "engine_deserialize_failed"
+    assert _one("E0101 00:00:01.000000 1 model_repository_manager.cc:1215] failed to load 'resnet_trt' version 1: "
+                "Internal: unable to create TensorRT engine")["category"] == "engine_deserialize_failed"
+
+
 def test_tensorrt_llm_logger_tag_and_its_deserialize_failure() -> None:
     facts = _one("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/runtime/tllmRuntime.cpp:80)")
     assert facts["category"] == "engine_deserialize_failed" and facts["severity_tag"] == "ERROR"

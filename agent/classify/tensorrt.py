@@ -503,6 +503,9 @@ def _message_of(line: str) -> str:
     return msg.strip()
 
 
+_EMPTY_CODED = re.compile(r"\d+:\s*")
+
+
 def _error_line(line: str) -> Finding | None:
     # Same words as the prefilter, per line: most lines of a multi-line event are not errors.
     if not (
@@ -541,6 +544,10 @@ def _error_line(line: str) -> Finding | None:
         return None  # INFO/VERBOSE lines are progress, never incidents
     tagged_trt = "[TRT]" in line or "[TensorRT]" in line or "tensorrt_execution_provider" in line
     message = _message_of(line)
+    if _EMPTY_CODED.fullmatch(message):
+        # The logger's "[E] 2: " with an empty description (TensorRT reports "<code>: <desc>"): no error of its
+        # own, a blank report beside the coded errors of the same failure.
+        return None
     facts: dict[str, FactValue] = {}
     if tag:
         facts["severity_tag"] = tag

@@ -217,6 +217,16 @@ def test_tritons_unable_to_create_tensorrt_engine_is_a_failed_plan_load() -> Non
                 "Internal: unable to create TensorRT engine")["category"] == "engine_deserialize_failed"
 
 
+def test_an_error_line_with_only_its_code_and_no_description_is_not_another_fault() -> None:
+    text = "\n".join([
+        f"{STAMP} [TRT] [E] 2: [allocator.cpp::allocate::90] Error Code 2: OutOfMemory (no further information)",
+        f"{STAMP} [TRT] [E] 2: ",
+    ])
+    (f,) = TRT.classify(text)
+    assert (f.facts["error_code"], f.facts["category"]) == (2, "out_of_memory")
+    assert TRT.classify(f"{STAMP} [TRT] [E] 4: ") == []
+
+
 def test_tensorrt_llm_logger_tag_and_its_deserialize_failure() -> None:
     facts = _one("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/runtime/tllmRuntime.cpp:80)")
     assert facts["category"] == "engine_deserialize_failed" and facts["severity_tag"] == "ERROR"

@@ -636,7 +636,16 @@ def _whole_node(message: str) -> str | None:
     name = m.group("layer").rstrip()
     while name.endswith(")") and name.count(")") > name.count("("):
         name = name[:-1].rstrip().rstrip(".")
-    return name if name and _balanced(name) else None
+    if name and not _balanced(name):
+        # Text after the message on its line (a quote's closing mark, the writer's own words): the name ends
+        # where TensorRT's detail does, at the first ".)" that leaves it whole.
+        at = name.find(".)")
+        while at > 0:
+            if _balanced(name[:at]):
+                return name[:at]
+            at = name.find(".)", at + 1)
+        return None
+    return name or None
 
 
 def _sev(printed: str | None, default: str) -> str:

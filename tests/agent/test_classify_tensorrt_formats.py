@@ -227,6 +227,12 @@ def test_an_error_line_with_only_its_code_and_no_description_is_not_another_faul
     assert TRT.classify(f"{STAMP} [TRT] [E] 4: ") == []
 
 
+def test_a_no_implementation_node_quoted_with_words_after_it_keeps_its_whole_name() -> None:
+    facts = _one(f'"{STAMP} [E] Error[10]: IBuilder::buildSerializedNetwork: Error Code 10: Internal Error (Could not find '
+                 'any implementation for node {ForeignNode[/enc/q_proj...(Unnamed Layer* 9) [Shuffle]]}.)". Any idea why?')
+    assert facts["layer"] == "{ForeignNode[/enc/q_proj...(Unnamed Layer* 9) [Shuffle]]}"
+
+
 def test_tensorrt_llm_logger_tag_and_its_deserialize_failure() -> None:
     facts = _one("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/runtime/tllmRuntime.cpp:80)")
     assert facts["category"] == "engine_deserialize_failed" and facts["severity_tag"] == "ERROR"

@@ -347,12 +347,17 @@ def _unwrap(line: str) -> str:
     return _close(_LINE_OPEN.sub("", _GLUED_MARKS.sub(" ", line), count=1))
 
 
+_ELISIONS = frozenset({"...", "\u2026", "[...]"})
+
+
 def _continues(before: _Builder, after: _Builder, text: str) -> bool:
     """Whether ``after`` (the reading with one more physical line, ``text``) is the same reading, longer:
     the line adds fields, none printed already, and no token that is not a tegrastats field but its
     last, which may be a field the wrap cut from its value ("POM_5V_IN" before "3410/3410")."""
     cut = 1 if after.unparsed and text.endswith(after.unparsed[-1]) else 0
-    if len(after.matched) <= len(before.matched) or len(after.unparsed) > len(before.unparsed) + cut:
+    # A writer's elision between fields ("GR3D_FREQ 0%@[611] ... cpu@49C") marks fields left out, not foreign text.
+    elided = sum(1 for t in after.unparsed if t in _ELISIONS) - sum(1 for t in before.unparsed if t in _ELISIONS)
+    if len(after.matched) <= len(before.matched) or len(after.unparsed) - elided > len(before.unparsed) + cut:
         return False
     once = [h for h in after.matched if h in _ONCE]
     return len(once) == len(set(once))

@@ -24,6 +24,18 @@ def test_a_reading_split_over_concatenated_string_literals_is_one_reading() -> N
     assert r.rails_mw == {"VDD_IN": (4811, 4811)} and r.unparsed == ()
 
 
+def test_a_wrapped_reading_with_the_writers_elisions_between_fields_is_still_one_reading() -> None:
+    text = (
+        '    """Example:\n'
+        '    RAM 2100/3956MB (lfb 8x2MB) SWAP 0/1978MB (cached 0MB) CPU [3%@1479,...] EMC_FREQ 4%@1600\n'
+        '    GR3D_FREQ 12%@[921] ... gpu@41.5C tj@43C\n'
+        '    """\n'
+    )
+    [r] = read_tegrastats_text(text)
+    assert (r.ram_used_mb, r.emc_load_pct, r.gr3d_load_pct, r.gr3d_freq_mhz) == (2100, 4, 12, (921,))
+    assert r.temps_c["gpu"] == (41.5,)
+
+
 def test_a_cpu_list_cut_by_the_wrap_is_joined_without_a_space() -> None:
     text = (
         'ORIN = ("RAM 3072/7620MB SWAP 0/3810MB CPU [12%@729,5%@729,off,off,"\n'

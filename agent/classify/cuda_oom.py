@@ -1194,6 +1194,7 @@ _RAW_SIZE = re.compile(rf"allocat\w* (?P<v>{_SZ})(?: on device (?P<dev>\d+))?")
 # TensorFlow's context creation: "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY: out of
 # memory; total memory reported: 11721506816" (after "... for CUDA device ordinal 0: ").
 _RAW_TOTAL = re.compile(r"total memory reported: (?P<n>\d+)")
+_ASYNC_FREE_TOTAL = re.compile(r"Reported by CUDA: Free memory/Total memory: (?P<free>\d+)/(?P<total>\d+)\b")
 _RAW_ORDINAL = re.compile(r"device ordinal (?P<n>\d+)")
 _RAW_DEV = re.compile(r"current device: (\d+)|device (\d+)")
 _LEAD_EXC = re.compile(r"(?:^|\s|>)([A-Za-z_][\w.]*(?:Error|Exception)):")
@@ -1238,6 +1239,16 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             facts["total_capacity_bytes"] = int(tot["n"])
             o = _RAW_ORDINAL.search(line)
             _put(facts, "device_index", int(o["n"]) if o else None)
+        if "cuMemAllocAsync" in line:
+            # The cudaMallocAsync allocator (TensorFlow's and XLA's gpu_cudamallocasync_allocator.cc) goes on, on
+            # the message's next line: "\n Reported by CUDA: Free memory/Total memory: <free>/<total>" (bytes).
+            for j in range(i + 1, min(len(ev.lines), i + 3)):
+                fr = _ASYNC_FREE_TOTAL.search(ev.lines[j])
+                if fr:
+                    facts["free_bytes"] = int(fr["free"])
+                    facts["total_capacity_bytes"] = int(fr["total"])
+                    used.add(j)
+                    break
         if g.get("nccl"):
             facts["caller_framework"] = "nccl"
         if drv and facts["framework"] == "cuda":

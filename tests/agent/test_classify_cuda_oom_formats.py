@@ -768,3 +768,19 @@ def test_tensorflow_0x_unshaped_oom_takes_its_device_from_the_node_line() -> Non
     assert (f.facts["framework"], f.facts["device_index"]) == ("tensorflow", 1)
     assert "tensor_shape" not in f.facts
     _none("Understanding the ResourceExhaustedError OOM when allocating tensor with shape")
+
+
+def test_cudamallocasync_allocators_failure_reads_free_and_total_from_its_next_line(tmp_path) -> None:
+    # gpu_cudamallocasync_allocator.cc: "<name> cuMemAllocAsync failed to allocate N bytes: <status>" then, in the
+    # same message, "\n Reported by CUDA: Free memory/Total memory: <free>/<total>" in bytes.
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "run.log"
+    p.write_text(
+        "E0102 03:04:05.000001 4242 gpu_cudamallocasync_allocator.cc:361] gpu_async_0 cuMemAllocAsync failed to "
+        "allocate 4294967296 bytes: RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
+        " Reported by CUDA: Free memory/Total memory: 1073741824/25769803776\n"
+    )
+    (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
+    assert (f.facts["requested_bytes"], f.facts["free_bytes"], f.facts["total_capacity_bytes"]) == (
+        4294967296, 1073741824, 25769803776)

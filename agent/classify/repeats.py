@@ -173,6 +173,11 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
         # A unit's OOM line and a kernel report: one fault only when the report names the unit's cgroup.
         if "memcg_unit" not in ia or "memcg_unit" not in ib:
             return False
+    if a.kind == KIND_TENSORRT_ERROR and (a.facts.get("category") == "engine_other_device_model") != (
+            b.facts.get("category") == "engine_other_device_model"):
+        # An engine loaded on another GPU model than it was built on is a warning about that engine, never a report
+        # of a builder's or runtime's error beside it (which names no engine's device either).
+        return False
     if (a.facts.get("out_of_memory") is True) != (b.facts.get("out_of_memory") is True) and a.kind == KIND_TENSORRT_ERROR:
         # The builder finding no implementation for a node once its tactics' allocations failed is that shortage's end
         # ("Error Code 10: Internal Error (Could not find any implementation for node ...)" after "Error Code 1: Cuda

@@ -233,6 +233,18 @@ def test_a_no_implementation_node_quoted_with_words_after_it_keeps_its_whole_nam
     assert facts["layer"] == "{ForeignNode[/enc/q_proj...(Unnamed Layer* 9) [Shuffle]]}"
 
 
+def test_an_engine_built_on_another_gpu_model_is_its_own_fault_beside_a_builder_error() -> None:
+    text = "\n".join([
+        f"{STAMP} [TRT] [E] 3: [builderConfig.cpp::setDLACore::120] Error Code 3: API Usage Error (Parameter check "
+        "failed at: builderConfig.cpp::setDLACore::120, condition: dlaCore < 2)",
+        "",
+        f"{STAMP} [TRT] [W] Using an engine plan file across different models of devices is not recommended and is "
+        "likely to affect performance or even cause errors.",
+    ])
+    found = merge_repeats(TRT.classify(text))
+    assert sorted(str(f.facts["category"]) for f in found) == ["engine_other_device_model", "error_code"]
+
+
 def test_tensorrt_llm_logger_tag_and_its_deserialize_failure() -> None:
     facts = _one("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/runtime/tllmRuntime.cpp:80)")
     assert facts["category"] == "engine_deserialize_failed" and facts["severity_tag"] == "ERROR"

@@ -1213,6 +1213,8 @@ def _earlyoom(lines: list[str], i: int) -> dict[str, FactValue] | None:
     if not b["low"] and not any(_EARLYOOM_OWN.search(lines[j]) for j in range(max(0, i - _EARLYOOM_LOOKBACK), i + 1)):
         return None
     f = {"source": "earlyoom", "victim_pid": int(b["pid"])}
+    if b["low"]:
+        f["earlyoom_notification"] = True  # the desktop notification, beside its kill line when both are shown
     name = (b["name"] or "").strip()
     if name.startswith("("):
         name = name[1:-1] if name.endswith(")") and len(name) > 2 else ""

@@ -88,6 +88,11 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         # the oomkill tracer's line for it. (The source stays a key: a container's termination named by its pod is never
         # one fault with a pid's kill by their absent facts alone.)
         ident["source"] = "kernel"
+        if facts.get("source") == "earlyoom":
+            # The pid names the process: earlyoom's kill line and its notification ("Low memory! Killing process
+            # PID NAME", the name running to the end of a line that a retyped paste may end with its own ".") print
+            # one name two ways.
+            ident.pop("victim_process", None)
     if kind == KIND_HOST_OOM and ident.get("source") == "systemd" and "systemd_unit" in ident:
         # systemd's line on a unit whose cgroup saw the kernel's OOM kill relays that kill: it is one fault with the
         # kernel's report whose memory cgroup is the unit's (same_fault).
@@ -248,6 +253,9 @@ def _cut_copy(a: str, b: str) -> bool:
 def _merged(first: F, other: F) -> F:
     facts = dict(other.facts)
     facts.update(first.facts)  # the first copy's figures stand; the others add what it lacks
+    if first.facts.get("earlyoom_notification") and not other.facts.get("earlyoom_notification"):
+        facts.update(other.facts)  # earlyoom's kill line, not its notification, names the victim as it printed it
+        facts.pop("earlyoom_notification", None)
     if (first.kind == KIND_TENSORRT_ERROR and other.facts.get("error_category") == "OutOfMemory"
             and first.facts.get("error_category") != "OutOfMemory"):
         # TensorRT 10's allocator reports its failed cudaMalloc by location only ("Error Code 1: Cuda Runtime (In

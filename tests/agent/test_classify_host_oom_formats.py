@@ -538,6 +538,19 @@ def test_a_pidless_kill_line_over_the_report_it_names_is_that_one_kill() -> None
     assert f.facts["victim_pid"] == 4321
 
 
+def test_earlyooms_notification_and_its_kill_line_for_one_pid_are_one_kill_named_as_the_kill_line_prints() -> None:
+    text = "\n".join([
+        "* Low memory! Killing process 4711 postgres.",
+        "* Error: Failed to kill process",
+        "",
+        '* sending SIGTERM to process 4711 uid 999 "postgres": oom_score 900, oom_score_adj 0, VmRSS 3000 MiB, '
+        'cmdline "postgres -D /data"',
+    ])
+    [f] = [x for x in _scanned(text) if x.kind == KIND_HOST_OOM]
+    assert (f.facts["victim_pid"], f.facts["victim_process"]) == (4711, "postgres")
+    assert "earlyoom_notification" not in f.facts
+
+
 def test_a_console_relay_with_a_tab_after_its_timestamp_reads_a_task_table() -> None:
     kl = split_kernel_prefix("2024-02-03T04:05:06Z\t[ 99.100000] [    77]  1000    77   121954     1132   131072        0"
                              "             0 worker")

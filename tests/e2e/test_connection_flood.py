@@ -7,7 +7,6 @@ All traffic is on loopback; every wait is bounded."""
 from __future__ import annotations
 
 import os
-import resource
 import selectors
 import socket
 import struct
@@ -32,16 +31,16 @@ def _start_collector(tmp_path: Path, db_url: str, *flags: str, file_limit: int |
     port = free_port()
     log_path = tmp_path / "collector.log"
 
-    def limit_open_files() -> None:  # in the child, before exec: the collector cannot raise it past the hard limit
-        if file_limit is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (file_limit, file_limit))
-
+    command = [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", f"127.0.0.1:{port}", "--db", db_url,
+               "--token", TOKEN, "--grace", "2s", *flags]
+    if file_limit is not None:
+        # Soft and hard limit, set by the shell that then becomes the collector: it cannot raise it past
+        # the hard limit. Not a preexec_fn: that makes Python fork() and run the at-fork handlers of this
+        # process's gRPC in the child, which aborted it (SIGABRT, "Check failed: next_worker->state ==
+        # KICKED") when an earlier test's gRPC threads were still running in this process.
+        command = ["sh", "-c", f'ulimit -n {int(file_limit)} && exec "$@"', "sh", *command]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fleetscope.cli", "collector", "--listen", f"127.0.0.1:{port}", "--db", db_url,
-             "--token", TOKEN, "--grace", "2s", *flags],
-            stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_open_files,
-        )
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
     def listening() -> bool:
         assert proc.poll() is None, log_path.read_text()[-2000:]

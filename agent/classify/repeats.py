@@ -281,6 +281,7 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
     A finding is compared with the last ``WINDOW`` distinct faults of its kind, so a file of many
     thousand distinct faults costs a bounded amount per finding.
     """
+    findings = _fold_cast_notices(findings)  # before merging: the outcome's finding, not the notice, stands
     out: list[F] = []
     by_kind: dict[str, list[int]] = {}
     tries: set[int] = set()  # findings of only the stream executor's tries so far (_try)
@@ -303,6 +304,32 @@ def merge_repeats(findings: Sequence[F]) -> list[F]:
             recent.append(len(out))
             out.append(f)
     return _fold_show_mem(_fold_stalls(out))
+
+
+# The ONNX parser's notice that it casts a model's INT64 weights down to INT32 (tensorrt.py's ``int64_weights_cast``) is
+# printed by nearly every ONNX import: a fault of its own only when the import's outcome is not reported beside it. A
+# build that goes on to fail, to warn of something else or to run a benchmark is reported by that finding, which
+# carries the notice (``int64_weights_cast``).
+_CAST_NOTICE = "int64_weights_cast"
+
+
+def _fold_cast_notices(findings: Sequence[F]) -> Sequence[F]:
+    notices = [i for i, f in enumerate(findings)
+               if f.kind == KIND_TENSORRT_ERROR and f.facts.get("category") == _CAST_NOTICE]
+    if not notices:
+        return findings
+    others = [i for i, f in enumerate(findings) if (f.kind == KIND_TRT_BENCHMARK or f.kind == KIND_TENSORRT_ERROR)
+              and i not in notices]
+    if not others:
+        return findings
+    out = list(findings)
+    first = next((i for i in others if out[i].kind == KIND_TENSORRT_ERROR), None)
+    if first is not None:
+        facts = dict(out[first].facts)
+        facts.setdefault(_CAST_NOTICE, True)
+        out[first] = dataclasses.replace(out[first], facts=facts)  # type: ignore[type-var]
+    drop = set(notices)
+    return [f for i, f in enumerate(out) if i not in drop]
 
 
 # TensorFlow's and XLA's allocators try before they fail. The stream executor prints "failed to

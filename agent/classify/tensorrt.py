@@ -19,7 +19,8 @@ from applications with their own logger. The ``category`` fact says what went wr
   FP16", "Platform doesn't support fast native fp16", "platform does not have FP16 support"
 * ``fp16_weights_out_of_range`` (subnormal or overflowing weights, 8.4's per-weight and 8.6+'s counted
   wordings), ``fp16_layernorm_overflow``, ``int8_missing_scale`` ("Missing scale and zero-point for
-  tensor X, expect fall back to non-int8 ..."), ``int8_calibration_failed``: precision warnings/errors
+  tensor X, expect fall back to non-int8 ..."), ``int8_calibration_failed``, ``int64_weights_cast`` (the ONNX
+  parser casting INT64 weights down to INT32, or clamping them): precision warnings/errors
 * ``unsupported_sm``: "Assertion failed: Unsupported SM", "Target GPU SM 70 is not supported"
 * ``unsupported_state``: an ``UNSUPPORTED_STATE`` error not about a tactic
 * ``engine_version_mismatch`` / ``engine_device_mismatch`` / ``engine_invalid``: a serialized
@@ -179,6 +180,13 @@ _HALF2 = re.compile(r"(?P<prec>Half2|FP16|Int8|INT8) support requested on hardwa
 # cause overflow."
 _LAYERNORM_FP16 = re.compile(r"Detected layernorm nodes in FP16|Running layernorm after self-attention in FP16 may cause overflow")
 _CALIBRATION_FAILED = re.compile(r"Calibration failure occurred with no scaling factors detected")
+# onnx-tensorrt's importer (onnx2trt_utils.cpp, TensorRT 6 to 8.6) converting a model's INT64 initialisers: "Your ONNX
+# model has been generated with INT64 weights, while TensorRT does not natively support INT64. Attempting to cast down
+# to INT32.", then for values that did not fit "One or more weights outside the range of INT32 was clamped".
+_INT64_CAST = re.compile(
+    r"(?i)generated with INT64 weights,? while TensorRT does not natively support INT64"
+    r"|weights? outside the range of INT32 (?:was|were) clamped"
+)
 # DeepStream's nvinfer building an engine in another precision than asked (nvdsinfer_model_builder.cpp):
 # "INT8 calibration file not specified. Trying FP16 mode." (its platform checks, "INT8 not supported by
 # platform. Trying FP16 mode.", are read by _PREC_NOT_SUPPORTED).
@@ -533,6 +541,7 @@ def _error_line(line: str) -> Finding | None:
         or "implementation for node" in line
         or "[E] " in line
         or "to use tactic" in line
+        or "range of INT32" in line
     ):
         return None
     sev = _SEV_TAG.search(line)
@@ -863,6 +872,10 @@ def _categorise(
             _sev(printed, "error"),
             f"TensorRT Caffe parser: {m.group('bits')}-bit weights not found for layer {m.group('layer')}",
         )
+    if "INT" in line and _INT64_CAST.search(line):
+        facts["precision"] = "int32"
+        facts["precision_issue"] = "int64_weights_cast_to_int32"
+        return "int64_weights_cast", _sev(printed, "warning"), "TensorRT's ONNX parser casts INT64 weights down to INT32"
     if "16" in line or "INT8" in line or "int8" in line or "Int8" in line:
         if "calibration file" in line and _NVDS_NO_CALIBRATION.search(line):
             facts["precision"] = "int8"

@@ -845,3 +845,41 @@ def test_tensorrt_8_skipping_a_tactic_for_an_oom_error_is_the_device_requests_sa
     assert findings[1].facts["out_of_memory"] is True
     (f,) = merge_repeats(findings)
     assert f.facts["requested_bytes"] == 300 * 1024 * 1024
+
+
+# ------------------------------------------------------------------------------ the ONNX parser's INT64 cast
+
+
+@pytest.mark.parametrize("line", [
+    f"{STAMP} [TRT] [W] onnx2trt_utils.cpp:512: Your ONNX model has been generated with INT64 weights, while TensorRT "
+    "does not natively support INT64. Attempting to cast down to INT32.",
+    "WARNING: [TRT]: onnx2trt_utils.cpp:400: Your ONNX model has been generated with INT64 weights, while TensorRT does not "
+    "natively support INT64. Attempting to cast down to INT32.",
+    "2024-03-01 10:11:12.345 [W:onnxruntime:, tensorrt_execution_provider.h:77 log] [2024-03-01 10:11:12 WARNING] "
+    "C:\\build\\onnx-tensorrt\\onnx2trt_utils.cpp:401: Your ONNX model has been generated with INT64 weights, while "
+    "TensorRT does not natively support INT64. Attempting to cast down to INT32.",
+    f"{STAMP} [W] [TRT] onnx2trt_utils.cpp:260: One or more weights outside the range of INT32 was clamped",
+])
+def test_the_onnx_parsers_int64_cast_is_a_precision_warning(line: str) -> None:
+    facts = _one(line)
+    assert facts["category"] == "int64_weights_cast" and facts["precision_issue"] == "int64_weights_cast_to_int32"
+
+
+def test_an_import_that_only_casts_int64_weights_is_one_warning(tmp_path: Path) -> None:
+    cast = (f"{STAMP} [W] [TRT] onnx2trt_utils.cpp:368: Your ONNX model has been generated with INT64 weights, while "
+            "TensorRT does not natively support INT64. Attempting to cast down to INT32.\n")
+    clamp = f"{STAMP} [W] [TRT] onnx2trt_utils.cpp:394: One or more weights outside the range of INT32 was clamped\n"
+    (f,) = _scan(tmp_path, cast * 3 + clamp * 2)
+    assert f.kind == KIND_TENSORRT_ERROR and f.facts["category"] == "int64_weights_cast"
+
+
+def test_the_int64_cast_is_folded_into_the_builds_own_outcome(tmp_path: Path) -> None:
+    cast = (f"{STAMP} [W] [TRT] onnx2trt_utils.cpp:368: Your ONNX model has been generated with INT64 weights, while "
+            "TensorRT does not natively support INT64. Attempting to cast down to INT32.\n")
+    error = f"{STAMP} [E] [TRT] 4: [network.cpp::validate::2789] Error Code 4: Internal Error (Network must have at least one output)\n"
+    (f,) = _scan(tmp_path, cast + "some other line\n" + error)
+    assert f.facts.get("error_code") == 4 and f.facts.get("int64_weights_cast") is True
+
+
+def test_a_sentence_about_int64_weights_is_no_warning() -> None:
+    assert TRT.classify("TensorRT has no native INT64 support, so the parser will cast INT64 weights to INT32.") == []

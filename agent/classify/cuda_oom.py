@@ -1177,10 +1177,12 @@ def _prose_mention(line: str, m: re.Match[str]) -> bool:
 # matched the line: those say more (the driver's status, the caller).
 # ROCm builds print hipGetErrorString's same "out of memory" (ggml's "ROCm error: out of memory"). c10's own
 # "CUDA error: out of memory" is read above with its spacing; "CUDA error:out of memory" is that wording
-# retyped, which no program prints, and is left alone. A whole line quoted in backticks ends in one.
+# retyped, which no program prints, and is left alone. A whole line quoted in backticks ends in one; a message quoted
+# inside the writer's own sentence ends at its closing quote, the sentence running on after it ('it always reports
+# "Cuda error: cudaMalloc buf failed: out of memory." when ...'); a heading that is only the quoted message is not read.
 _RAW_ANY = re.compile(
     r"\b(?P<any>CUDA|Cuda|cuda|ROCm|HIP)\b[^\n]*?\b(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAILED)\b[^\n]*?(?<!CUDA error)[:=]\s*"
-    r"out of memory\.?`?\s*$"
+    r"out of memory\.?(?:`?\s*$|[\"'\u201d`](?=,?\s+\w))"
 )
 _GPU_EQ_ANY = re.compile(r"GPU=(\d+)")
 # What only PyTorch prints around "CUDA error: out of memory": the exception it raises (RuntimeError

@@ -784,3 +784,19 @@ def test_cudamallocasync_allocators_failure_reads_free_and_total_from_its_next_l
     (f,) = [x for x in scan_file(p).findings if x.kind == KIND_CUDA_OOM]
     assert (f.facts["requested_bytes"], f.facts["free_bytes"], f.facts["total_capacity_bytes"]) == (
         4294967296, 1073741824, 25769803776)
+
+
+# ------------------------------------------------------------------ a CUDA check's message quoted in a sentence
+
+
+@pytest.mark.parametrize("line", [
+    'My solver always prints "CUDA Error: cudaMallocManaged d_grid failed: out of memory." as soon as it starts.',
+    "the renderer stops with 'cuda error in kernel launch: out of memory', then exits",
+    "After the upgrade I get \u201cROCm error: out of memory\u201d on every second run.",
+])
+def test_a_check_macros_message_quoted_in_the_writers_sentence_is_read(line: str) -> None:
+    assert _one(line).facts["cuda_error"] in ("cudaErrorMemoryAllocation", "hipErrorOutOfMemory")
+
+
+def test_a_heading_that_is_only_a_quoted_check_message_is_not_read() -> None:
+    _none("Why does my job report \u201ccuda failure in cudaMalloc: out of memory\u201d")

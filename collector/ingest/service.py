@@ -205,7 +205,8 @@ class IngestService(pb_grpc.IngestServicer):
         try:
             reg = await self.registrations.write(context.time_remaining(), register_device, self._engine, request,
                                                  received_ns=received,
-                                                 authorize=self._auth.registration_check(presented, request))
+                                                 authorize=self._auth.registration_check(presented, request),
+                                                 liveness=self._writer.liveness)
         except RegistrationShed as exc:
             if exc.expired:  # the agent stopped waiting; it calls again
                 await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "registration not written: its deadline passed while "

@@ -10,7 +10,11 @@ A database whose coordinator has the ``citus`` extension is distributed after ea
   local transaction, and a device's chart is a query routed to one worker.
 * **Reference tables** (``REFERENCE``): the small shared tables (devices, leases, alerts and
   their notifications, silences, credentials) are copied to every node, so joins with them stay
-  local on every worker.
+  local on every worker. Writing one is a two-phase commit on every node, one at a time, and
+  fails while any node is down: so the batches' transactions leave ``devices`` alone (the
+  liveness columns are written a second later, ``deferred_liveness``), the writer commits each
+  worker's batches apart (``citus_placement``), and an agent that registers again writes no
+  reference row when nothing about its device changed.
 * **Keys.** Citus needs every unique key of a distributed table to hold ``device_id``: the
   incidents' key becomes (device, id) and a claim's (device, agent, boot, seq). Both were
   unique before without the device, and the device is determined by the rest (an incident id is

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from fleetscope.collector.storage.citus import is_citus
+from fleetscope.collector.storage.deferred_liveness import DeferredLiveness
 from fleetscope.collector.storage.schema import Device, streams
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from fleetscope.proto.vocabulary import DEVICE_KIND_JETSON, DEVICE_KIND_OTHER, DEVICE_KIND_SERVER
@@ -49,21 +51,30 @@ class Registration:
 
 
 def register_device(
-    engine: Engine, req: pb.RegisterRequest, *, received_ns: int, authorize: Callable[[Session], str | None] | None = None
+    engine: Engine, req: pb.RegisterRequest, *, received_ns: int, authorize: Callable[[Session], str | None] | None = None,
+    liveness: DeferredLiveness | None = None,
 ) -> Registration:
     """Insert or update the device row for ``req.agent_id`` and record its stream.
 
     ``authorize`` runs first in the same transaction (``ingest.identity``): it raises to refuse,
     or returns the fleet the agent id belongs to, stored as the ``fleet`` label.
+
+    On Citus, with the writer's ``liveness`` given, an agent that registers again (its device
+    and stream rows known) has its last-seen time and skew written there, a second later with
+    the batches' (``deferred_liveness``): when nothing else about the device changed, as after
+    a collector's restart moves its agents to another, the registration writes no row on every
+    node, and it goes through while a worker is stopped.
     """
     skew = received_ns - req.sent_ns if req.sent_ns else 0
     labels = dict(req.labels)
     inventory = message_to_dict(req.inventory)
     with Session(engine) as session, session.begin():
+        deferred = liveness if liveness is not None and is_citus(session.connection()) else None
         fleet = authorize(session) if authorize is not None else None
         if fleet:
             labels["fleet"] = fleet
         device = session.scalars(select(Device).where(Device.agent_id == req.agent_id)).first()
+        known = device is not None
         if device is None:
             device = Device(agent_id=req.agent_id, first_seen_ns=received_ns, last_seen_ns=received_ns, counters={})
             session.add(device)
@@ -81,14 +92,17 @@ def register_device(
         if (device.counters or {}).get("stopped"):  # a stopped agent that registers again runs again
             device.counters = {k: v for k, v in device.counters.items() if k != "stopped"}
         device.capabilities = list(req.capabilities)
-        device.last_seen_ns = received_ns
-        device.clock_skew_ns = skew
+        if deferred is None or not known:
+            device.last_seen_ns = received_ns
+            device.clock_skew_ns = skew
         device.simulated = labels.get(SIMULATED_LABEL, "").lower() in ("1", "true", "yes")
         session.flush()
         device_id = device.id
         key = (streams.c.agent_id == req.agent_id) & (streams.c.boot_id == req.boot_id)
         exists = session.execute(select(streams.c.agent_id).where(key)).first()
-        if exists:
+        if exists and deferred is not None:
+            pass  # written with the device's liveness, after this transaction
+        elif exists:
             session.execute(streams.update().where(key).values(clock_skew_ns=skew, last_seen_ns=received_ns))
         else:
             session.execute(
@@ -102,6 +116,11 @@ def register_device(
                     last_seen_ns=received_ns,
                 )
             )
+    if deferred is not None:
+        if known:
+            deferred.add_devices({device_id: {"stored": 0, "rejected": 0, "last_seen_ns": received_ns, "clock_skew_ns": skew}})
+        if exists:
+            deferred.add_stream(req.agent_id, req.boot_id, skew, received_ns)
     return Registration(device_id=device_id, clock_skew_ns=skew)
 
 

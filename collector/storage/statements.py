@@ -294,7 +294,9 @@ def _pg_update_devices(cur, updates: dict[int, dict]) -> None:  # type: ignore[n
     for part in _chunks(items, _PG_MAX_PARAMS // width):
         params = [v for device_id, upd in part for v in _device_values(device_id, upd, reanchored)]
         cur.execute(
-            "UPDATE devices SET last_seen_ns = u.last_seen_ns, batches_stored = batches_stored + u.stored,"
+            # GREATEST: on Citus these updates are merged and written a second later, by any
+            # collector (``deferred_liveness``), so one may land after a newer one.
+            "UPDATE devices SET last_seen_ns = GREATEST(devices.last_seen_ns, u.last_seen_ns), batches_stored = batches_stored + u.stored,"
             " batches_rejected = batches_rejected + u.rejected, clock_skew_ns = COALESCE(u.skew, devices.clock_skew_ns),"
             " counters = COALESCE(u.counters, devices.counters), last_rejection = COALESCE(u.rejection, devices.last_rejection)"
             + (", batches_reanchored = batches_reanchored + u.reanchored,"
@@ -304,6 +306,31 @@ def _pg_update_devices(cur, updates: dict[int, dict]) -> None:  # type: ignore[n
             + (", reanchored, step)" if reanchored else ")")
             + " WHERE devices.id = u.id",
             params,
+        )
+
+
+# The advisory-lock class of a device's incident merge on Citus (``lock_devices``): "fs".
+_DEVICE_LOCK_CLASS = 0x6673
+
+
+def lock_devices(cur, device_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Hold the coordinator's transaction-scoped advisory lock of each device (in id order, so
+    two writers never wait on each other in a circle): on Citus, where the device rows are not
+    written in the batch's transaction, what serialises two writers' incident merges."""
+    cur.execute("SELECT pg_advisory_xact_lock(%s, d) FROM unnest(%s::integer[]) AS d ORDER BY d",
+                (_DEVICE_LOCK_CLASS, device_ids))
+
+
+def update_streams(cur, streams: dict[tuple[str, str], tuple[int, int]]) -> None:  # type: ignore[no-untyped-def]
+    """Streams' clock skew and last seen, (agent, boot) -> (skew ns, last seen ns), in one
+    statement per 30,000 parameters (PostgreSQL; on Citus from ``deferred_liveness``)."""
+    items = sorted(streams.items())
+    for part in _chunks(items, _PG_MAX_PARAMS // 4):
+        cur.execute(
+            "UPDATE streams SET clock_skew_ns = u.skew, last_seen_ns = GREATEST(streams.last_seen_ns, u.seen)"
+            f" FROM (VALUES {', '.join(['(%s::text, %s::text, %s::bigint, %s::bigint)'] * len(part))})"
+            " AS u(agent, boot, skew, seen) WHERE streams.agent_id = u.agent AND streams.boot_id = u.boot",
+            [v for (agent, boot), (skew, seen) in part for v in (agent, boot, skew, seen)],
         )
 
 

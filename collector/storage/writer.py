@@ -9,7 +9,8 @@ batches' samples as chunks (one host and one GPU chunk per batch, their columns 
 ``storage.batch_chunks``) and their other rows (logs, metric points, histograms) with the
 fastest path the driver has (``statements``: sqlite3 ``executemany``, psycopg binary ``COPY``),
 upserts each device's and GPU's newest reading (``host_latest``, ``gpu_latest``), updates the
-device rows, writes the incidents
+device rows (on Citus a second later, apart: ``deferred_liveness``; and there a group is written
+as one transaction per worker, ``citus_placement``), writes the incidents
 (``incidents.write_incidents``, which merges the two reports of one Xid), commits, and only then
 resolves the futures, so an acknowledgement always means "committed". One fsync per group
 instead of per batch is what makes ``synchronous=FULL`` affordable.
@@ -49,7 +50,9 @@ from sqlalchemy.pool import PoolProxiedConnection
 from fleetscope.collector.errors import StoreUnavailable
 from fleetscope.collector.storage import statements
 from fleetscope.collector.storage.batch_chunks import SampleChunks, sample_chunks
+from fleetscope.collector.storage.citus_placement import DevicePlacement
 from fleetscope.collector.storage.decoded import Decoded
+from fleetscope.collector.storage.deferred_liveness import DeferredLiveness
 from fleetscope.collector.storage.incidents import write_incidents
 from fleetscope.collector.storage.rows import BatchRows, ColumnBlock, GpuStateCache, batch_rows, counters_dict
 from fleetscope.collector.storage.write_lock import WriteLock
@@ -116,7 +119,7 @@ class BatchWriter:
     def __init__(self, engine: Engine, *, max_group_rows: int = 100_000, max_group_batches: int = 256) -> None:
         self._engine = engine
         self._dialect = engine.dialect.name
-        self._queue: queue.Queue[WriteItem | None] = queue.Queue()
+        self._queue: queue.Queue[WriteItem | threading.Event | None] = queue.Queue()
         self._max_rows = max_group_rows
         self._max_batches = max_group_batches
         self._state = GpuStateCache()  # consulted inside each transaction, in commit order
@@ -130,6 +133,13 @@ class BatchWriter:
         # failed on the database, and an optional observer of each committed group's seconds.
         self.errors = 0
         self.commit_observer: Callable[[float], None] | None = None
+        # On Citus only (found on the first connection): each worker's batches in their own
+        # transaction (``citus_placement``), the device rows' liveness written apart from them
+        # (``deferred_liveness``; registrations add to it too).
+        self._citus: bool | None = None
+        self._placement = DevicePlacement()
+        self.liveness = DeferredLiveness()
+        self._liveness_failing = False
 
     @property
     def queue_depth(self) -> int:
@@ -155,6 +165,14 @@ class BatchWriter:
             self._queue.put(item)
         return item.future
 
+    def flush_liveness(self, timeout_s: float = 10.0) -> bool:
+        """Write the device rows' deferred liveness now (Citus; ``deferred_liveness``), after
+        every batch submitted before this call; whether it was done in ``timeout_s``. Elsewhere
+        the device rows are written with the batches, and this returns once those are."""
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout_s)
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Finish what is queued, then stop."""
         self._stopping = True
@@ -168,12 +186,25 @@ class BatchWriter:
         done = False
         try:
             while not done:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(timeout=self.liveness.interval_s if self.liveness.pending else None)
+                except queue.Empty:
+                    self._flush_liveness()
+                    continue
                 if item is None:
                     break
-                group = [item]
-                rows = self._rows_hint(item)
-                while rows < self._max_rows and len(group) < self._max_batches:
+                flushes: list[threading.Event] = []  # flush_liveness calls, answered after this group
+                group: list[WriteItem] = []
+                rows = 0
+                nxt: WriteItem | threading.Event | None = item
+                while True:
+                    if isinstance(nxt, threading.Event):
+                        flushes.append(nxt)
+                    elif nxt is not None:
+                        group.append(nxt)
+                        rows += self._rows_hint(nxt)
+                    if rows >= self._max_rows or len(group) >= self._max_batches:
+                        break
                     try:
                         nxt = self._queue.get_nowait()
                     except queue.Empty:
@@ -181,13 +212,82 @@ class BatchWriter:
                     if nxt is None:
                         done = True
                         break
-                    group.append(nxt)
-                    rows += self._rows_hint(nxt)
-                prepared = self._prepare_group(group, sqlite)
-                if prepared:
-                    self._write_group(prepared)
+                for part in self._split_by_worker(group) if group else []:
+                    prepared = self._prepare_group(part, sqlite)
+                    if prepared:
+                        self._write_group(prepared)
+                if flushes or self.liveness.due():
+                    self._flush_liveness()
+                for event in flushes:
+                    event.set()
         finally:
+            if self.liveness.pending:
+                self._flush_liveness()
             self._close_conn()
+
+    @property
+    def on_citus(self) -> bool | None:
+        """Whether the database is a Citus coordinator; None until the writer has connected."""
+        return self._citus
+
+    def _split_by_worker(self, group: list[WriteItem]) -> list[list[WriteItem]]:
+        """The group as one part per Citus worker (by its devices' shards), in arrival order
+        within each; the group whole elsewhere, or when the placement cannot be read."""
+        if self._dialect != "postgresql":
+            return [group]
+        try:
+            conn = self._connection()
+            driver = conn.driver_connection
+            cur = driver.cursor()
+            try:
+                if self._citus is None:
+                    self._citus = statements.on_citus(cur)
+                if not self._citus:
+                    return [group]
+                node_of = self._placement.groups(cur, (it.device_id for it in group))
+            finally:
+                cur.close()
+                driver.rollback()  # the reads' transaction: the writes open their own
+        except Exception as exc:  # the coordinator is away: the write that follows says so to the agents
+            log.debug("placement of a group's devices not read: %s", exc)
+            self._close_conn()
+            return [group]
+        parts: dict[int, list[WriteItem]] = {}
+        for it in group:
+            parts.setdefault(node_of.get(it.device_id, -1), []).append(it)
+        return list(parts.values())
+
+    def _flush_liveness(self) -> None:
+        """Write the deferred device and stream liveness (Citus) in one transaction; kept for
+        the next try when it fails (a node is down: every node holds these tables)."""
+        devices, streams = self.liveness.take()
+        if not devices and not streams:
+            return
+        try:
+            conn = self._connection()
+            driver = conn.driver_connection
+            cur = driver.cursor()
+            try:
+                if devices:
+                    statements.update_devices(cur, devices, False)
+                if streams:
+                    statements.update_streams(cur, streams)
+                driver.commit()
+            finally:
+                cur.close()
+            self.liveness.flushes += 1
+            self._liveness_failing = False
+        except Exception as exc:
+            self.liveness.put_back(devices, streams)
+            self.liveness.failures += 1
+            # Tried every second while a node is down: said once per outage.
+            log.log(logging.DEBUG if self._liveness_failing else logging.WARNING,
+                    "device rows' last-seen times not written (kept, tried again each second): %s", exc)
+            self._liveness_failing = True
+            try:
+                self._close_conn()
+            except Exception:  # nothing to save on a broken connection
+                pass
 
     @staticmethod
     def _prepare_group(group: list[WriteItem], sqlite: bool) -> _Group:
@@ -295,6 +395,7 @@ class BatchWriter:
         try:
             if sqlite:
                 cur.execute("BEGIN IMMEDIATE")
+            citus = not sqlite and statements.on_citus(cur)
             stored = iter(
                 statements.claim_batches(
                     cur,
@@ -354,16 +455,22 @@ class BatchWriter:
             for table, newest in latest.items():
                 if newest:
                     statements.upsert_latest(cur, table, list(newest.values()), sqlite)
-            if device_updates:
+            if device_updates and not citus:
                 statements.update_devices(cur, device_updates, sqlite)
             if incidents:
                 # After the device rows: on PostgreSQL this transaction now holds their row locks,
-                # so the Xid merge's lookup cannot race another writer's for the same device.
+                # so the Xid merge's lookup cannot race another writer's for the same device. On
+                # Citus the device rows are written later (``deferred_liveness``): the
+                # coordinator's advisory locks on the devices serialise the merges instead.
+                if citus:
+                    statements.lock_devices(cur, sorted({int(inc["device_id"]) for inc in incidents}))
                 write_incidents(cur, incidents, sqlite)
             if sqlite:
                 cur.execute("COMMIT")
             else:
                 driver.commit()
+            if citus and device_updates:
+                self.liveness.add_devices(device_updates)
             return outcomes
         except BaseException:
             self._state.forget(state_keys)

@@ -82,8 +82,9 @@ def worker_ports(db_url: str) -> dict[str, int]:
 
 
 def _stream_through(tmp_path: Path, cluster, collector_process, fault) -> str:  # type: ignore[no-untyped-def]
-    """Agents stream into a collector on ``cluster``; ``fault()`` runs mid-stream; then every
-    device's samples must be stored exactly once. Returns the database's URL."""
+    """Agents stream into a collector on ``cluster``; ``fault(agents by device name, db_url)``
+    runs mid-stream; then every device's samples must be stored exactly once. Returns the
+    database's URL."""
     db_url = cluster.create_database()
     c = collector_process(db_url).start()  # its start-up upgrade distributes the schema
     samplers = {name: CountingSampler(total=PER_DEVICE, per_tick=20) for name in DEVICES}
@@ -93,7 +94,7 @@ def _stream_through(tmp_path: Path, cluster, collector_process, fault) -> str:  
     try:
         wait_until(lambda: all(a.uplink.status.acked >= 10 for a in agents), timeout_s=60, message="first acknowledgements")
         at_fault = {name: s.produced for name, s in samplers.items()}
-        fault(agents)
+        fault(dict(zip(DEVICES, agents, strict=True)), db_url)
         wait_until(lambda: all(s.done() for s in samplers.values()), timeout_s=120, message="all samples produced")
         wait_until(lambda: all(len(stored_sequence_numbers(db_url, n)) >= PER_DEVICE for n in DEVICES),
                    timeout_s=120, message="all samples stored")
@@ -110,21 +111,35 @@ def _stream_through(tmp_path: Path, cluster, collector_process, fault) -> str:  
 def test_a_worker_stopped_for_20_s_while_agents_stream_loses_and_doubles_nothing(
     tmp_path: Path, cluster, collector_process  # type: ignore[no-untyped-def]
 ) -> None:
-    def stop_a_worker(_agents) -> None:  # type: ignore[no-untyped-def]
+    """And while one worker is stopped, the devices on the other one go on being stored: a batch
+    commits on its device's worker alone, and the device rows (on every node) are written apart."""
+    acked_during_stop: dict[str, int] = {}
+    ports: dict[str, int] = {}
+
+    def stop_a_worker(agents, db_url: str) -> None:  # type: ignore[no-untyped-def]
+        ports.update(worker_ports(db_url))
         cluster.stop_node(1)
         try:
-            time.sleep(20)
+            time.sleep(5)  # the collector's first failed writes to the stopped worker are behind
+            before = {name: a.uplink.status.acked for name, a in agents.items()}
+            time.sleep(15)
+            acked_during_stop.update({name: a.uplink.status.acked - before[name] for name, a in agents.items()})
         finally:
             cluster.start_node(1)
 
-    db_url = _stream_through(tmp_path, cluster, collector_process, stop_a_worker)
-    assert cluster.ports[1] in worker_ports(db_url).values(), "a device on the stopped worker"
+    _stream_through(tmp_path, cluster, collector_process, stop_a_worker)
+    stopped = {name for name, port in ports.items() if port == cluster.ports[1]}
+    running = set(DEVICES) - stopped
+    assert stopped and running, f"devices on both workers: {ports}"
+    assert all(acked_during_stop[name] == 0 for name in stopped), acked_during_stop
+    assert all(acked_during_stop[name] >= 5 for name in running), (
+        f"devices on the running worker were stored while the other was stopped: {acked_during_stop}")
 
 
 def test_the_coordinator_restarted_while_agents_stream_loses_and_doubles_nothing(
     tmp_path: Path, cluster, collector_process  # type: ignore[no-untyped-def]
 ) -> None:
-    def restart_the_coordinator(_agents) -> None:  # type: ignore[no-untyped-def]
+    def restart_the_coordinator(_agents, _db_url: str) -> None:  # type: ignore[no-untyped-def]
         cluster.stop_node(0)
         time.sleep(5)
         cluster.start_node(0)
@@ -420,4 +435,46 @@ def test_a_compactor_killed_inside_a_distributed_pass_loses_and_doubles_nothing(
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+        engine.dispose()
+
+
+# ------------------------------------------------------------------ registering while a worker is stopped
+
+
+def test_a_known_agent_registers_again_while_a_worker_is_stopped(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A collector restarted (or its agents moved to another) while a worker is down: its agents
+    register again. Their device and stream rows are known, so the registration writes nothing on
+    every node (``deferred_liveness``) and succeeds; the device row's last-seen time and skew are
+    written once every node is back."""
+    from fleetscope.collector.storage.migrations import upgrade
+    from fleetscope.collector.storage.registry import register_device
+    from fleetscope.collector.storage.writer import BatchWriter
+    from fleetscope.proto.v1 import telemetry_pb2 as pb
+
+    db_url = cluster.create_database()
+    engine = make_engine(db_url, create=False)
+    upgrade(engine)
+    writer = BatchWriter(engine)
+    writer.start()
+    try:
+        req = pb.RegisterRequest(agent_id="agent-drone", boot_id="boot-1", name="drone", kind=pb.DEVICE_KIND_JETSON)
+        first = register_device(engine, req, received_ns=1_000, liveness=writer.liveness)
+        cluster.stop_node(1)
+        try:
+            req.sent_ns = 4_000
+            again = register_device(engine, req, received_ns=5_000, liveness=writer.liveness)
+            assert again.device_id == first.device_id and again.clock_skew_ns == 1_000
+            assert writer.flush_liveness()  # tried while the worker is down: kept, not lost
+            assert writer.liveness.failures >= 1 and writer.liveness.pending == 2
+        finally:
+            cluster.start_node(1)
+        wait_until(lambda: writer.flush_liveness() and writer.liveness.pending == 0, timeout_s=30,
+                   message="the deferred liveness written once the worker is back")
+        with engine.connect() as conn:
+            device = conn.execute(text("SELECT last_seen_ns, clock_skew_ns FROM devices WHERE id = :d"),
+                                  {"d": first.device_id}).one()
+            stream = conn.execute(text("SELECT last_seen_ns, clock_skew_ns FROM streams WHERE agent_id = 'agent-drone'")).one()
+        assert tuple(device) == (5_000, 1_000) and tuple(stream) == (5_000, 1_000)
+    finally:
+        writer.stop()
         engine.dispose()

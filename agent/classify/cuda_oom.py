@@ -1202,6 +1202,53 @@ _RAW_DEV = re.compile(r"current device: (\d+)|device (\d+)")
 _LEAD_EXC = re.compile(r"(?:^|\s|>)([A-Za-z_][\w.]*(?:Error|Exception)):")
 
 
+# An application's own exception whose message starts with the backend's "out of memory" and goes on in its own words
+# (vLLM's "RuntimeError: CUDA out of memory occurred when warming up sampler with N dummy requests. Please try ..."),
+# raised in a traceback the event shows or printed by a logger (a severity word or a time stamp before it: "ERROR 03-20
+# 02:29:07 [core.py:340] RuntimeError: ..."): not PyTorch's allocator message, which ends "out of memory." there. A
+# sentence naming such an error ("The RuntimeError: CUDA out of memory occurs when ...") shows neither.
+_APP_RAISED = re.compile(
+    r"(?:^|[\s\]>|])(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)):\s*(?P<b>CUDA|HIP|GPU) out of memory (?=[a-z(])"
+)
+_FRAME_ANY = re.compile(r'\bFile "[^"\n]+", line \d+, in \S')
+_LOGGER_PREFIX = re.compile(r"(?:\b(?:ERROR|CRITICAL|FATAL|Error|E)\b|\d\d:\d\d:\d\d)[^\n]*?[\]:|)]?\s*$")
+# A library catching the backend's out-of-memory error and going on (Ultralytics' "WARNING: CUDA OutOfMemoryError in
+# TaskAlignedAssigner, using CPU"): the error named with the component it struck, a class named by its capitals; a
+# warning, as the work goes on. Not after an article ("a CUDA OutOfMemoryError in Colab").
+_CAUGHT_IN = re.compile(
+    r"(?<![\w.])(?P<b>CUDA|HIP|GPU) OutOfMemoryError in (?P<where>[A-Z][a-z0-9]+[A-Z]\w*)(?:,\s*(?P<then>[^\n\"'`]{1,60}))?"
+)
+
+
+def _app_raised(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str) -> None:
+    traceback = "File \"" in text and _FRAME_ANY.search(text) is not None
+    for i, line in enumerate(ev.lines):
+        if i in used:
+            continue
+        m = _APP_RAISED.search(line) if "out of memory " in line else None
+        if m is not None and not traceback and not _LOGGER_PREFIX.search(line, 0, m.start()):
+            m = None
+        severity = "error"
+        if m is None and "OutOfMemoryError in " in line:
+            m = _CAUGHT_IN.search(line)
+            if m is not None and _ARTICLE_BEFORE.search(line[max(0, m.start() - 16): m.start()]):
+                m = None
+            severity = "warning"
+        if m is None:
+            continue
+        used.add(i)
+        backend = m["b"]
+        facts: dict[str, FactValue] = {"framework": "hip" if backend == "HIP" else "cuda"}
+        if "exc" in m.re.groupindex:
+            facts["exception"] = m["exc"]
+            title = f"{backend} out of memory, raised by the application ({m['exc']})"
+        else:
+            facts["caught_in"] = m["where"]
+            _put(facts, "fallback", m["then"].strip() if m["then"] else None)
+            title = f"{backend} out of memory in {m['where']}" + (f", {m['then'].strip()}" if m["then"] else "")
+        _add(found, ("app", backend, severity), _Acc(facts, title, severity, [i], ev.ts_ns(i)))
+
+
 def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used:
@@ -1671,6 +1718,8 @@ class CudaOomClassifier:
             _others(ev, found, used)
         if "CudaCustomAllocator" in text or "requestedSpace" in text or "FreeSpace:" in text:
             _relion(ev, found, used)
+        if "out of memory " in text or "OutOfMemoryError in " in text:
+            _app_raised(ev, found, used, text)
         if "NV_ERR_NO_MEMORY" in text:
             _nvrm(ev, found)
         if "_STATUS_" in text or "CUFFT_ALLOC" in text:

@@ -800,3 +800,33 @@ def test_a_check_macros_message_quoted_in_the_writers_sentence_is_read(line: str
 
 def test_a_heading_that_is_only_a_quoted_check_message_is_not_read() -> None:
     _none("Why does my job report \u201ccuda failure in cudaMalloc: out of memory\u201d")
+
+
+# ------------------------------------------------- an application's own exception or warning about the backend's OOM
+
+
+@pytest.mark.parametrize("text", [
+    "INFO 11-02 10:00:01 [worker.py:88] loading weights\n"
+    "ERROR 11-02 10:00:09 [engine.py:512] RuntimeError: CUDA out of memory occurred when profiling the KV cache with 64 "
+    "sequences. Try lowering `max_num_seqs`.",
+    "Traceback (most recent call last):\n  File \"/srv/app/serve.py\", line 41, in <module>\n    warm_up()\n"
+    "  File \"/srv/app/serve.py\", line 30, in warm_up\n    raise RuntimeError(msg) from e\n"
+    "RuntimeError: HIP out of memory while capturing graphs for batch size 256",
+])
+def test_an_applications_own_exception_about_the_backends_oom_is_read_when_raised_or_logged(text: str) -> None:
+    f = _one(text)
+    assert f.facts["exception"] == "RuntimeError" and f.facts["framework"] in ("cuda", "hip")
+    assert "requested_bytes" not in f.facts
+
+
+def test_a_sentence_naming_such_an_exception_is_not_read() -> None:
+    _none("The RuntimeError: CUDA out of memory occurs when the batch does not fit the card.")
+
+
+def test_a_library_that_caught_the_backends_oom_and_goes_on_is_a_warning() -> None:
+    f = _one("train: WARNING \u26a0\ufe0f GPU OutOfMemoryError in DynamicMatcher, using CPU")
+    assert f.severity == "warning" and f.facts["caught_in"] == "DynamicMatcher" and f.facts["fallback"] == "using CPU"
+
+
+def test_a_sentence_about_an_oom_in_some_tool_is_not_that_warning() -> None:
+    _none("I hit a CUDA OutOfMemoryError in Colab, any idea?")

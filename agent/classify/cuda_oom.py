@@ -234,6 +234,9 @@ _PT_SELF = re.compile(rf"this process has (?P<v>{_SZ}) memory in use")
 _PT_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<v>{_SZ}) memory in use")
 _PT_BY_PT = re.compile(rf"(?P<v>{_SZ}) is allocated by PyTorch")
 _PT_UNALLOC = re.compile(rf"(?P<v>{_SZ}) is reserved by PyTorch but unallocated")
+# The sentence that figure opens (>= 2.1), "Of the allocated memory 7.15 GiB is allocated by PyTorch, and ...": its
+# figure is PyTorch's allocated memory however soon after it a paste or a title cuts the sentence.
+_PT_OF_ALLOCATED = re.compile(rf"Of the allocated memory (?P<v>{_SZ}) is\b")
 _PT_EXPANDABLE = re.compile(r"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:\w+")
 # Apple's MPS allocator: "MPS backend out of memory (MPS allocated: 18.04 GB, other allocations: 384.00 KB,
 # max allowed: 18.13 GB). Tried to allocate 256 bytes on private pool."
@@ -340,6 +343,10 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 hit = rx.search(seg)
                 if hit:
                     facts[key] = parse_size(hit["v"])
+            if "allocated_bytes" not in facts and "Of the allocated" in seg:
+                hit = _PT_OF_ALLOCATED.search(seg)
+                if hit:
+                    facts["allocated_bytes"] = parse_size(hit["v"])
             allowed = _PT_ALLOWED.search(seg)
             _put(facts, "max_allowed_bytes", _bytes(allowed["v"]) if allowed else None)
             mps = _PT_MPS.search(seg) if backend == "MPS backend" else None
@@ -403,11 +410,15 @@ _PT_LIMIT = re.compile(
     r"(?P<would> would exceed allowed memory)?"
 )
 _COMFY_EXC_TYPE = re.compile(r"Exception Type:(?:\*\*)?\s*(?P<exc>[A-Za-z_][\w.]*OutOfMemoryError)\s*$")
+# "Device limit" is the device's total memory (cudaMemGetInfo's total); the limit the fraction set is the value on the
+# line after "PyTorch limit (set by user-supplied memory fraction)", a field name with no value of its own.
 _PT_LIMIT_FIELD = re.compile(
-    rf"^\s*(?P<k>Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*: (?P<v>{_SZ})"
+    rf"^\s*(?P<k>Currently allocated|Requested|Device limit|Free \(according to CUDA\)|PyTorch limit \([^)\n]*\))?\s*:"
+    rf" (?P<v>{_SZ})"
 )
 _PT_LIMIT_FACTS = {"Currently allocated": "allocated_bytes", "Requested": "requested_bytes",
-                   "Device limit": "max_allowed_bytes", "Free (according to CUDA)": "free_bytes"}
+                   "Device limit": "total_capacity_bytes", "Free (according to CUDA)": "free_bytes",
+                   None: "max_allowed_bytes"}
 
 
 # The allocator's exception with its message cut inside its first words ("torch.cuda.OutOfMemoryError: CUDA out",
@@ -452,13 +463,21 @@ def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None
         _put(facts, "exception", exc)
         _put(facts, "device_index", int(m["dev"]) if m["dev"] else None)
         lines = [i]
-        for j in range(i + 1, min(len(ev.lines), i + 7)):
+        for j in range(i + 1, min(len(ev.lines), i + 8)):
             f = _PT_LIMIT_FIELD.match(ev.lines[j])
-            if f is None:
+            if f is None or (f["k"] is None and "PyTorch limit" not in ev.lines[j - 1]):
                 continue
             facts.setdefault(_PT_LIMIT_FACTS[f["k"]], parse_size(f["v"]))
             used.add(j)
             lines.append(j)
+        if "\\n" in line:
+            # The message relayed as a string with its newlines escaped (a Rust panic's Debug, a JSON field, a repr):
+            # its field lines are the pieces after each "\n" on this line.
+            pieces = line[m.end():].split("\\n")[1:9]
+            for n, piece in enumerate(pieces):
+                f = _PT_LIMIT_FIELD.match(piece)
+                if f is not None and (f["k"] is not None or (n and "PyTorch limit" in pieces[n - 1])):
+                    facts.setdefault(_PT_LIMIT_FACTS[f["k"]], parse_size(f["v"]))
         dev_s = f"cuda:{facts['device_index']}" if "device_index" in facts else "GPU"
         title = f"CUDA OOM on {dev_s}: allocation on the device " + (
             "would exceed the allowed memory" if m["would"] else "failed")

@@ -604,7 +604,7 @@ def test_allocation_on_device_limit_message_gives_device_and_its_fields() -> Non
         "torch.OutOfMemoryError: Allocation on device 1 would exceed allowed memory. (out of memory)\n"
         "Currently allocated     : 5.25 GiB\n"
         "Requested               : 768.00 MiB\n"
-        "Device limit            : 6.00 GiB\n"
+        "Device limit            : 15.00 GiB\n"
         "Free (according to CUDA): 9.10 GiB\n"
         "PyTorch limit (set by user-supplied memory fraction)\n"
         "                        : 6.00 GiB"
@@ -613,7 +613,30 @@ def test_allocation_on_device_limit_message_gives_device_and_its_fields() -> Non
     assert f.facts["requested_bytes"] == parse_size("768.00 MiB")
     assert f.facts["allocated_bytes"] == parse_size("5.25 GiB")
     assert f.facts["free_bytes"] == parse_size("9.10 GiB")
+    # "Device limit" is the device's total; the fraction's limit is the value under "PyTorch limit".
+    assert f.facts["total_capacity_bytes"] == parse_size("15.00 GiB")
     assert f.facts["max_allowed_bytes"] == parse_size("6.00 GiB")
+
+
+def test_allocation_on_device_relayed_with_escaped_newlines_keeps_its_fields() -> None:
+    f = _one(
+        "Error: Warmup(Generation(\"Allocation on device 2 would exceed allowed memory. (out of memory)\\nCurrently "
+        "allocated     : 9.50 GiB\\nRequested               : 1.25 GiB\\nDevice limit            : 11.00 GiB\\nFree "
+        "(according to CUDA): 64.00 MiB\\nPyTorch limit (set by user-supplied memory fraction)\\n                       "
+        " : 10.50 GiB\"))"
+    )
+    assert f.facts["device_index"] == 2 and f.facts["requested_bytes"] == parse_size("1.25 GiB")
+    assert f.facts["allocated_bytes"] == parse_size("9.50 GiB") and f.facts["free_bytes"] == parse_size("64.00 MiB")
+    assert f.facts["total_capacity_bytes"] == parse_size("11.00 GiB")
+    assert f.facts["max_allowed_bytes"] == parse_size("10.50 GiB")
+
+
+def test_the_of_the_allocated_memory_sentence_cut_early_still_gives_the_allocated_figure() -> None:
+    f = _one(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacty of "
+        "23.69 GiB of which 5.06 MiB is free. Of the allocated memory 21.88 GiB is al"
+    )
+    assert f.facts["allocated_bytes"] == parse_size("21.88 GiB") and f.facts["device_index"] == 1
 
 
 def test_allocation_on_device_cut_to_its_first_words_is_still_a_pytorch_oom() -> None:

@@ -298,6 +298,9 @@ _KILL_HEAD = re.compile(
 _KILL_FIELD = re.compile(r"(?<![\w-])(?P<k>total-vm|vsz|anon-rss|file-rss|shmem-rss|pgtables):(?P<v>\d+)[ \t]*kB\b")
 # A value is read only when what follows it shows it whole (its unit, or the space before the next field):
 # a line cut inside "UID:1000" must not say UID 1.
+# A line that goes on with a kill line's fields, wrapped before one (the grouper keeps it with the kill line:
+# agent/logs/grouping.py's KILL_FIELDS_WRAPPED): it starts with a field, or with the "rss:" of a name cut at its "-".
+_KILL_WRAPPED = re.compile(r"^[\s>]*(?:total-vm|vsz|anon-rss|file-rss|shmem-rss|rss):\d+[ \t]*kB\b")
 _KILL_UID = re.compile(r"(?<![\w-])UID:(?P<uid>\d+)(?=[\s,])")
 _KILL_ADJ = re.compile(r"(?<![\w-])oom_score_adj:(?P<adj>-?\d+)\b")
 _KILL_FACTS = {"total-vm": "total_vm_bytes", "vsz": "total_vm_bytes", "anon-rss": "anon_rss_bytes",
@@ -507,6 +510,13 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     uid = m["uid0"] or m["uid1"]
                     _put(f, "uid", int(uid) if uid else None)
                     _kill_fields(kl.body[m.end() :], f)
+                    if i + 1 < len(lines) and "kB" in lines[i + 1] and _KILL_WRAPPED.match(lines[i + 1]):
+                        # The line wrapped (a terminal, a mail, a note) before a field: its next line goes on
+                        # with the kill's fields ("total-vm:...kB, anon-rss:...kB, ..."), or with the field whose
+                        # name the wrap cut at its "-" ("anon-" / "rss:312kB").
+                        body = kl.body.rstrip()
+                        rest = lines[i + 1].strip().lstrip(">").strip()
+                        _kill_fields(body[m.end():] + ("" if body.endswith("-") else " ") + rest, f)
                 else:
                     f["total_vm_bytes"] = int(m["vm"]) * 1024
                     f["anon_rss_bytes"] = int(m["anon"]) * 1024

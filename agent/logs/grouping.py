@@ -39,7 +39,8 @@ A line that is not inside a block opens one when it is, tried in this order:
 4. A kernel OOM burst: from ``invoked oom-killer`` through ``Killed process``, plus the
    ``oom_reaper: reaped process`` line when it comes next; blank lines inside are dropped. A
    ``Kill process N ... or sacrifice child`` line without the header starts a burst of at most
-   8 lines; a lone ``Killed process`` line is a burst of its own (with its oom_reaper line). A
+   8 lines; a lone ``Killed process`` line is a burst of its own (with its oom_reaper line). A kill line wrapped
+   before one of its fields keeps the line that goes on with them (``total-vm:...kB, anon-rss:...kB``). A
    report pasted without its header (its Mem-Info figures, its "Tasks state" line, task-table
    rows alone) or a page-allocation warning (warn_alloc) opens a burst that goes on only while
    the lines have the shapes of such a report (Mem-Info, zones, the task table, the kill). So does
@@ -267,6 +268,9 @@ _MEMINFO_MORE = re.compile(
 # dump_stack()'s first line ("CPU: 3 PID: 777 Comm: python3 Not tainted 5.15.0 #1"): a kernel report
 # pasted from its stack when the next line is the stack's "Hardware name:" or "Call Trace:" (rule 4).
 _STACK_HEAD = re.compile(r"CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: ")
+# A kill line wrapped before one of its fields (a terminal, a mail, a note): the next line goes on with them,
+# "total-vm:...kB, anon-rss:...kB", or with a field's name cut at its "-" ("anon-" / "rss:312kB").
+KILL_FIELDS_WRAPPED = re.compile(r"^[\s>]*(?:total-vm|vsz|anon-rss|file-rss|shmem-rss|rss):\d+[ \t]*kB\b")
 _STACK_NEXT = re.compile(r"Hardware name: |[Cc]all [Tt]race:")  # after any prefix (dmesg, syslog, journal)
 _VSCODE_EXC = re.compile(r"Exception has occurred: [A-Za-z_][\w.]*\s*$")
 # ComfyUI's error report (its frontend's "# ComfyUI Error Report" template): "- **Exception Type:** X", the class
@@ -365,6 +369,7 @@ _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
 _BURST, _KILLED, _MEMINFO, _STACK = "burst", "killed", "meminfo", "stack_head"
+_KILL_WRAPPED = "kill_wrapped"  # the kill line and the line its wrapped fields went on to
 _HEADER, _STATS, _VERTICAL = "header", "stats", "vertical"
 _BODY = "body"
 _CLOSED = "closed"
@@ -496,7 +501,7 @@ def _alloc_step(g: _Group[L], rest: str) -> tuple[int, str]:
 
 
 def _meminfo_step(g: _Group[L], rest: str) -> tuple[int, str]:
-    if g.state == _KILLED:
+    if g.state == _KILLED or g.state == _KILL_WRAPPED:
         return _kernel_oom_step(g, rest)
     if _blank(rest):
         return _DROP, g.state
@@ -518,8 +523,12 @@ def _kernel_oom_step(g: _Group[L], rest: str) -> tuple[int, str]:
         return (_TAKE, _MEMINFO) if _STACK_NEXT.search(rest) else (_END, g.state)
     if g.state == _MEMINFO:
         return _meminfo_step(g, rest)
-    if g.state == _KILLED:
-        return (_TAKE_LAST, _KILLED) if "oom_reaper: reaped process" in rest else (_END, _KILLED)
+    if g.state == _KILLED or g.state == _KILL_WRAPPED:
+        if "oom_reaper: reaped process" in rest:
+            return _TAKE_LAST, _KILLED
+        if g.state == _KILLED and "kB" in rest and KILL_FIELDS_WRAPPED.match(rest):
+            return _TAKE, _KILL_WRAPPED  # the kill line's fields, wrapped onto this line
+        return _END, _KILLED
     if "Killed process" in rest:
         return _TAKE, _KILLED
     if "invoked oom-killer" in rest:

@@ -870,3 +870,29 @@ def test_an_allocation_that_stalled_then_invoked_the_oom_killer_is_the_kills_fau
     # A stall of another allocation (another order) stays its own warning.
     other = merge_repeats([*HOST.classify(stall.replace("order:1", "order:3")), *HOST.classify(kill)])
     assert sorted(f.kind for f in other) == sorted([KIND_MEMORY_ALLOC_FAILURE, KIND_HOST_OOM])
+
+
+def test_kill_line_wrapped_before_its_fields_keeps_them_through_the_scan(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "notes.md"
+    p.write_text(
+        "The job died overnight, dmesg says:\n\n"
+        "    Memory cgroup out of memory: Killed process 40211 (trainer)\n"
+        "    total-vm:9123400kB, anon-rss:7011200kB, file-rss:1024kB, shmem-rss:0kB\n\n"
+        "and later\n\n"
+        "[ 8812.100200] Killed process 5120 (worker) total-vm:812000kB, anon-\n"
+        "rss:640000kB, file-rss:2048kB\n",
+        encoding="utf-8",
+    )
+    found = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert len(found) == 2
+    first, second = found
+    assert first.facts["victim_pid"] == 40211
+    assert first.facts["total_vm_bytes"] == 9123400 * 1024 and first.facts["anon_rss_bytes"] == 7011200 * 1024
+    assert second.facts["victim_pid"] == 5120 and second.facts["anon_rss_bytes"] == 640000 * 1024
+
+
+def test_a_fields_line_after_an_unrelated_line_is_not_the_kills() -> None:
+    f = _one("Killed process 777 (app)\nsomething else\ntotal-vm:100kB, anon-rss:50kB")
+    assert "anon_rss_bytes" not in f.facts

@@ -270,7 +270,10 @@ _SUMMARY_LINE = re.compile(
     + _PREFIX
     + r"(?P<key>=== Performance summary ===|Throughput|End-to-End Host Latency|Host Latency|Latency"
     r"|Enqueue Time|H2D Latency|GPU Compute Time|GPU Compute|D2H Latency|Total Host Walltime"
-    r"|Total GPU Compute Time)(?::\s*(?P<body>.*?))?\s*$"
+    r"|Total GPU Compute Time)"
+    # A digest of a summary names one statistic a line after its metric: "Latency median: 16.5417 ms".
+    r"(?: (?P<stat1>min|max|mean|median|percentile\((?P<pct1>\d+(?:\.\d+)?)%\)))?"
+    r"(?::\s*(?P<body>.*?))?\s*$"
 )
 # "min = 1.2 ms"; a hand-copied summary may have lost the "=" ("max 6.19 ms").
 _STAT = re.compile(
@@ -1101,6 +1104,7 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
     prefix: str | None = None
     header = False
     stats_seen = False
+    digest = False  # statistics a line each, "<metric> <stat>: x ms": a digest of trtexec's summary
     throughput = False
     if "min: " in text:
         prefix = _vertical(lines, facts, excerpt)
@@ -1135,6 +1139,14 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
             header = True
             excerpt.append(line.rstrip())
             continue
+        if m.group("stat1") is not None:
+            nm = _NUM_UNIT.match(body.strip()) if key in _STAT_NAMES else None
+            if nm and nm.group("u") == "ms":
+                stat = "p" + m.group("pct1").replace(".", "_") if m.group("pct1") else m.group("stat1")
+                facts[f"{_STAT_NAMES[key]}_{stat}_ms"] = float(nm.group("v"))
+                digest = True
+                excerpt.append(line.rstrip())
+            continue
         if key in _STAT_NAMES:
             stats = list(_STAT.finditer(body))
             if not stats:
@@ -1165,9 +1177,18 @@ def _benchmark(lines: list[str], text: str) -> Finding | None:
         else:
             continue
         excerpt.append(line.rstrip())
+    if digest and not stats_seen:
+        # Statistics written one a line by a digest are trtexec's only beside its own marks: the "[I]" level tag or
+        # the run's "&&&& PASSED TensorRT.trtexec" line (other benchmarks print medians too).
+        if "[I]" in (prefix or "") or "result" in facts:
+            stats_seen = True
+        else:
+            for k in [k for k in facts if k.endswith("_ms")]:
+                del facts[k]
     if throughput and not (stats_seen or header or "total_host_walltime_s" in facts or "total_gpu_compute_time_s" in facts):
-        # A lone "Throughput: N qps" is trtexec's only with its "[I]" level tag (other tools print qps too).
-        if "[I]" not in (prefix or ""):
+        # A lone "Throughput: N qps" is trtexec's only with its "[I]" level tag or its run's "&&&& PASSED
+        # TensorRT.trtexec" line (other tools print qps too).
+        if "[I]" not in (prefix or "") and "result" not in facts:
             throughput = False
             facts.pop("throughput_qps", None)
     if not (stats_seen or throughput):

@@ -218,9 +218,11 @@ _TRT_PREFIX = re.compile(
     r"\s*(?:\[(?:INFO|WARNING|ERROR|VERBOSE)\]\s*)?(?:\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*)?(?:\[[IWEVF]\]\s*)?"
 )
 _THROUGHPUT = re.compile(r"Throughput: [\d.]+ qps")
+# A metric, or a metric and one statistic of it as a digest of a summary writes it ("Latency median: 16.54 ms").
 _SUMMARY_STAT = re.compile(
     r"(?:Throughput|Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency|Total Host Walltime"
-    r"|Total GPU Compute Time|Host Latency|End-to-End Host Latency|Host Compute Time):"
+    r"|Total GPU Compute Time|Host Latency|End-to-End Host Latency|Host Compute Time)"
+    r"(?: (?:min|max|mean|median|percentile\([\d.]+%\)))?:"
 )
 # ggml's CUDA error report (rule 9): ggml-cuda.cu's CUDA_CHECK (2023) fprintf(stderr, "\nCUDA error %d at %s:%d: %s\n",
 # ...) then fprintf(stderr, "current device: %d\n", id) (CUBLAS_CHECK: "cuBLAS error %d at ..."); ggml_cuda_error()

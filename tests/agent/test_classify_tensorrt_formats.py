@@ -883,3 +883,26 @@ def test_the_int64_cast_is_folded_into_the_builds_own_outcome(tmp_path: Path) ->
 
 def test_a_sentence_about_int64_weights_is_no_warning() -> None:
     assert TRT.classify("TensorRT has no native INT64 support, so the parser will cast INT64 weights to INT32.") == []
+
+
+# ------------------------------------------------------------------------------ a digest of trtexec's summary
+
+
+def test_a_digest_of_a_summary_with_its_passed_line_is_a_benchmark(tmp_path: Path) -> None:
+    (f,) = _scan(tmp_path, (
+        "Result on the Orin:\n\n"
+        "Throughput: 88.125 qps\n"
+        "Latency mean: 11.402 ms\n"
+        "Latency percentile(99%): 12.75 ms\n"
+        "GPU Compute Time median: 10.9 ms\n"
+        "&&&& PASSED TensorRT.trtexec [TensorRT v8602] # trtexec --loadEngine=m.plan\n"
+    ))
+    assert f.kind == KIND_TRT_BENCHMARK
+    assert f.facts["throughput_qps"] == 88.125 and f.facts["latency_mean_ms"] == 11.402
+    assert f.facts["latency_p99_ms"] == 12.75 and f.facts["gpu_compute_median_ms"] == 10.9
+    assert f.facts["result"] == "PASSED"
+
+
+def test_another_tools_throughput_and_medians_are_no_trtexec_benchmark(tmp_path: Path) -> None:
+    found = _scan(tmp_path, "Throughput: 1200 qps\nLatency median: 3.2 ms\nLatency max: 9.1 ms\nDone.\n")
+    assert [f for f in found if f.kind == KIND_TRT_BENCHMARK] == []

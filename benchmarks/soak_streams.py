@@ -290,6 +290,7 @@ class SimulatedDevice:
             acked_before = self.acked
             self.phase = "registering"
             retry_after_s = 0.0
+            paced = False
             try:
                 await self._session(address)
             except grpc.aio.AioRpcError as exc:
@@ -300,6 +301,7 @@ class SimulatedDevice:
                     attempt = max(attempt, 4)
                 elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     retry_after_s = _retry_after(exc)
+                    paced = retry_after_s > 0
                     log.warning("%s: %s", self.name, self.last_error)
                 else:
                     log.warning("%s: %s; retrying", self.name, self.last_error)
@@ -308,6 +310,10 @@ class SimulatedDevice:
                 log.exception("%s: uplink error with %s", self.name, address)
             finally:
                 self.connected = False
+            if paced:  # as the uplink: the same address when the collector said, the backoff unchanged
+                self.phase = f"told to wait {retry_after_s:.0f} s"
+                await asyncio.sleep(retry_after_s)
+                continue
             address_index += 1
             if self.acked > acked_before:
                 attempt = failed_in_round = 0  # the last session made progress: start the backoff afresh

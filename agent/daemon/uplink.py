@@ -289,6 +289,7 @@ class Uplink:
             acked_before = self.status.acked
             closed_at_once = False
             rebalanced = False
+            paced = False
             try:
                 self._session(address)
             except grpc.RpcError as exc:
@@ -308,6 +309,7 @@ class Uplink:
                     attempt = max(attempt, 4)
                 elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     self._retry_after_s = _retry_after(exc)
+                    paced = self._retry_after_s > 0
                     log.warning("collector %s: %s (%s); retrying after %.1f s", address, code.name, detail, self._retry_after_s)
                 elif code == grpc.StatusCode.UNAVAILABLE and "Socket closed" in str(detail) and not self._connects:
                     # A TLS collector ends a plaintext connection at once, every time, and a
@@ -341,6 +343,14 @@ class Uplink:
                 break
             if rebalanced:  # the same address again, after the shortest pause; no backoff
                 self._stop.wait(self._backoff.delay(0))
+                continue
+            if paced:
+                # The collector is up and said when to come back (its registration queue is full
+                # after a restart, or this agent's own allowance is spent): the same address then,
+                # the backoff unchanged. Counted as a failure, a few refusals in a storm grew the
+                # backoff to its 30 s cap and the agent came back long after its turn.
+                delay, self._retry_after_s = self._retry_after_s, 0.0
+                self._stop.wait(delay)
                 continue
             self._address_index += 1
             if self.status.acked > acked_before:

@@ -316,7 +316,9 @@ _HAS_RAM = re.compile(r"RAM \d+/\d+MB")
 # marker ("# ", "// ", "> ", "* "), the "+" or quote of a string literal's concatenation, and at the end
 # the literal's closing quote, "\n" escape, concatenation, separator or closing bracket, or a shell's
 # continuation backslash.
-_LINE_OPEN = re.compile(r"^\s*(?:(?:#+|//+|>+|\*|\+|\|)\s*)*[`\"']?")
+# A YAML double-quoted scalar (a ROS message echoed) folds a long string with a "\" at the line's end and an escaped
+# "\ " opening the next line, so the space it keeps is not folded away.
+_LINE_OPEN = re.compile(r"^\s*(?:(?:#+|//+|>+|\*|\+|\||\\(?=\s))\s*)*[`\"']?")
 
 # Fields a reading prints once: meeting one again means a new reading, not a continuation.
 _ONCE = frozenset({_on_timestamp, _on_ram, _on_swap, _on_iram, _on_cpu, _on_emc, _on_gr3d, _on_ape, _on_mts, _on_edp})

@@ -108,3 +108,16 @@ def test_a_reading_commented_out_without_a_space_after_the_marker() -> None:
         assert (r.ram_used_mb, r.ram_total_mb, r.swap_total_mb) == (2210, 3956, 1978)
         assert (r.emc_load_pct, r.gr3d_load_pct, r.gr3d_freq_mhz) == (4, 9, (76,))
         assert r.unparsed == ()
+
+
+def test_a_reading_folded_by_yaml_with_escaped_space_continuations_is_one_reading() -> None:
+    # `rostopic echo` of a std_msgs/String: YAML folds the long scalar with "\" at a line's end and "\ " opening the next.
+    text = (
+        'data: "RAM 5120/31920MB (lfb 1200x4MB) SWAP 0/15960MB (cached 0MB) CPU [5%@2265,3%@2265,off,off]\\\n'
+        '  \\ EMC_FREQ 7%@2133 GR3D_FREQ 12%@1377 AUX@31C CPU@33.5C GPU 1200/1180\\\n'
+        '  \\ CPU 640/650\\n"\n'
+        "---\n"
+    )
+    (r,) = read_tegrastats_text(text)
+    assert (r.ram_used_mb, r.ram_total_mb, r.swap_total_mb) == (5120, 31920, 15960)
+    assert r.emc_load_pct == 7 and r.gr3d_load_pct == 12 and r.gr3d_freq_mhz == (1377,)

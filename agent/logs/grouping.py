@@ -88,6 +88,10 @@ A line that is not inside a block opens one when it is, tried in this order:
    ``EARLYOOM_LINES`` lines, ended by a blank line or another report. Its kill line alone says nothing
    of earlyoom, so it is read with the line that does.
 
+11. NvMap's handle allocation failing with no errno (``NvMapMemHandleAlloc: error 0``) and the lines right after it
+   that report an allocation failing (``NvRmStream: Buffer allocation failed``, ``Error InsufficientMemory``, a CUDA
+   OOM): the layers above telling the same failure, which is what makes "error 0" one; at most ``NVMAP_LINES`` lines.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -233,6 +237,15 @@ _GGML_DEVICE = re.compile(r"\s*current device: -?\d+\b")
 # earlyoom v0.x (rule 10): "Out of memory! avail: 314 MiB < min: 314 MiB" (later "mem min:"), then "Killing process N name".
 _EARLYOOM_OPEN = re.compile(r"\bOut of memory! (?:avail|mem min):")
 _EARLYOOM_KILL = re.compile(r"\bKilling process \d+")
+# NvMap's "error 0" (rule 11): "NvMapMemHandleAlloc: error 0", the handle allocation failing with no errno, then the
+# layers above reporting that same allocation's failure on the lines right after it ("NvRmStream: Buffer allocation
+# failed (err=6)", "(Argus) Error InsufficientMemory: ...", a CUDA OOM).
+_NVMAP_ERROR0 = re.compile(r"\bNvMap\w*Alloc\w*: error 0\b")
+_ALLOC_FAILED_LINE = re.compile(
+    r"\b[Aa]lloc\w* (?:FAILED|[Ff]ailed)|[Ff]ailed to allocate|InsufficientMemory|[Oo]ut of memory|OutOfMemory"
+    r"|\bENOMEM\b|Cannot allocate memory|cudaErrorMemoryAllocation"
+)
+NVMAP_LINES = 4
 # A TensorFlow / XLA allocator report: the error, its allocator summary and dump, the coordinator's
 # echo, the node names, XLA's BufferAssignment listing (rule 4 of the module docstring).
 _ALLOC_OPEN = re.compile(
@@ -311,6 +324,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", *LITERAL_WORDS,
     "CUDA error", "ROCm error", "MUSA error", "cuBLAS error",  # ggml's CUDA error report (rule 9)
     "Out of memory! ",  # earlyoom v0.x's report (rule 10), entered at the "y" another word is entered at
+    "Alloc: error 0",  # NvMap's handle allocation failing with no errno (rule 11)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -366,6 +380,7 @@ _TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _
     "k8s_describe", "k8s_status",
 )
 _GGML = "ggml_cuda_error"
+_NVMAP0 = "nvmap_error0"
 _EARLYOOM = "earlyoom"
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
@@ -603,6 +618,10 @@ def _ggml_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
 
 
+def _nvmap0_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    return (_TAKE, g.state) if not _blank(rest) and _ALLOC_FAILED_LINE.search(rest) else (_END, g.state)
+
+
 def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest) or _EARLYOOM_OPEN.search(rest):
         return _END, g.state
@@ -612,6 +631,7 @@ def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
 _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _GGML: _ggml_step,
     _EARLYOOM: _earlyoom_step,
+    _NVMAP0: _nvmap0_step,
     _TRACEBACK: _traceback_step,
     _GLOG_BLOCK: _glog_step,
     _KERNEL_OOM: _kernel_oom_step,
@@ -626,7 +646,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 10 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 11 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -679,6 +699,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_GGML, _BODY, now_ns, "error", cap=3)
     if "memory! " in text and _EARLYOOM_OPEN.search(text):
         return _Group(_EARLYOOM, _BODY, now_ns, "error", cap=EARLYOOM_LINES)
+    if "Alloc: error 0" in text and _NVMAP_ERROR0.search(text):
+        return _Group(_NVMAP0, _BODY, now_ns, "error", cap=NVMAP_LINES)
     return None
 
 

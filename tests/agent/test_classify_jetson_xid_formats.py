@@ -394,3 +394,27 @@ def test_rm_init_adapter_failing_after_an_xid_on_that_gpu_is_a_second_fault() ->
     )
     merged = merge_repeats([f for line in lines for f in XID.classify(line)])
     assert [(f.facts.get("xid"), f.facts.get("init_failed")) for f in merged] == [(119, None), (None, True)]
+
+
+def test_error_0_and_the_failures_on_the_lines_after_it_are_read_as_one_event_by_scan(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "camera.log"
+    p.write_text(
+        "pipeline started\n"
+        "NvMapMemHandleAlloc: error 0\n"
+        "nvbufsurface: Failed to allocate surface memory\n"
+        "gst: Error InsufficientMemory while creating the buffer pool\n"
+        "pipeline restarted\n",
+        encoding="utf-8",
+    )
+    found = [f for f in scan_file(p).findings if f.kind == KIND_JETSON_MEMORY]
+    assert len(found) == 1 and found[0].facts["source"] == "nvmap" and "errno" not in found[0].facts
+
+
+def test_error_0_followed_by_ordinary_lines_stays_alone_in_a_scan(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "camera.log"
+    p.write_text("NvMapMemHandleAlloc: error 0\nframe 120 decoded\nframe 121 decoded\n", encoding="utf-8")
+    assert [f for f in scan_file(p).findings if f.kind == KIND_JETSON_MEMORY] == []

@@ -82,7 +82,8 @@ A line that is not inside a block opens one when it is, tried in this order:
 9. ggml's CUDA error report (llama.cpp, whisper.cpp): a ``CUDA error 2 at ggml-cuda.cu:5509: out of
    memory`` or ``CUDA error: out of memory`` line (ROCm, MUSA and cuBLAS alike) and the ``current
    device: N`` line its CUDA_CHECK prints next, then the indented statement that failed (since 2024):
-   at most three lines, so the device is read with the error.
+   at most three lines, so the device is read with the error. On a Jetson, NvMap's ``NvMap...Alloc: error 0``
+   printed next is that allocation's own report, and stays in the block.
 10. earlyoom's v0.x kill report: its ``Out of memory! avail: N MiB < min: N MiB`` line, the candidates'
    debug lines it may print next, and the ``Killing process N name`` line that ends it; at most
    ``EARLYOOM_LINES`` lines, ended by a blank line or another report. Its kill line alone says nothing
@@ -612,6 +613,8 @@ def _literal_step(g: _Group[L], rest: str) -> tuple[int, str]:
 
 
 def _ggml_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if "Alloc: error 0" in rest and _NVMAP_ERROR0.search(rest):
+        return _TAKE, g.state  # on a Jetson, NvMap's report of the same allocation (rule 11), printed beside it
     if g.state == _BODY:
         return (_TAKE, _DEVICE_LINE) if _GGML_DEVICE.match(rest) else (_END, g.state)
     # After the device line, ggml_cuda_error's indented statement, the report's last line.

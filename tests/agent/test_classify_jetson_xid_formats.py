@@ -418,3 +418,12 @@ def test_error_0_followed_by_ordinary_lines_stays_alone_in_a_scan(tmp_path) -> N
     p = tmp_path / "camera.log"
     p.write_text("NvMapMemHandleAlloc: error 0\nframe 120 decoded\nframe 121 decoded\n", encoding="utf-8")
     assert [f for f in scan_file(p).findings if f.kind == KIND_JETSON_MEMORY] == []
+
+
+def test_error_0_printed_right_after_a_cuda_error_line_is_read_with_it_by_scan(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "orin.log"
+    p.write_text("step 40\nCUDA error: out of memory\nNvMapMemHandleAlloc: error 0\nstep 41\n", encoding="utf-8")
+    kinds = sorted(f.kind for f in scan_file(p).findings)
+    assert kinds == sorted(["cuda_oom", KIND_JETSON_MEMORY])

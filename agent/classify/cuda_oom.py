@@ -1154,7 +1154,8 @@ _RAW = re.compile(
     r"|(?P<rtname>cudaErrorMemoryAllocation)"
     r"|(?P<drv>CUDA_ERROR_OUT_OF_MEMORY)"
     r"|(?P<thc>cuda runtime error \(2\) : out of memory|THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory)"
-    r"|(?P<call>cuda\w*(?:Malloc|Alloc)\w*)(?:\(\))?(?: retry)? failed: out of memory"  # ggml; MXNet's "retry"
+    # ggml; MXNet's "retry"; a driver API call ("cuMemAlloc", "cuMemHostAlloc failed: out of memory").
+    r"|(?P<call>(?:cuda\w*|(?<![\w.])cuMem\w*)(?:Malloc|Alloc)\w*)(?:\(\))?(?: retry)? failed: out of memory"
     r"|(?P<ortcall>CUDA failure 2: out of memory)"  # ONNX Runtime's CudaCall
     # ROCm: PyTorch's "HIP error: out of memory", HIP's enum name (AMDGPU.jl's "HIPError(code hipErrorOutOfMemory").
     r"|(?P<hip>HIP error: out of memory|hipErrorOutOfMemory)"

@@ -853,3 +853,9 @@ def test_a_library_that_caught_the_backends_oom_and_goes_on_is_a_warning() -> No
 
 def test_a_sentence_about_an_oom_in_some_tool_is_not_that_warning() -> None:
     _none("I hit a CUDA OutOfMemoryError in Colab, any idea?")
+
+
+@pytest.mark.parametrize("call", ["cuMemAlloc", "cuMemHostAlloc", "cuMemAllocManaged"])
+def test_a_driver_api_allocation_that_failed_out_of_memory_is_read(call: str) -> None:
+    f = _one(f"decoder: {call} failed: out of memory")
+    assert f.facts["call"] == call and f.facts["cuda_error"] == "cudaErrorMemoryAllocation"

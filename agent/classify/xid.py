@@ -51,6 +51,12 @@ __all__ = ["SXID_CATALOG", "XID_CATALOG", "SxidInfo", "XidClassifier", "XidInfo"
 
 # "(?<![A-Za-z])" keeps "SXid" out of the Xid match; "PCI:" is absent in some old drivers.
 _XID = re.compile(r"(?<![A-Za-z])Xid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<xid>\d+)(?:, ?(?P<rest>[^\n]*))?")
+# The Xid line with its "(PCI:...): " trimmed by whoever quoted it: "Xid 154, GPU recovery action changed from 0x0
+# (None) to 0x2 (OS Reboot)". Read only with the driver's own message after the number (the recovery action, which
+# only Xid 154 prints): a number after "Xid" in a sentence ("Xid 79, the GPU fell off the bus") is prose.
+_XID_TRIMMED = re.compile(
+    r"(?<![A-Za-z])Xid (?P<pci>)(?P<xid>\d{1,3}), ?(?P<rest>GPU recovery action changed from 0x[0-9A-Fa-f]+ [^\n]*)"
+)
 _SXID = re.compile(
     r"(?:(?P<dev>nvidia-nvswitch(?P<swidx>\d+)?): )?SXid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<sxid>\d+)(?:, ?(?P<rest>[^\n]*))?"
 )
@@ -246,6 +252,16 @@ def _classify(text: str) -> list[Finding]:
         for m in _SXID.finditer(text):
             found.append((m.start(), _sxid_finding(text, m)))
             covered.append((m.start(), m.end()))
+        if "recovery action" in text:
+            for m in _XID_TRIMMED.finditer(text):
+                if _inside(m.start(), covered):
+                    continue
+                covered.append((m.start(), m.end()))
+                f = _xid_finding(text, m)
+                facts = dict(f.facts)
+                facts.pop("pci_address", None)  # trimmed with the line's start: no GPU printed
+                found.append((m.start(), Finding(kind=f.kind, severity=f.severity, title=f.title, facts=facts,
+                                                 excerpt=f.excerpt, ts_ns=f.ts_ns)))
     if "fallen off" in text:
         for start, finding in _bus_notices(text, covered, xid79_pcis):
             found.append((start, finding))

@@ -427,3 +427,16 @@ def test_error_0_printed_right_after_a_cuda_error_line_is_read_with_it_by_scan(t
     p.write_text("step 40\nCUDA error: out of memory\nNvMapMemHandleAlloc: error 0\nstep 41\n", encoding="utf-8")
     kinds = sorted(f.kind for f in scan_file(p).findings)
     assert kinds == sorted(["cuda_oom", KIND_JETSON_MEMORY])
+
+
+def test_an_xid_154_line_trimmed_of_its_pci_part_is_still_that_xid() -> None:
+    found = XidClassifier().classify(
+        "after the crash: Xid 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    )
+    assert len(found) == 1
+    f = found[0]
+    assert f.facts["xid"] == 154 and "pci_address" not in f.facts and f.facts["needs_gpu_reset"] is True
+
+
+def test_a_sentence_naming_an_xid_number_is_not_a_trimmed_xid_line() -> None:
+    assert XidClassifier().classify("We saw Xid 79, the GPU fell off the bus, twice last week.") == []

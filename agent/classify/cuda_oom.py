@@ -1563,7 +1563,20 @@ def _caller(text: str, lib: str) -> str | None:
         return "pytorch"
     if "tensorflow/" in text:
         return "tensorflow"
+    if _SE_HANDLE.search(text):
+        # The stream executor's own wording of the status (cuda_blas.cc, cuda_dnn.cc, the convolution autotuner):
+        # TensorFlow's, or XLA's as jaxlib vendors it where the text shows JAX.
+        return "jax" if "jax" in text or "XlaRuntimeError" in text else "tensorflow"
     return None
+
+
+# TensorFlow's stream executor naming the handle it could not create, as its LOG(ERROR) prints it: "failed to create
+# cublas handle: CUBLAS_STATUS_...", "Could not create cudnn handle: CUDNN_STATUS_...", and its convolution autotuner's
+# "Profiling failure on CUDNN engine N: UNKNOWN: CUDNN_STATUS_...".
+_SE_HANDLE = re.compile(
+    r"failed to create cublas handle: CUBLAS_STATUS_|Could not create cudnn handle: CUDNN_STATUS_"
+    r"|Profiling failure on (?i:cudnn) engine \d+: \w+: CUDNN_STATUS_"
+)
 
 
 def _libraries(ev: _Event, found: dict[tuple, _Acc], text: str) -> None:

@@ -859,3 +859,13 @@ def test_a_sentence_about_an_oom_in_some_tool_is_not_that_warning() -> None:
 def test_a_driver_api_allocation_that_failed_out_of_memory_is_read(call: str) -> None:
     f = _one(f"decoder: {call} failed: out of memory")
     assert f.facts["call"] == call and f.facts["cuda_error"] == "cudaErrorMemoryAllocation"
+
+
+@pytest.mark.parametrize("line", [
+    "I keep getting `failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED` on the second GPU",
+    "E1102 08:00:00.123456 140 cuda_dnn.cc:350] Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
+    "  Profiling failure on CUDNN engine 3: UNKNOWN: CUDNN_STATUS_ALLOC_FAILED",
+])
+def test_the_stream_executors_handle_wording_names_tensorflow_as_the_framework(line: str) -> None:
+    f = _one(line)
+    assert f.facts["framework"] == "tensorflow" and f.facts["library"] in ("cublas", "cudnn")

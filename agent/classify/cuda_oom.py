@@ -24,6 +24,11 @@ from . import _triggers
 from ._base import KIND_CUDA_OOM, FactValue, Finding
 from ._context import jetson_context
 from ._units import parse_size
+
+# The grouper's wrapped-message shape (agent/logs/grouping.py, rule 12), the same for both.
+OOM_WRAPPED = re.compile(
+    r"(?i:out of memory)\b[^\n]*?(?:\([^()\n]*[;,]|\b(?:only|is|of|to|and|with|was) )[ \t]*$"
+)
 from .host_oom import iso_ns
 
 # A size as frameworks print it: "12.50 MiB", "16.07MiB", "0 bytes", "48.5KiB".
@@ -134,6 +139,8 @@ class _Event:
     @classmethod
     def of(cls, text: str) -> _Event:
         lines = text.splitlines()  # also drops the "\r" of CRLF samples
+        if "of memory" in text and len(lines) > 1:
+            lines = _unwrapped(lines)
         glog: list[tuple[str, str, str] | None] = []
         for line in lines:
             m = _GLOG.match(line) if line[:2].isdigit() else None
@@ -173,6 +180,21 @@ class _Event:
     def vscode_exception(self) -> str | None:
         m = next((m for m in map(_VSCODE_EXC.match, self.lines[:3]) if m), None)
         return m["exc"] if m else None
+
+
+def _unwrapped(lines: list[str]) -> list[str]:
+    """``lines`` with an out-of-memory message that a page or a terminal wrapped joined to the line it goes on to
+    (the grouper keeps the two in one event: agent/logs/grouping.py's OOM_WRAPPED)."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if i + 1 < len(lines) and lines[i + 1].strip() and "of memory" in line and OOM_WRAPPED.search(line):
+            line = line.rstrip() + " " + lines[i + 1].strip()
+            i += 1
+        out.append(line)
+        i += 1
+    return out
 
 
 def _excerpt(lines: list[str], indices: list[int]) -> str:

@@ -93,6 +93,10 @@ A line that is not inside a block opens one when it is, tried in this order:
    that report an allocation failing (``NvRmStream: Buffer allocation failed``, ``Error InsufficientMemory``, a CUDA
    OOM): the layers above telling the same failure, which is what makes "error 0" one; at most ``NVMAP_LINES`` lines.
 
+12. An out-of-memory message wrapped (``OOM_WRAPPED``): a line with "out of memory" that ends inside the figures it
+   lists in parentheses, after a ";" or ",", or inside a clause after its space ("... is only "), and the line it goes
+   on to: two lines at most.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -247,6 +251,12 @@ _ALLOC_FAILED_LINE = re.compile(
     r"|\bENOMEM\b|Cannot allocate memory|cudaErrorMemoryAllocation"
 )
 NVMAP_LINES = 4
+# An out-of-memory message wrapped by a page, a terminal or its writer (rule 12): its line ends inside the figures it
+# lists in parentheses, after a separator ("(GPU 0; 10.91 GiB total capacity; 9.52 GiB already allocated;" / "17.56 MiB
+# free; ...)"), or inside a clause, after its space ("available memory is only " / "416.625000MB.").
+OOM_WRAPPED = re.compile(
+    r"(?i:out of memory)\b[^\n]*?(?:\([^()\n]*[;,]|\b(?:only|is|of|to|and|with|was) )[ \t]*$"
+)
 # A TensorFlow / XLA allocator report: the error, its allocator summary and dump, the coordinator's
 # echo, the node names, XLA's BufferAssignment listing (rule 4 of the module docstring).
 _ALLOC_OPEN = re.compile(
@@ -326,6 +336,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "CUDA error", "ROCm error", "MUSA error", "cuBLAS error",  # ggml's CUDA error report (rule 9)
     "Out of memory! ",  # earlyoom v0.x's report (rule 10), entered at the "y" another word is entered at
     "Alloc: error 0",  # NvMap's handle allocation failing with no errno (rule 11)
+    "of memory",  # an out-of-memory message wrapped (rule 12)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -382,6 +393,7 @@ _TRACEBACK, _GLOG_BLOCK, _KERNEL_OOM, _TRT_SUMMARY, _TRT_DEVICE, _K8S, _ALLOC, _
 )
 _GGML = "ggml_cuda_error"
 _NVMAP0 = "nvmap_error0"
+_OOM_WRAP = "oom_wrapped"
 _EARLYOOM = "earlyoom"
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
@@ -621,6 +633,10 @@ def _ggml_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
 
 
+def _oom_wrap_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    return (_END, g.state) if _blank(rest) else (_TAKE_LAST, g.state)
+
+
 def _nvmap0_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE, g.state) if not _blank(rest) and _ALLOC_FAILED_LINE.search(rest) else (_END, g.state)
 
@@ -635,6 +651,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _GGML: _ggml_step,
     _EARLYOOM: _earlyoom_step,
     _NVMAP0: _nvmap0_step,
+    _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
     _GLOG_BLOCK: _glog_step,
     _KERNEL_OOM: _kernel_oom_step,
@@ -649,7 +666,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 11 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 12 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -704,6 +721,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_EARLYOOM, _BODY, now_ns, "error", cap=EARLYOOM_LINES)
     if "Alloc: error 0" in text and _NVMAP_ERROR0.search(text):
         return _Group(_NVMAP0, _BODY, now_ns, "error", cap=NVMAP_LINES)
+    if "of memory" in text and OOM_WRAPPED.search(text):
+        return _Group(_OOM_WRAP, _BODY, now_ns, "error", cap=2)
     return None
 
 

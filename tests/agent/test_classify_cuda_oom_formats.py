@@ -869,3 +869,30 @@ def test_a_driver_api_allocation_that_failed_out_of_memory_is_read(call: str) ->
 def test_the_stream_executors_handle_wording_names_tensorflow_as_the_framework(line: str) -> None:
     f = _one(line)
     assert f.facts["framework"] == "tensorflow" and f.facts["library"] in ("cublas", "cudnn")
+
+
+def test_a_pytorch_message_wrapped_inside_its_figures_keeps_the_figures_after_the_wrap(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "issue.md"
+    p.write_text(
+        "RuntimeError: CUDA out of memory. Tried to allocate 64.00 MiB (GPU 1; 7.79 GiB total capacity; 6.90 GiB "
+        "already allocated;\n12.25 MiB free; 7.01 GiB reserved in total by PyTorch)\n\nAny idea?\n",
+        encoding="utf-8",
+    )
+    (f,) = scan_file(p).findings
+    assert f.facts["free_bytes"] == parse_size("12.25 MiB") and f.facts["device_index"] == 1
+    assert f.facts["allocated_bytes"] == parse_size("6.90 GiB")
+
+
+def test_a_paddle_message_wrapped_after_its_last_words_keeps_the_free_figure(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "issue.md"
+    p.write_text(
+        "Out of memory error on GPU 1. Cannot allocate 2.000000GB memory on GPU 1, available memory is only \n"
+        "    120.500000MB.\n",
+        encoding="utf-8",
+    )
+    (f,) = scan_file(p).findings
+    assert f.facts["device_index"] == 1 and f.facts["free_bytes"] == parse_size("120.500000MB")

@@ -237,6 +237,8 @@ _NODE = re.compile(r"(?:for node|node|layer) (?=[^\s,:()]*[\d/_.\[\]{}A-Z])(?P<l
 # applied to shape tensor ...)", "((Unnamed Layer* 7) [Shuffle]: at most one dimension may be inferred)".
 _LAYER_FIRST = re.compile(r"^(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]]+\]|[^\s:()][^:()]*?): (?:an? )?I[A-Z]\w*Layer\b")
 _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
+_UNNAMED_FIRST = re.compile(r"^\s*(?:\d{1,2}: )?(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]\n]+\])\s*:")
+_UFF_VALIDATOR = re.compile(r"\bValidator error: (?P<layer>[^\s:]+): Unsupported operation\b")
 # TensorRT 7's network validation names the layer first: "Layer: Where_1305's output can not be used as shape tensor."
 _LAYER_OWN = re.compile(r"\bLayer: (?P<layer>[^\s']+)'s ")
 # The builder's error when no tactic fits (TensorRT 5 to 7, and TF-TRT's "DefaultLogger" relaying it):
@@ -570,7 +572,7 @@ def _error_line(line: str) -> Finding | None:
     facts["category"] = category
     facts["message"] = message
     if "layer" not in facts and category != "onnx_parser_error" and (
-        "node" in message or "layer" in message or "Layer" in message
+        "node" in message or "layer" in message or "Layer" in message or "Validator error" in message
     ):
         # The node a "no implementation" error names runs to the end of its detail (or message).
         detail = facts.get("error_detail")
@@ -584,6 +586,12 @@ def _error_line(line: str) -> Finding | None:
             # Connected]") or lost its ")": the node runs to the message's end, less the detail's ")".
             whole = _whole_node(message)
         own = _LAYER_OWN.search(message) if "Layer: " in message else None
+        if not (impl or first or own):
+            # A layer's own error names it first in the logger's message: "3: (Unnamed Layer* 201) [Convolution]:kernel
+            # weights has count ..." (TensorRT's automatic name), the UFF parser's "Validator error: <node>: Unsupported
+            # operation <op>".
+            own = (_UNNAMED_FIRST.search(detail if isinstance(detail, str) else message) if "Unnamed Layer" in message
+                   else _UFF_VALIDATOR.search(message) if "Validator error" in message else None)
         node = impl or first or own or _NODE.search(message)
         if whole is not None:
             facts["layer"] = whole

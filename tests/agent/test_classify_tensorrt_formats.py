@@ -906,3 +906,16 @@ def test_a_digest_of_a_summary_with_its_passed_line_is_a_benchmark(tmp_path: Pat
 def test_another_tools_throughput_and_medians_are_no_trtexec_benchmark(tmp_path: Path) -> None:
     found = _scan(tmp_path, "Throughput: 1200 qps\nLatency median: 3.2 ms\nLatency max: 9.1 ms\nDone.\n")
     assert [f for f in found if f.kind == KIND_TRT_BENCHMARK] == []
+
+
+# ------------------------------------------------------------------------------ a layer named first
+
+
+def test_a_layers_own_error_names_its_automatic_name_first() -> None:
+    facts = _one(f"{STAMP} [E] [TRT] 3: (Unnamed Layer* 57) [Deconvolution]:kernel weights has count 4096 but 2048 was expected")
+    assert facts["layer"] == "(Unnamed Layer* 57) [Deconvolution]"
+
+
+def test_the_uff_parsers_validator_error_names_its_node() -> None:
+    facts = _one("ERROR: [TRT]: UffParser: Validator error: box_head/ResizeNearest_1: Unsupported operation _ResizeNearest_TRT")
+    assert facts["layer"] == "box_head/ResizeNearest_1"

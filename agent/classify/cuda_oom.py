@@ -1291,6 +1291,39 @@ def _app_raised(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
         _add(found, ("app", backend, severity), _Acc(facts, title, severity, [i], ev.ts_ns(i)))
 
 
+# Python's MemoryError raised by a GPU runtime's own allocator (tinygrad's HCQ devices: "MemoryError: Cannot allocate
+# 122341986304 bytes: no memory is available."): a device allocation, not the host's, when the traceback's innermost
+# frame is in a GPU backend's module (ops_amd.py, ops_nv.py, ops_cuda.py, cuda_alloc.py, hip/..., metal.py). The same
+# exception from any other frame (NumPy's "Unable to allocate 184. MiB for an array") is the host's.
+_MEMORY_ERROR = re.compile(r"(?:^|[\s:>|\]])MemoryError: (?P<msg>[^\n]*)$")
+_GPU_MODULE = re.compile(r"(?i)(?:^|[_.\-/\\])(?:cuda|hip|amd|amdgpu|rocm|nv|nvidia|gpu|metal|hcq)(?:[_.\-/\\]|$)")
+_BYTES_ASKED = re.compile(r"\ballocate (?P<n>\d+) bytes\b")
+
+
+def _gpu_memory_error(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    frames = [(i, m) for i, line in enumerate(ev.lines) if "File" in line and (m := _PY_FRAME.match(line))]
+    if not frames:
+        return
+    for i, line in enumerate(ev.lines):
+        if i in used or "MemoryError: " not in line:
+            continue
+        m = _MEMORY_ERROR.search(line)
+        inner = [f for j, f in frames if j < i]
+        if m is None or not inner:
+            continue
+        path = inner[-1]["path"].replace("\\", "/")
+        if not _GPU_MODULE.search(path.rsplit("/", 1)[-1]) and not _GPU_MODULE.search(path.rsplit("/", 2)[-2] if "/" in path else ""):
+            continue
+        used.add(i)
+        facts: dict[str, FactValue] = {"exception": "MemoryError", "raised_in": inner[-1]["path"]}
+        b = _BYTES_ASKED.search(m["msg"])
+        _put(facts, "requested_bytes", int(b["n"]) if b else None)
+        title = "GPU out of memory (MemoryError from the device allocator)"
+        if "requested_bytes" in facts:
+            title += f", {format_bytes(int(facts['requested_bytes']))} requested"
+        _add(found, ("memoryerror", facts.get("requested_bytes")), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
 def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used:
@@ -1775,6 +1808,8 @@ class CudaOomClassifier:
             _relion(ev, found, used)
         if "out of memory " in text or "OutOfMemoryError in " in text:
             _app_raised(ev, found, used, text)
+        if "MemoryError: " in text and "File \"" in text:
+            _gpu_memory_error(ev, found, used)
         if "NV_ERR_NO_MEMORY" in text:
             _nvrm(ev, found)
         if "_STATUS_" in text or "CUFFT_ALLOC" in text:

@@ -896,3 +896,23 @@ def test_a_paddle_message_wrapped_after_its_last_words_keeps_the_free_figure(tmp
     )
     (f,) = scan_file(p).findings
     assert f.facts["device_index"] == 1 and f.facts["free_bytes"] == parse_size("120.500000MB")
+
+
+def test_a_memoryerror_raised_in_a_gpu_backends_allocator_is_a_device_oom() -> None:
+    f = _one(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/app/train.py", line 12, in <module>\n    x = Tensor.empty(n).realize()\n'
+        '  File "/opt/lib/grad/runtime/ops_nv.py", line 301, in _gpu_alloc\n'
+        "    raise MemoryError(f\"Cannot allocate {size} bytes: no memory is available.\")\n"
+        "MemoryError: Cannot allocate 8589934592 bytes: no memory is available."
+    )
+    assert f.facts["requested_bytes"] == 8589934592 and "framework" not in f.facts
+
+
+def test_a_memoryerror_from_host_code_is_not_a_device_oom() -> None:
+    _none(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/app/prep.py", line 40, in load\n    arr = np.zeros((n, n))\n'
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 74.5 GiB for an array\n"
+        "MemoryError: Unable to allocate 8589934592 bytes"
+    )

@@ -33,6 +33,7 @@ CUDA_OOM: tuple[str, ...] = (
     'CUDA memory with byte size',  # Triton's memory manager (cuda_oom._TRITON_CUDA)
     'hipError_t(1002)',  # TensorFlow's ROCm stream executor before HIP named its errors
     'MemoryError: ',  # Python's MemoryError raised by a GPU runtime's allocator (cuda_oom._gpu_memory_error)
+    'allocating <= available',  # Paddle Fluid 1.x's GPU allocator check (cuda_oom._PADDLE_ENFORCE)
 )
 # A word with a number inside, entered at its rare capitals: PyTorch's "GPU 0 has a total capacity
 # of ..." sentence on a line of its own.

@@ -106,6 +106,7 @@ def _maybe_oom(text: str) -> bool:
         or "hipError_t(1002)" in text
         or "BFCArena::AllocateRawInternal" in text
         or "_STATUS_NOT_INITIALIZED" in text
+        or "allocating <= available" in text
     )
 
 
@@ -1428,6 +1429,9 @@ _PADDLE = re.compile(
 )
 # CuPy: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"; CuPy >= 7 (and Chainer)
 # "Out of memory allocating 25,600,000 bytes (allocated so far: 3,635,267,072 bytes)." (older without commas).
+# Paddle Fluid 1.x's GPU allocator check (platform/gpu_info.cc, PADDLE_ENFORCE_LE(allocating, available)): "enforce
+# allocating <= available failed, 10513462067 > 1369702144" (bytes, as a comparison).
+_PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed,? (?P<a>\d+) > (?P<b>\d+)")
 _CUPY = re.compile(
     r"[Oo]ut of memory (?:to allocate|allocating) (?P<req>\d{1,3}(?:,\d{3})+|\d+) bytes"
     r"(?: \((?:total (?P<tot>\d{1,3}(?:,\d{3})+|\d+)|allocated so far: (?P<so_far>\d{1,3}(?:,\d{3})+|\d+)) bytes\))?"
@@ -1476,7 +1480,8 @@ def _int(text: str | None) -> int | None:
 def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used or ("emory" not in line and "EMORY" not in line and "] Unable to allocate" not in line
-                         and "] Attempting to allocate" not in line and "BFCArena" not in line):
+                         and "] Attempting to allocate" not in line and "BFCArena" not in line
+                         and "allocating <= available" not in line):
             continue
         facts: dict[str, FactValue] | None = None
         severity = "error"
@@ -1499,6 +1504,8 @@ def _others(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             _put(facts, "requested_bytes", _bytes(m["req"]))
             _put(facts, "allocated_bytes", _bytes(m["alloc"]))
             _put(facts, "free_bytes", _bytes(m["free"]))  # absent when the line ends before it
+        elif "allocating <= available" in line and (m := _PADDLE_ENFORCE.search(line)):
+            facts = {"framework": "paddle", "enforce_allocating_bytes": int(m["a"]), "enforce_available_bytes": int(m["b"])}
         elif "bytes" in line and (m := _CUPY.search(line)):
             facts = {"framework": "cupy"}
             _put(facts, "requested_bytes", _int(m["req"]))
@@ -1802,6 +1809,7 @@ class CudaOomClassifier:
             or "pinned" in text
             or "GPU memory" in text
             or "isn't enough" in text
+            or "allocating <= available" in text
         ):
             _others(ev, found, used)
         if "CudaCustomAllocator" in text or "requestedSpace" in text or "FreeSpace:" in text:

@@ -916,3 +916,9 @@ def test_a_memoryerror_from_host_code_is_not_a_device_oom() -> None:
         "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 74.5 GiB for an array\n"
         "MemoryError: Unable to allocate 8589934592 bytes"
     )
+
+
+def test_paddle_fluids_allocator_check_is_a_paddle_oom() -> None:
+    f = _one("paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 4294967296 > 1073741824")
+    assert f.facts["framework"] == "paddle"
+    assert f.facts["enforce_allocating_bytes"] == 4294967296 and f.facts["enforce_available_bytes"] == 1073741824

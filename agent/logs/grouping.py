@@ -336,7 +336,6 @@ OPEN_WORDS: tuple[str, ...] = (
     "CUDA error", "ROCm error", "MUSA error", "cuBLAS error",  # ggml's CUDA error report (rule 9)
     "Out of memory! ",  # earlyoom v0.x's report (rule 10), entered at the "y" another word is entered at
     "Alloc: error 0",  # NvMap's handle allocation failing with no errno (rule 11)
-    "of memory",  # an out-of-memory message wrapped (rule 12)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -347,6 +346,9 @@ OPEN_SHAPES: tuple[tuple[str, str], ...] = (
     # rule, _MEMINFO_OPEN), entered at that rare "*" rather than at the zone's name.
     ("*", r"\d+kB"),
     *LITERAL_SHAPES,  # a literal continued by a backslash, a Rust raw string (rule 8)
+    # An out-of-memory message wrapped (rule 12): the shape itself, so that the many unwrapped "out of memory" lines
+    # are not handed to the rules one by one.
+    ("of memory", r"\b[^\n]*?(?:\([^()\n]*[;,]|\b(?:only|is|of|to|and|with|was) )[ \t]*(?=\r?\n|$)"),
 )
 MAY_OPEN_BLOCK = compile_gate(OPEN_WORDS, (*OPEN_SHAPES, GLOG_SHAPE))
 # The two openers ``scan`` does not find by a word (a frame line, rule 2, and a glog header, rule

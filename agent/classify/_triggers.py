@@ -49,9 +49,9 @@ HOST_OOM: tuple[str, ...] = (
     # ECS's "OutOfMemoryError: Container killed due to memory usage", earlyoom's sysrq mode, Slurm's "oom_kill
     # event" and srun's "Out Of Memory", vc4's CMA failure; the OOM killer's stack frames (out_of_memory,
     # oom_kill_process) and a zone's watermarks when a report is pasted without its other lines.
-    # (Spelt to hold a rarer character or another classifier's word: "OfMemory" is cuda_oom's, so the scan's gate
-    # adds nothing for it.)
-    'OfMemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
+    # (Spelt to hold a rarer character or another classifier's word: "MemoryError: " is cuda_oom's, so the scan's gate
+    # adds nothing for it; without "OutOf", so that a retyped "OutofMemoryError" gets through.)
+    'MemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
     'out_of_memory',
     'kB min:',
     'oomd attempting to kill',  # systemd-oomd naming the process it kills

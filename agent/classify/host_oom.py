@@ -69,7 +69,7 @@ def _maybe_oom(text: str) -> bool:
         or "sending SIG" in text
         or "process(es) in this unit" in text
         or "killed as a result of limit" in text
-        or "OfMemoryError: Container" in text
+        or "MemoryError: Container" in text
         or "Out Of Memory" in text
         or "*ERROR* Failed to allocate from CMA" in text
         or "oom killer: done" in text
@@ -1261,7 +1261,7 @@ _RUNTIME_OOM = re.compile(
     r"|(?P<forwarded>topic=/tasks/oom\b)"  # containerd forwarding the event
     r"|(?P<inline_json>\"reason\"\s*:\s*\"OOMKilled\")"  # a pod's status as one line of JSON
     r"|(?P<inspect>\bOOMKilled=true\b)"
-    r"|(?P<ecs>OutOfMemoryError: Container killed due to memory usage)"
+    r"|(?P<ecs>Out ?[Oo]f ?MemoryError: Container killed due to memory usage)"  # as retyped too ("OutofMemoryError")
     r"|(?P<ecsagent>process within container (?P<cid>[0-9a-f]{12,64})(?: \(name: \\?\"(?P<name>[^\"\\]+)\\?\"\))? died due to OOM)"
     r"|(?P<taskoom>TaskOOM event container_id:\\?\"?(?P<tcid>[0-9a-f]{12,64}))"
     r"|(?P<talos>Sending SIGKILL to cgroup .*runtime\.OOMController)"
@@ -1306,7 +1306,7 @@ def _attr_name(line: str) -> str | None:
 def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
     out: list[Finding] = []
     for i, line in enumerate(lines):
-        if i in taken or ("OOM" not in line and "oom" not in line and "OfMemoryError: Container" not in line
+        if i in taken or ("OOM" not in line and "oom" not in line and "MemoryError: Container" not in line
                           and "Out Of Memory" not in line and "of memory: killed" not in line):
             continue
         m = _RUNTIME_OOM.search(line)
@@ -1556,7 +1556,7 @@ class HostOomClassifier:
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
         if "OOM" in text or "container oom" in text or "tasks/oom" in text or '"oom"' in text or "kill event" in text \
-                or "OfMemoryError: Container" in text or "Out Of Memory" in text or "of memory: killed" in text:
+                or "MemoryError: Container" in text or "Out Of Memory" in text or "of memory: killed" in text:
             out.extend(_runtime_reports(lines, taken))
         if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text \
                 or "vmalloc error: size" in text \

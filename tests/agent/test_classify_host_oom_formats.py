@@ -896,3 +896,10 @@ def test_kill_line_wrapped_before_its_fields_keeps_them_through_the_scan(tmp_pat
 def test_a_fields_line_after_an_unrelated_line_is_not_the_kills() -> None:
     f = _one("Killed process 777 (app)\nsomething else\ntotal-vm:100kB, anon-rss:50kB")
     assert "anon_rss_bytes" not in f.facts
+
+
+def test_ecs_stop_reason_retyped_with_another_capitalisation_is_still_ecs() -> None:
+    for reason in ("OutofMemoryError: Container killed due to memory usage",
+                   "Status reason: OutOfMemoryError: Container killed due to memory usage  Exit Code 137"):
+        f = _one(f"The task stopped: {reason}")
+        assert f.facts["source"] == "ecs"

@@ -580,11 +580,34 @@ def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyp
     db_stopped = False
     outages: list[tuple[str, float, float]] = []  # (what, start, end) in seconds since the start of the run
     lag_series: list[tuple[float, float]] = []  # (t, worst device's lag s), read from the database
+    # On Citus: the same for the devices on the worker that is never stopped, read by a query
+    # routed to that worker's shards alone, so it goes on answering while the other is stopped.
+    other_lag_series: list[tuple[float, float]] = []
+    other_ids: list[int] = []
     lag_stop = threading.Event()
+
+    def watch_other_workers_lag(url: str) -> None:
+        if cluster is None:
+            return
+        try:
+            with psycopg.connect(url, connect_timeout=2) as conn:
+                if not worker_stopped:  # the placements are read from every node's catalog copy
+                    other_ids[:] = [int(r[0]) for r in conn.execute(
+                        "SELECT d.id FROM devices d JOIN pg_dist_placement p"
+                        " ON p.shardid = get_shard_id_for_distribution_column('host_latest', d.id)"
+                        " JOIN pg_dist_node n ON n.groupid = p.groupid WHERE n.nodeport <> %s", (stopped_port,))]
+                if not other_ids:
+                    return
+                newest = conn.execute("SELECT min(ts_ns) FROM host_latest WHERE device_id = ANY(%s)", (other_ids,)).fetchone()
+        except psycopg.Error:
+            return
+        if newest and newest[0]:
+            other_lag_series.append((time.monotonic() - start, max(0.0, (time.time_ns() - newest[0]) / 1e9)))
 
     def watch_lag() -> None:
         url = f"postgresql://postgres@127.0.0.1:{db_port}/{db_name}"
         while not lag_stop.wait(LAG_EVERY_S):
+            watch_other_workers_lag(url)
             try:
                 with psycopg.connect(url, connect_timeout=2) as conn:
                     # Each device's newest stored host reading (the writer keeps it in host_latest
@@ -779,6 +802,9 @@ def run_soak(args: argparse.Namespace, cluster) -> int:  # type: ignore[no-untyp
         until = min(outages[k + 1][1] if k + 1 < len(outages) else float("inf"), e + BACKOFF_MAX_S + 30)
         peak = max((lag for t, lag in lag_series if b <= t < until), default=0.0)
         print(f"  {what} at {b:.0f}-{e:.0f} s ({e - b:.1f} s): lag peaked at {peak:.1f} s")
+        if what.startswith("worker") and other_lag_series:
+            others = max((lag for t, lag in other_lag_series if b <= t < until), default=float("nan"))
+            print(f"    on the devices of the worker that ran on (not a check): peaked at {others:.1f} s")
     if calm:
         print(f"  away from outages: median {statistics.median(calm):.1f} s, max {max(calm):.1f} s")
     print(f"  worst {worst:.1f} s; bound: the longest outage {longest_outage:.1f} s + backoff cap {BACKOFF_MAX_S:g} s + two batches {2 * args.batch_interval:g} s = {bound:.1f} s")

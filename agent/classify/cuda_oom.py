@@ -24,12 +24,12 @@ from . import _triggers
 from ._base import KIND_CUDA_OOM, FactValue, Finding
 from ._context import jetson_context
 from ._units import parse_size
+from .host_oom import iso_ns
 
 # The grouper's wrapped-message shape (agent/logs/grouping.py, rule 12), the same for both.
 OOM_WRAPPED = re.compile(
     r"(?i:out of memory)\b[^\n]*?(?:\([^()\n]*[;,]|\b(?:only|is|of|to|and|with|was) )[ \t]*$"
 )
-from .host_oom import iso_ns
 
 # A size as frameworks print it: "12.50 MiB", "16.07MiB", "0 bytes", "48.5KiB".
 # Never read from the middle of a number: a text cut at its start (".00 GiB total") has no size.

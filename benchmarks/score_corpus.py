@@ -10,8 +10,8 @@
     python benchmarks/score_corpus.py --part holdout7 # round 7's held-out set (scored once, then read)
     python benchmarks/score_corpus.py --part holdout8 # round 8's held-out set (scored once, then read)
     python benchmarks/score_corpus.py --part holdout9 # round 9's held-out set (scored once, then read)
-    python benchmarks/score_corpus.py --part holdout10 # round 10's held-out set (held out: scored once)
-    python benchmarks/score_corpus.py --part dev      # every part scored and read: rounds 1 to 9
+    python benchmarks/score_corpus.py --part holdout10 # round 10's held-out set (scored once, then read)
+    python benchmarks/score_corpus.py --part dev      # every part scored and read: rounds 1 to 10
     python benchmarks/score_corpus.py --failures      # and every sample that missed, with why
 
 How the corpus was drawn, labelled and split, and what "right" means: ``corpus/PROCEDURE.md``.

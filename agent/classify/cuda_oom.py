@@ -1189,7 +1189,13 @@ _RAW = re.compile(
     r"|(?P<tv>cuda failed with error 2 out of memory)"  # spconv/tensorview's TV_CUDA_CHECK
     r"|(?P<ct2>CUDA failed with error out of memory)"  # CTranslate2's CUDA_CHECK (faster-whisper)
     r"|(?P<ggml2>CUDA error 2 at [\w./\\-]+:\d+: out of memory)"  # ggml's CUDA_CHECK: "CUDA error %d at %s:%d: %s"
-    r"|(?P<ocv>\(-217:Gpu API call\) out of memory)"  # OpenCV's CUDA module: cv::Exception
+    # OpenCV's CUDA module: cv::Exception, >= 3.4 "error: (-217:Gpu API call) out of memory in function 'allocate'",
+    # 2.4's "OpenCV Error: Gpu API call (out of memory) in CudaFuncTable::mallocPitch, file ...": the failing call named.
+    r"|(?P<ocv>\(-217:Gpu API call\) out of memory(?: in function [`'\"]?(?P<ocvfn>[\w:~]+))?"
+    r"|OpenCV Error: Gpu API call \(out of memory\)(?: in (?P<ocvfn2>[\w:~]+))?)"
+    # Caffe2's CAFFE_ENFORCE_EQ on a CUDA call: "[enforce fail at event_gpu.cc:17] error == cudaSuccess. 2 vs 0.
+    # Error at: <file>:<line>: out of memory".
+    r"|(?P<enforce>enforce fail at [^\]\n]+\] \(?\w+\)? == cudaSuccess\. 2 vs 0\.[^\n]*?: out of memory)"
 )
 # A status name in a sentence ("CUDA_ERROR_OUT_OF_MEMORY in TensorFlow means ...", "as indicated by a
 # CUBLAS_STATUS_ALLOC_FAILED") is prose about the error, not the error. A log prints the name after a
@@ -1347,7 +1353,11 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         facts["cuda_api"] = "driver" if drv else "runtime"
         if g.get("check"):
             facts["glog_check"] = True
-        _put(facts, "call", g.get("call"))
+        _put(facts, "call", g.get("call") or g.get("ocvfn") or g.get("ocvfn2"))
+        if g.get("ocv"):
+            facts["caller_framework"] = "opencv"
+        if g.get("enforce"):
+            facts["enforce_check"] = True
         exc = _LEAD_EXC.search(line[: m.start()])
         _put(facts, "exception", exc.group(1) if exc else None)
         if g.get("thc"):

@@ -82,6 +82,10 @@ def _identity(kind: str, facts: Mapping[str, Any]) -> dict[str, Any]:
             del ident["framework"]
         # A math library's status (cuBLAS, cuDNN) is its own fault beside the framework's allocator error.
         ident["library"] = facts.get("library") or ""
+        if facts.get("caller_framework") == "opencv" and facts.get("call"):
+            # OpenCV's CUDA module throws one cv::Exception per failing function ("... out of memory in function
+            # 'setDevice'", then "... in function 'allocate'"): two functions named are two faults.
+            ident["call"] = facts["call"]
     if kind == KIND_HOST_OOM and "victim_pid" in ident and ident.get("source") in _NAMES_A_PID_KILL:
         # A process killed is one fault whoever reports it: earlyoom's SIGTERM to a pid and the kernel's kill of
         # that pid after it (the process did not exit in time) are one OOM kill, and so are the kernel's report and

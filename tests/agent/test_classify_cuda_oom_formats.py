@@ -426,6 +426,26 @@ def test_opencv_cuda_module() -> None:
          "out of memory in function 'allocate'")
 
 
+def test_opencv_cuda_module_names_the_call_and_two_calls_are_two_faults() -> None:
+    f = _one("cv2.error: OpenCV(4.5.1) /src/opencv/modules/core/src/cuda_stream.cpp:42: error: (-217:Gpu API call) "
+             "out of memory in function 'createStream'")
+    assert f.facts["call"] == "createStream"
+    found = classify_text(
+        "modules/core/src/cuda_stream.cpp:42: error: (-217:Gpu API call) out of memory in function 'createStream'\n"
+        "modules/core/src/gpu_mat.cu:116: error: (-217:Gpu API call) out of memory in function 'allocate'\n"
+    )
+    assert sorted(x.facts.get("call") for x in found if x.kind == KIND_CUDA_OOM) == ["allocate", "createStream"]
+
+
+def test_opencv_2_cuda_error_and_caffe2_enforce() -> None:
+    f = _one("OpenCV Error: Gpu API call (out of memory) in CudaFuncTable::mallocArray, file /tmp/dynamicuda.hpp, line 99")
+    assert f.facts["call"] == "CudaFuncTable::mallocArray"
+    g = _one("RuntimeError: [enforce fail at context_gpu.cu:77] err == cudaSuccess. 2 vs 0. Error at: "
+             "/src/caffe2/core/context_gpu.cu:77: out of memory")
+    assert g.facts["cuda_error_code"] == 2
+    _none("[enforce fail at context_gpu.cu:77] err == cudaSuccess. 1 vs 0. Error at: /src/x.cu:77: invalid argument")
+
+
 def test_pytorch_fraction_limit_is_kept() -> None:
     f = _one("RuntimeError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 15.90 GiB total capacity; "
              "3.10 GiB already allocated; 11.50 GiB free; 4.00 GiB allowed; 3.20 GiB reserved in total by PyTorch)")

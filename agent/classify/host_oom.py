@@ -291,8 +291,13 @@ _KILL_HEAD = re.compile(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
     r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \("
     # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them.
-    r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):)|(?P<bare>[^()]*)\)(?=[.,]?\s*$))"
+    r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):|,? (?:total|anon)-(?:vm?|r|rss?)?\s*$)"
+    r"|(?P<bare>[^()]*)\)(?=[.,]?\s*$))"
 )
+# A kill line wrapped inside its first field's name ("... (name) total-" / "vm:" / "> 105068kB, anon-rss:..."): the
+# lines after it that go on with a field's name, its value or the next fields (a mail's "> " quote before them).
+_KILL_CUT_FIELD = re.compile(r"(?:total|anon)-(?:vm?|r|rss?)?\s*$")
+_KILL_GOES_ON = re.compile(r"^[\s>]*(?:[a-z][\w-]*:?\s*$|(?:[a-z][\w-]*:)?\d+[ \t]*kB\b)")
 # A terminal that wrapped the line pads its row with spaces before the next row's "kB": the number is whole
 # when only blanks stand between it and its unit.
 _KILL_FIELD = re.compile(r"(?<![\w-])(?P<k>total-vm|vsz|anon-rss|file-rss|shmem-rss|pgtables):(?P<v>\d+)[ \t]*kB\b")
@@ -510,7 +515,16 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                     uid = m["uid0"] or m["uid1"]
                     _put(f, "uid", int(uid) if uid else None)
                     _kill_fields(kl.body[m.end() :], f)
-                    if i + 1 < len(lines) and "kB" in lines[i + 1] and _KILL_WRAPPED.match(lines[i + 1]):
+                    body = kl.body.rstrip()
+                    if _KILL_CUT_FIELD.search(body, m.end()):
+                        # Wrapped inside a field's name: the rest of the name, then its value, on the lines after.
+                        for j in range(i + 1, min(len(lines), i + 5)):
+                            if not _KILL_GOES_ON.match(lines[j]):
+                                break
+                            rest = lines[j].strip().lstrip(">").strip()
+                            body += ("" if body.endswith(("-", ":")) else " ") + rest
+                        _kill_fields(body[m.end():], f)
+                    elif i + 1 < len(lines) and "kB" in lines[i + 1] and _KILL_WRAPPED.match(lines[i + 1]):
                         # The line wrapped (a terminal, a mail, a note) before a field: its next line goes on
                         # with the kill's fields ("total-vm:...kB, anon-rss:...kB, ..."), or with the field whose
                         # name the wrap cut at its "-" ("anon-" / "rss:312kB").

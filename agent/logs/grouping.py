@@ -297,6 +297,10 @@ _STACK_HEAD = re.compile(r"CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: ")
 # A kill line wrapped before one of its fields (a terminal, a mail, a note): the next line goes on with them,
 # "total-vm:...kB, anon-rss:...kB", or with a field's name cut at its "-" ("anon-" / "rss:312kB").
 KILL_FIELDS_WRAPPED = re.compile(r"^[\s>]*(?:total-vm|vsz|anon-rss|file-rss|shmem-rss|rss):\d+[ \t]*kB\b")
+# A kill line wrapped inside a field ("... (name) total-" / "vm:" / "> 105068kB, anon-rss:9792kB, ..."): the rest of
+# the field's name alone on a line, then a line that starts with its value.
+KILL_NAME_WRAPPED = re.compile(r"^[\s>]*(?:total-|anon-|file-|shmem-)?(?:vm|vsz|rss|pgtables):\s*$")
+KILL_VALUE_WRAPPED = re.compile(r"^[\s>]*\d+[ \t]*kB\b")
 _STACK_NEXT = re.compile(r"Hardware name: |[Cc]all [Tt]race:")  # after any prefix (dmesg, syslog, journal)
 _VSCODE_EXC = re.compile(r"Exception has occurred: [A-Za-z_][\w.]*\s*$")
 # ComfyUI's error report (its frontend's "# ComfyUI Error Report" template): "- **Exception Type:** X", the class
@@ -402,6 +406,7 @@ _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "c
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
 _BURST, _KILLED, _MEMINFO, _STACK = "burst", "killed", "meminfo", "stack_head"
 _KILL_WRAPPED = "kill_wrapped"  # the kill line and the line its wrapped fields went on to
+_KILL_CUT = "kill_cut"  # the kill line wrapped inside a field: the rest of the field's name alone on this line
 _HEADER, _STATS, _VERTICAL = "header", "stats", "vertical"
 _BODY = "body"
 _CLOSED = "closed"
@@ -555,11 +560,16 @@ def _kernel_oom_step(g: _Group[L], rest: str) -> tuple[int, str]:
         return (_TAKE, _MEMINFO) if _STACK_NEXT.search(rest) else (_END, g.state)
     if g.state == _MEMINFO:
         return _meminfo_step(g, rest)
-    if g.state == _KILLED or g.state == _KILL_WRAPPED:
+    if g.state == _KILLED or g.state == _KILL_WRAPPED or g.state == _KILL_CUT:
         if "oom_reaper: reaped process" in rest:
             return _TAKE_LAST, _KILLED
+        if g.state == _KILL_CUT:
+            # after "... total-" / "vm:", the value and the fields after it ("105068kB, anon-rss:...")
+            return (_TAKE, _KILL_WRAPPED) if "kB" in rest and KILL_VALUE_WRAPPED.match(rest) else (_END, _KILLED)
         if g.state == _KILLED and "kB" in rest and KILL_FIELDS_WRAPPED.match(rest):
             return _TAKE, _KILL_WRAPPED  # the kill line's fields, wrapped onto this line
+        if ":" in rest and KILL_NAME_WRAPPED.match(rest):
+            return _TAKE, _KILL_CUT  # a mail wrapped the line inside a field's name ("total-" / "vm:")
         return _END, _KILLED
     if "Killed process" in rest:
         return _TAKE, _KILLED

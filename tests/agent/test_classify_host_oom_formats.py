@@ -10,6 +10,7 @@ from __future__ import annotations
 from fleetscope.agent.classify import classify_text
 from fleetscope.agent.classify._base import KIND_HOST_OOM, Finding
 from fleetscope.agent.classify.host_oom import HostOomClassifier, split_kernel_prefix
+from fleetscope.agent.tools.scan import scan_file
 from fleetscope.proto.vocabulary import KIND_MEMORY_ALLOC_FAILURE
 
 HOST = HostOomClassifier()
@@ -903,3 +904,21 @@ def test_ecs_stop_reason_retyped_with_another_capitalisation_is_still_ecs() -> N
                    "Status reason: OutOfMemoryError: Container killed due to memory usage  Exit Code 137"):
         f = _one(f"The task stopped: {reason}")
         assert f.facts["source"] == "ecs"
+
+
+def test_kill_line_wrapped_inside_a_field_name_by_a_mailer() -> None:
+    text = ("> [  812.004311] Out of memory: Killed process 4242 (gnome-shell) total-\n"
+            "vm:\n"
+            "> 2233440kB, anon-rss:88120kB, file-rss:1200kB, shmem-rss:0kB\n")
+    f = _one(text)
+    assert f.facts["victim_pid"] == 4242 and f.facts["victim_process"] == "gnome-shell"
+    assert f.facts["total_vm_bytes"] == 2233440 * 1024 and f.facts["anon_rss_bytes"] == 88120 * 1024
+
+
+def test_kill_line_wrapped_inside_a_field_name_stays_one_event(tmp_path) -> None:
+    p = tmp_path / "mail.txt"
+    p.write_text("> [  812.004311] Out of memory: Killed process 4242 (gnome-shell) anon-\n"
+                 "rss:\n"
+                 "> 88120kB, file-rss:1200kB, shmem-rss:0kB\n", encoding="utf-8")
+    found = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert len(found) == 1 and found[0].facts["anon_rss_bytes"] == 88120 * 1024

@@ -236,6 +236,9 @@ _NODE = re.compile(r"(?:for node|node|layer) (?=[^\s,:()]*[\d/_.\[\]{}A-Z])(?P<l
 # A layer's own error puts its name first: "Error Code 4: Internal Error (/model.11/Reshape: IShuffleLayer
 # applied to shape tensor ...)", "((Unnamed Layer* 7) [Shuffle]: at most one dimension may be inferred)".
 _LAYER_FIRST = re.compile(r"^(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]]+\]|[^\s:()][^:()]*?): (?:an? )?I[A-Z]\w*Layer\b")
+# The builder's format selection failing for one layer names it first: "Error Code 9: Internal Error (/Conv_3: could not
+# find any supported formats consistent with input/output data types)".
+_FORMATS_FIRST = re.compile(r"^(?P<layer>[^\s:()][^:()]*?): could not find any supported formats\b")
 _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
 _UNNAMED_FIRST = re.compile(r"^\s*(?:\d{1,2}: )?(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]\n]+\])\s*:")
 _UFF_VALIDATOR = re.compile(r"\bValidator error: (?P<layer>[^\s:]+): Unsupported operation\b")
@@ -597,6 +600,11 @@ def _error_line(line: str) -> Finding | None:
             facts["layer"] = whole
         elif node:
             facts["layer"] = node.group("layer")
+    detail = facts.get("error_detail")
+    if "layer" not in facts and isinstance(detail, str) and "supported formats" in detail:
+        fmt = _FORMATS_FIRST.search(detail)
+        if fmt:
+            facts["layer"] = fmt.group("layer")
     return Finding(
         kind=KIND_TENSORRT_ERROR, severity=severity, title=title, facts=facts, excerpt=line.strip()
     )

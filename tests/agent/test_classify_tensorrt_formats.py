@@ -919,3 +919,10 @@ def test_a_layers_own_error_names_its_automatic_name_first() -> None:
 def test_the_uff_parsers_validator_error_names_its_node() -> None:
     facts = _one("ERROR: [TRT]: UffParser: Validator error: box_head/ResizeNearest_1: Unsupported operation _ResizeNearest_TRT")
     assert facts["layer"] == "box_head/ResizeNearest_1"
+
+
+def test_format_selection_failure_names_its_layer_first() -> None:
+    found = TRT.classify("[03/02/2025-10:11:12] [E] Error[9]: [pluginV2Builder.cpp::reportPluginError::23] Error Code 9: "
+                         "Internal Error (/model/MyPlugin_TRT_3: could not find any supported formats consistent with "
+                         "input/output data types)")
+    assert found and found[0].facts["error_code"] == 9 and found[0].facts["layer"] == "/model/MyPlugin_TRT_3"

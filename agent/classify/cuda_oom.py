@@ -246,6 +246,8 @@ _PT_REQ = re.compile(rf"Tried to allocate (?P<v>{_SZ})")
 # The device as the allocator names it: "GPU 0" (CUDA, HIP, XPU), "NPU 0" (Ascend torch_npu).
 _PT_GPU_PAREN = re.compile(r"\((?:GPU|NPU|XPU) (?P<v>\d+);")
 _PT_GPU_SENTENCE = re.compile(rf"(?:GPU|NPU|XPU) (?P<dev>\d+) has a total (?P<word>capacity|capacty) of (?P<v>{_SZ})")
+# The same sentence cut before its figure ("Tried to allocate 2.00 GiB. GPU 3 has a total capaci"): the GPU it names.
+_PT_GPU_SENTENCE_CUT = re.compile(r"(?:GPU|NPU|XPU) (?P<dev>\d+) has a total\b")
 _PT_TOTAL_PAREN = re.compile(rf"(?P<v>{_SZ}) total capacity")
 _PT_ALREADY = re.compile(rf"(?P<v>{_SZ}) already allocated")
 _PT_FREE_PAREN = re.compile(rf"(?P<v>{_SZ}) free\b")
@@ -342,6 +344,11 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                 facts["device_index"] = int(sent["dev"])
                 total_s: str | None = sent["v"]
                 free_m = _PT_FREE_SENTENCE.search(seg)
+            elif cut := _PT_GPU_SENTENCE_CUT.search(seg):
+                facts["format"] = "sentence"
+                facts["device_index"] = int(cut["dev"])
+                total_s = None
+                free_m = None
             else:
                 dev = _PT_GPU_PAREN.search(seg)
                 if dev or _PT_TOTAL_PAREN.search(seg):

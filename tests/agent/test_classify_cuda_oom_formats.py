@@ -446,6 +446,12 @@ def test_opencv_2_cuda_error_and_caffe2_enforce() -> None:
     _none("[enforce fail at context_gpu.cu:77] err == cudaSuccess. 1 vs 0. Error at: /src/x.cu:77: invalid argument")
 
 
+def test_pytorch_sentence_cut_before_its_capacity_keeps_the_gpu() -> None:
+    f = _one("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 6 has a total capa")
+    assert f.facts["device_index"] == 6 and f.facts["requested_bytes"] == parse_size("3.50 GiB")
+    assert "total_capacity_bytes" not in f.facts
+
+
 def test_pytorch_fraction_limit_is_kept() -> None:
     f = _one("RuntimeError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 15.90 GiB total capacity; "
              "3.10 GiB already allocated; 11.50 GiB free; 4.00 GiB allowed; 3.20 GiB reserved in total by PyTorch)")

@@ -194,6 +194,14 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
         # A tactic skipped for memory is a warning the builder goes on after: what fails later is its own fault.
         oom, other = (a, b) if a.facts.get("out_of_memory") is True else (b, a)
         return severity_of(oom.facts) == "error" and _no_implementation(other)
+    if a.kind == KIND_TENSORRT_ERROR and "layer" in ia and "layer" in ib and ia["layer"] != ib["layer"] \
+            and a.facts.get("error_origin") and a.facts.get("error_origin") == b.facts.get("error_origin") \
+            and a.facts.get("error_code") == b.facts.get("error_code") and severity_of(a.facts) == "error":
+        # One check in the builder (the same source location, the same code) failing for layer after layer of one
+        # network ("[graphShapeAnalyzer.cpp::...::2212] Error Code 4: ... ((Unnamed Layer* 407) ...)", then 424):
+        # one build failure, its first layer kept.
+        ia = {k: v for k, v in ia.items() if k != "layer"}
+        ib = {k: v for k, v in ib.items() if k != "layer"}
     return _same_identity(a, b, ia, ib)
 
 

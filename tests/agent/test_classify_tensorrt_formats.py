@@ -926,3 +926,13 @@ def test_format_selection_failure_names_its_layer_first() -> None:
                          "Internal Error (/model/MyPlugin_TRT_3: could not find any supported formats consistent with "
                          "input/output data types)")
     assert found and found[0].facts["error_code"] == 9 and found[0].facts["layer"] == "/model/MyPlugin_TRT_3"
+
+
+def test_one_builder_check_failing_for_several_layers_is_one_fault() -> None:
+    line = ("[05/06/2024-08:09:10] [E] [TRT] 4: [shapeCompiler.cpp::evaluateShapeChecks::1180] Error Code 4: Internal "
+            "Error (({}) [Concatenation]: dimensions not compatible)")
+    found = merge_repeats(TRT.classify(line.format("Unnamed Layer* 12") + "\n" + line.format("Unnamed Layer* 31")))
+    assert len(found) == 1 and found[0].facts["layer"] == "(Unnamed Layer* 12) [Concatenation]"
+    other = ("[05/06/2024-08:09:10] [E] [TRT] 4: [graphShapeAnalyzer.cpp::analyze::900] Error Code 4: Internal Error "
+             "((Unnamed Layer* 31) [Concatenation]: dimensions not compatible)")
+    assert len(merge_repeats(TRT.classify(line.format("Unnamed Layer* 12") + "\n" + other))) == 2

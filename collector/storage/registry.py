@@ -100,11 +100,9 @@ def register_device(
         device_id = device.id
         key = (streams.c.agent_id == req.agent_id) & (streams.c.boot_id == req.boot_id)
         exists = session.execute(select(streams.c.agent_id).where(key)).first()
-        if exists and deferred is not None:
-            pass  # written with the device's liveness, after this transaction
-        elif exists:
+        if exists and deferred is None:  # with a deferred liveness, written after this transaction
             session.execute(streams.update().where(key).values(clock_skew_ns=skew, last_seen_ns=received_ns))
-        else:
+        elif not exists:
             session.execute(
                 streams.insert().values(
                     agent_id=req.agent_id,

@@ -225,15 +225,10 @@ class BatchWriter:
                 self._flush_liveness()
             self._close_conn()
 
-    @property
-    def on_citus(self) -> bool | None:
-        """Whether the database is a Citus coordinator; None until the writer has connected."""
-        return self._citus
-
     def _split_by_worker(self, group: list[WriteItem]) -> list[list[WriteItem]]:
         """The group as one part per Citus worker (by its devices' shards), in arrival order
         within each; the group whole elsewhere, or when the placement cannot be read."""
-        if self._dialect != "postgresql":
+        if self._dialect != "postgresql" or self._citus is False:  # known plain: nothing to read per group
             return [group]
         try:
             conn = self._connection()
@@ -275,7 +270,6 @@ class BatchWriter:
                 driver.commit()
             finally:
                 cur.close()
-            self.liveness.flushes += 1
             self._liveness_failing = False
         except Exception as exc:
             self.liveness.put_back(devices, streams)

@@ -312,7 +312,7 @@ class SimulatedDevice:
                 self.connected = False
             if paced:  # as the uplink: the same address when the collector said, the backoff unchanged
                 self.phase = f"told to wait {retry_after_s:.0f} s"
-                await asyncio.sleep(retry_after_s)
+                await asyncio.sleep(max(retry_after_s, self._backoff.initial_s / 2))
                 continue
             address_index += 1
             if self.acked > acked_before:

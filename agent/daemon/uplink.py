@@ -349,7 +349,9 @@ class Uplink:
                 # after a restart, or this agent's own allowance is spent): the same address then,
                 # the backoff unchanged. Counted as a failure, a few refusals in a storm grew the
                 # backoff to its 30 s cap and the agent came back long after its turn.
-                delay, self._retry_after_s = self._retry_after_s, 0.0
+                # Never sooner than the backoff's shortest pause: a collector answering "retry after
+                # 0.001 s" (a bug, or a hostile one) must not turn this loop into a flood.
+                delay, self._retry_after_s = max(self._retry_after_s, self._backoff.initial_s / 2), 0.0
                 self._stop.wait(delay)
                 continue
             self._address_index += 1

@@ -26,7 +26,8 @@ RETRY_AFTER_S = 0.2
 class PacingCollector:
     """Answers every Register with RESOURCE_EXHAUSTED and a retry-after; records when each came."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry_after_s: float = RETRY_AFTER_S) -> None:
+        self.retry_after_s = retry_after_s
         self.calls: list[float] = []
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(4))
@@ -42,8 +43,8 @@ class PacingCollector:
     def register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterResponse:
         with self._lock:
             self.calls.append(time.monotonic())
-        context.set_trailing_metadata((("retry-after", f"{RETRY_AFTER_S:.1f}"),))
-        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"40 registrations are waiting: retry after {RETRY_AFTER_S:.1f} s")
+        context.set_trailing_metadata((("retry-after", f"{self.retry_after_s:g}"),))
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"40 registrations are waiting: retry after {self.retry_after_s:g} s")
         raise AssertionError("abort raises")
 
 
@@ -63,3 +64,20 @@ def test_an_agent_told_to_retry_after_comes_back_then_without_growing_its_backof
     gaps = [b - a for a, b in zip(peer.calls, peer.calls[1:])][:REFUSALS]
     assert min(gaps) >= RETRY_AFTER_S * 0.9, f"came back before it was told to: {gaps}"
     assert max(gaps) < 2.0, f"waited beyond the retry-after: {gaps}"
+
+
+@pytest.mark.server
+def test_a_collector_asking_for_a_retry_at_once_does_not_get_a_flood(tmp_path: Path) -> None:
+    """A collector (buggy or hostile) answering "retry after 0.001 s" every time: the agent still
+    waits the backoff's shortest pause (half its initial 0.1 s here) between calls."""
+    peer = PacingCollector(retry_after_s=0.001)
+    agent = make_agent(tmp_path, [f"127.0.0.1:{peer.port}"], CountingSampler(total=10**9), drain_timeout_s=0.5)
+    agent.start()
+    try:
+        time.sleep(2.0)
+    finally:
+        agent.stop()
+        peer.server.stop(0)
+    gaps = [b - a for a, b in zip(peer.calls, peer.calls[1:])]
+    assert len(gaps) >= 3, peer.calls
+    assert min(gaps) >= 0.045, f"{len(peer.calls)} calls in about 2 s, the shortest gap {min(gaps) * 1000:.1f} ms"

@@ -38,8 +38,12 @@ class CountingSampler:
     name = "counting"
 
     def __init__(self, total: int, per_tick: int = 100, *, incidents_every: int = 0, bad_temp_at_tick: int | None = None,
-                 incompressible: bool = False) -> None:
+                 incompressible: bool = False, hold_at: int | None = None) -> None:
         self.total, self.per_tick = total, per_tick
+        # Production pauses at ``hold_at`` rows until ``release()``: a test that injects a fault
+        # mid-stream needs rows still to come however slowly the machine ran up to the fault.
+        self.hold_at = hold_at
+        self.released = threading.Event()
         # Random 40-bit readings in four columns: about 20 bytes a row however well batches
         # compress (compact-v1), for the tests that must fill a spool bound.
         self._noise = random.Random(7) if incompressible else None
@@ -55,7 +59,8 @@ class CountingSampler:
 
     def sample(self, now_ns: int) -> SampleSet:
         with self.lock:
-            n = min(self.per_tick, self.total - self.produced)
+            limit = self.total if self.hold_at is None or self.released.is_set() else min(self.total, self.hold_at)
+            n = max(0, min(self.per_tick, limit - self.produced))
             rows = []
             for i in range(n):
                 k = self.produced + i
@@ -73,6 +78,10 @@ class CountingSampler:
                 out.incidents.append(IncidentRecord(ts_ns=now_ns, kind="cuda_oom", severity="error",
                                                     title=f"test incident {self.incidents}", facts={"n": self.incidents}))
             return out
+
+    def release(self) -> None:
+        """Let production go on past ``hold_at``."""
+        self.released.set()
 
     def done(self) -> bool:
         return self.produced >= self.total

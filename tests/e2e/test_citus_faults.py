@@ -82,19 +82,30 @@ def worker_ports(db_url: str) -> dict[str, int]:
 
 
 def _stream_through(tmp_path: Path, cluster, collector_process, fault) -> str:  # type: ignore[no-untyped-def]
-    """Agents stream into a collector on ``cluster``; ``fault(agents by device name, db_url)``
-    runs mid-stream; then every device's samples must be stored exactly once. Returns the
-    database's URL."""
+    """Agents stream into a collector on ``cluster``; ``fault(agents by device name, db_url,
+    release)`` runs mid-stream; then every device's samples must be stored exactly once. Returns
+    the database's URL.
+
+    The samplers hold at a third of their rows until the fault calls ``release()``: on a loaded
+    machine (the whole suite beside it) the first acknowledgements came after every row was
+    produced, and the fault landed after the stream instead of inside it."""
     db_url = cluster.create_database()
     c = collector_process(db_url).start()  # its start-up upgrade distributes the schema
-    samplers = {name: CountingSampler(total=PER_DEVICE, per_tick=20) for name in DEVICES}
+    samplers = {name: CountingSampler(total=PER_DEVICE, per_tick=20, hold_at=PER_DEVICE // 3) for name in DEVICES}
+
+    def release() -> None:
+        for s in samplers.values():
+            s.release()
     agents = [make_agent(tmp_path, [c.address], s, name=name) for name, s in samplers.items()]
     for agent in agents:
         agent.start()
     try:
         wait_until(lambda: all(a.uplink.status.acked >= 10 for a in agents), timeout_s=60, message="first acknowledgements")
         at_fault = {name: s.produced for name, s in samplers.items()}
-        fault(dict(zip(DEVICES, agents, strict=True)), db_url)
+        try:
+            fault(dict(zip(DEVICES, agents, strict=True)), db_url, release)
+        finally:
+            release()
         wait_until(lambda: all(s.done() for s in samplers.values()), timeout_s=120, message="all samples produced")
         wait_until(lambda: all(len(stored_sequence_numbers(db_url, n)) >= PER_DEVICE for n in DEVICES),
                    timeout_s=120, message="all samples stored")
@@ -116,12 +127,13 @@ def test_a_worker_stopped_for_20_s_while_agents_stream_loses_and_doubles_nothing
     acked_during_stop: dict[str, int] = {}
     ports: dict[str, int] = {}
 
-    def stop_a_worker(agents, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    def stop_a_worker(agents, db_url: str, release) -> None:  # type: ignore[no-untyped-def]
         ports.update(worker_ports(db_url))
         cluster.stop_node(1)
         try:
             time.sleep(5)  # the collector's first failed writes to the stopped worker are behind
             before = {name: a.uplink.status.acked for name, a in agents.items()}
+            release()  # rows produced inside the window, to be stored (or held) inside it
             time.sleep(15)
             acked_during_stop.update({name: a.uplink.status.acked - before[name] for name, a in agents.items()})
         finally:
@@ -139,8 +151,9 @@ def test_a_worker_stopped_for_20_s_while_agents_stream_loses_and_doubles_nothing
 def test_the_coordinator_restarted_while_agents_stream_loses_and_doubles_nothing(
     tmp_path: Path, cluster, collector_process  # type: ignore[no-untyped-def]
 ) -> None:
-    def restart_the_coordinator(_agents, _db_url: str) -> None:  # type: ignore[no-untyped-def]
+    def restart_the_coordinator(_agents, _db_url: str, release) -> None:  # type: ignore[no-untyped-def]
         cluster.stop_node(0)
+        release()
         time.sleep(5)
         cluster.start_node(0)
 

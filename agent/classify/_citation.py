@@ -16,7 +16,8 @@ gets through its gate: the agent's and ``fleetscope scan``'s alike):
   implicit concatenation), or a literal spanning lines (a triple-quoted test fixture, a Rust
   constant continued by backslashes): the grouper keeps such a literal, once it closes, as one
   event (``agent/logs/grouping.py``, rule 8), and it is blanked whole here.
-* **A document's structure.** A table row; an inline code span in a section heading
+* **A document's structure.** A table row, unless a cell opens with a message's code span and goes on
+  in words (a notes table's observation, below ``_NARRATED_CELL``); an inline code span in a section heading
   (``### `NvMapMemHandleAlloc: error 12```).
 * **A message inside a sentence.** An inline code span that a sentence runs into (a word, in any
   script, just before it): ``fail with `NvMapMemAllocInternalTagged: error 12` unless ...``, ``the
@@ -77,6 +78,11 @@ _SHELL_ARGUMENT = re.compile(
 )
 _LOGFMT = re.compile(r"\b(?:level|lvl|msg|time|ts|caller|logger)=")
 _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){2,}\s*$")
+# A table cell that opens with an inline code span and goes on in words after it: a notes or
+# incident table's observation ("| Learner on GPU | `NvMap...: error 12` — OOM on unified memory |",
+# "| 2026-07-19 | crash loop | `...`; burst from the test lanes |"). A manual's lookup table gives
+# the message a cell of its own and explains it in the next ("| `...: error 12` | Out of GPU memory |").
+_NARRATED_CELL = re.compile(r"\|[ \t]*(`+)[^`|\n]* [^`|\n]*\1[ \t]*[*_)\]]*[ \t]*[;,:.\u2014\u2013-]*[ \t]*[^\W\d_]")
 
 # ------------------------------------------------------------------------------ placeholders
 
@@ -101,7 +107,9 @@ def _placeholder(line: str) -> bool:
 def cited_line(line: str) -> bool:
     """Whether ``line`` quotes a message rather than prints it: source code (a string literal, a
     comment), a heading, a documentation table's row."""
-    if _TABLE_ROW.match(line) or _placeholder(line):
+    if _TABLE_ROW.match(line):
+        return _NARRATED_CELL.search(line) is None
+    if _placeholder(line):
         return True
     if '"' not in line and "'" not in line and "`" not in line:
         return False
@@ -255,6 +263,17 @@ def literal_block(lines: list[str]) -> bool:
     )
 
 
+# A cell that is one code span and nothing else: the key of a lookup table, in a row kept for a cell
+# beside it that narrates (``_NARRATED_CELL``).
+_SPAN_CELL = re.compile(r"(?<=\|)([ \t]*)(`+[^`|\n]*`+)(?=[ \t]*\|)")
+
+
+def _blank_table_row(line: str) -> str:
+    """A table row kept for a narrating cell, with its cells that only name a message blanked."""
+    line = _SPAN_CELL.sub(lambda m: m.group(1) + " " * len(m.group(2)), line)
+    return _blank_spans(line)
+
+
 # ---------------------------------------------------------------------------------- the text
 
 _HINTS = ('"', "'", "`", "|", "\u2026")
@@ -274,6 +293,9 @@ def blank_citations(text: str) -> str:
         if cited_line(line):
             lines[i] = ""
             changed = True
+        elif "|" in line and _TABLE_ROW.match(line):
+            lines[i] = _blank_table_row(line)
+            changed = changed or lines[i] != line
         elif "`" in line:
             blanked = _blank_spans(line)
             if blanked is not line:

@@ -69,6 +69,27 @@ def test_a_message_quoted_on_a_line_of_its_own_is_still_output() -> None:
     assert f.facts["errno"] == 13
 
 
+
+def test_a_notes_tables_cell_that_opens_with_the_message_and_goes_on_is_output() -> None:
+    notes = (
+        "| Change | Result | Kept |\n|---|---|---|\n"
+        "| Learner on GPU | `NvMapMemAllocInternalTagged: error 12` \u2014 OOM in unified memory | CPU |\n"
+        "| 2026-07-19 | brain crash loop | `NvMapMemAllocInternalTagged: 1075072515 error 12`; burst from the test lanes | lock |"
+    )
+    found = [f for f in classify_text(notes) if f.kind == KIND_JETSON_MEMORY]
+    assert [f.facts["errno"] for f in found] == [12]
+    assert found[0].facts["occurrences"] == 2
+
+
+def test_a_lookup_tables_message_cell_is_not_a_failure_even_beside_a_narrating_cell() -> None:
+    lookup = (
+        "| Error | Cause | Fix |\n|---|---|---|\n"
+        "| `NvMapMemHandleAlloc failed: error 12` | Out of GPU memory | Kill other processes |\n"
+        "| `cudaMalloc failed: out of memory` | Context too large | `jetson-infer models` shows the maximum |"
+    )
+    assert classify_text(lookup) == []
+
+
 # ------------------------------------------------------------------------------ nvgpu, CMA
 
 

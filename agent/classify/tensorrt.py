@@ -10,7 +10,8 @@ from applications with their own logger. The ``category`` fact says what went wr
 * ``out_of_memory``: ``Error Code 2: OutOfMemory`` (and any coded error whose detail says so; TensorRT
   10's "(Requested size was N bytes.)" gives ``requested_bytes``)
 * ``gpu_memory_allocation_failed``: "Requested amount of GPU memory (N bytes) could not be allocated", and
-  the allocator's own "Error Code 1: Cuda Runtime (In allocate at .../defaultAllocator.cpp:57)"
+  the allocator's own "Error Code 1: Cuda Runtime (In allocate at .../defaultAllocator.cpp:57)";
+  ``memory_allocation_failed``: TensorRT 7/8's "Requested amount of memory (N bytes) could not be allocated"
 * ``tactic_skipped_insufficient_memory`` / ``tactic_skipped``: "Skipping tactic ..." (8.0-8.4 spell it
   "insuficient")
 * ``tactic_device_memory_insufficient``: "Tactic Device request: 2304MB Available: 1536MB"
@@ -115,7 +116,9 @@ _CODED_E = re.compile(r"(?:^|[\s\]])\[E\] (?P<code>10|[0-9]): (?P<desc>\S[^\n]*)
 _TACTIC_DEVICE = re.compile(
     r"Tactic Device request: (?P<req>\d+(?:\.\d+)?)\s*(?P<ru>[KMG]i?B) Available: (?P<avail>\d+(?:\.\d+)?)\s*(?P<au>[KMG]i?B)"
 )
-_REQUESTED_GPU = re.compile(r"Requested amount of GPU memory \((?P<bytes>\d+) bytes\) could not be allocated")
+# TensorRT 7/8 also say it without "GPU" ("Requested amount of memory (150994944 bytes) could not be allocated. There
+# may not be enough free memory for allocation to succeed.", its builder on a Jetson Nano): the same failed allocation.
+_REQUESTED_GPU = re.compile(r"Requested amount of (?P<gpu>GPU )?memory \((?P<bytes>\d+) bytes\) could not be allocated")
 # A message cut after its detail opened (an issue title) still has its code and category.
 _ERROR_CODE = re.compile(
     r"(?:(?P<cls>\d+): )?(?:\[(?P<origin>[^\]]+)\] )?Error Code (?P<code>\d+): (?P<cat>[A-Za-z][A-Za-z0-9 _]*?)"
@@ -123,10 +126,18 @@ _ERROR_CODE = re.compile(
 )
 # TensorRT <= 7's status lines: "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
 # "coreReadArchive.cpp (31) - Serialization Error in verifyHeader: 0 (Magic tag does not match)".
+# Some print no detail: "../rtSafe/WeightsPtr.cpp (92) - OutOfMemory Error in allocate: 0" (the builder's weights).
 _STATUS_LINE = re.compile(
     r"(?P<origin>[\w./-]+\.(?:cpp|cu|h|hpp)) \((?P<line>\d+)\) - (?P<what>[A-Z]\w*(?: \w+)*?) Error in "
-    r"(?P<func>\w+): (?P<code>-?\d+) \((?P<detail>[^)]*)\)"
+    r"(?P<func>\w+): (?P<code>-?\d+)(?: \((?P<detail>[^)]*)\)|\s*$)"
 )
+# TensorRT 5-7's builder when a tactic's allocation fails, as an error: "Out of memory error during getBestTactic:
+# <node>", and the advice it ends in, as an error too: "Try increasing the workspace size with
+# IBuilderConfig::setMaxWorkspaceSize() ...", "Internal error: could not find any implementation for node <node>, try
+# increasing the workspace size with IBuilder::setMaxWorkspaceSize()": the build failed for want of memory, the same
+# shortage as the "Requested amount of memory" or "OutOfMemory Error in computeCosts" printed beside them.
+_BEST_TACTIC_OOM = re.compile(r"Out of memory error during getBestTactic(?:: (?P<layer>\S.*?))?\s*$")
+_WORKSPACE_ADVICE = re.compile(r"(?i)\btry increasing the workspace size\b")
 # Whole-build failures as the builders and their wrappers say them.
 _BUILD_FAILED = re.compile(
     r"(?i)(?:building|failed to build|unable to build|could not build|build) (?:the |a )?(?:tensorrt |trt |cuda )?engine"
@@ -374,6 +385,7 @@ class TensorRtClassifier:
             or "NvDsInferContext" in text
             or "Skipping tactic" in text
             or "equested amount of GPU memory" in text
+            or "equested amount of memory" in text
             or "engine plan file" in text
             or "xpect fall back to non-int8" in text
             or "sufficient workspace memory" in text
@@ -754,9 +766,9 @@ def _categorise(
         facts["requested_bytes"] = int(m.group("bytes"))
         facts["out_of_memory"] = True
         return (
-            "gpu_memory_allocation_failed",
+            "gpu_memory_allocation_failed" if m.group("gpu") else "memory_allocation_failed",
             _sev(printed, "error"),
-            f"TensorRT could not allocate {m.group('bytes')} bytes of GPU memory",
+            f"TensorRT could not allocate {m.group('bytes')} bytes of {'GPU ' if m.group('gpu') else ''}memory",
         )
     m = _ERROR_CODE.search(message) if "Error Code" in line else None
     if m:
@@ -836,6 +848,11 @@ def _categorise(
         # TensorRT <= 7's "<file> (<line>) - <What> Error in <func>: <status> (<detail>)": the number is the
         # status its function returned, not an "Error Code" (which TensorRT 8 introduced), and is kept apart.
         facts["error_status_code"] = int(m.group("code"))
+        if m.group("detail") is None:
+            if m.group("what") == "OutOfMemory":
+                facts["out_of_memory"] = True
+                return "out_of_memory", _sev(printed, "error"), f"TensorRT ran out of memory in {m.group('func')}"
+            return "error_code", _sev(printed, "error"), f"TensorRT {m.group('what')} error in {m.group('func')}"
         facts["error_detail"] = m.group("detail")
         if _MAGIC.search(m.group("detail")):
             return "engine_invalid", _sev(printed, "error"), f"TensorRT could not deserialize the engine ({m.group('detail')})"
@@ -969,10 +986,18 @@ def _categorise(
                 _sev(printed, "warning"),
                 "TensorRT engine was built on another GPU model than this one",
             )
+    m = _BEST_TACTIC_OOM.search(message) if "getBestTactic" in line else None
+    if m:
+        if m.group("layer"):
+            facts["layer"] = m.group("layer")
+        facts["out_of_memory"] = True
+        return "out_of_memory", _sev(printed, "error"), "TensorRT ran out of memory choosing a tactic"
     if "workspace" in line and _WORKSPACE.search(line) and (tagged or printed or _WORKSPACE_TACTICS.search(line)):
         wb = _WORKSPACE_BYTES.search(line)
         if wb:
             facts["requested_bytes"] = int(wb.group("bytes"))
+        if printed == "error" and _WORKSPACE_ADVICE.search(message):
+            facts["out_of_memory"] = True
         return (
             "workspace_too_small",
             _sev(printed, "warning"),

@@ -85,6 +85,49 @@ def test_an_out_of_memory_cascade_is_one_fault_with_its_size(tmp_path: Path) -> 
     assert f.facts["requested_bytes"] == 8589934592 and f.facts["out_of_memory"] is True
 
 
+def test_requested_memory_without_gpu_in_its_wording_is_a_failed_allocation_with_its_size() -> None:
+    facts = _one("[TensorRT] ERROR: Requested amount of memory (268435456 bytes) could not be allocated. There may not "
+                 "be enough free memory for allocation to succeed.")
+    assert facts["category"] == "memory_allocation_failed" and facts["out_of_memory"] is True
+    assert facts["requested_bytes"] == 268435456
+
+
+def test_tensorrt_7s_out_of_memory_cascade_is_one_fault_with_its_size(tmp_path: Path) -> None:
+    text = "\n".join([
+        "[TensorRT] ERROR: Requested amount of memory (268435456 bytes) could not be allocated. There may not be enough "
+        "free memory for allocation to succeed.",
+        "[TensorRT] ERROR: ../rtSafe/WeightsPtr.cpp (92) - OutOfMemory Error in allocate: 0",
+        "[TensorRT] ERROR: Out of memory error during getBestTactic: (Unnamed Layer* 12) [Fully Connected] + (Unnamed "
+        "Layer* 13) [Activation]",
+        "[TensorRT] ERROR: Try increasing the workspace size with IBuilderConfig::setMaxWorkspaceSize() if using "
+        "IBuilder::buildEngineWithConfig, or IBuilder::setMaxWorkspaceSize() if using IBuilder::buildCudaEngine.",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["requested_bytes"] == 268435456 and f.facts["out_of_memory"] is True
+
+
+def test_no_implementation_for_want_of_workspace_and_the_status_it_ends_in_are_one_fault(tmp_path: Path) -> None:
+    text = "\n".join([
+        "[TensorRT] ERROR: Internal error: could not find any implementation for node (Unnamed Layer* 31) [Convolution], "
+        "try increasing the workspace size with IBuilder::setMaxWorkspaceSize()",
+        "[TensorRT] ERROR: ../builder/tacticOptimizer.cpp (1230) - OutOfMemory Error in computeCosts: 0",
+    ])
+    (f,) = [f for f in _scan(tmp_path, text) if f.kind == KIND_TENSORRT_ERROR]
+    assert f.facts["layer"] == "(Unnamed Layer* 31) [Convolution]" and f.facts["out_of_memory"] is True
+
+
+def test_a_status_line_without_its_detail_keeps_its_function_and_status() -> None:
+    facts = _one("[TensorRT] ERROR: ../builder/tacticOptimizer.cpp (1230) - OutOfMemory Error in computeCosts: 0")
+    assert facts["category"] == "out_of_memory" and facts["error_status"] == "OutOfMemory Error in computeCosts"
+    assert facts["error_origin"] == "../builder/tacticOptimizer.cpp:1230" and facts["error_status_code"] == 0
+
+
+def test_a_workspace_warning_alone_is_not_out_of_memory() -> None:
+    facts = _one(f"{STAMP} [TRT] [W] Some tactics do not have sufficient workspace memory to run. Increasing "
+                 "workspace size will enable more tactics, please check verbose output.")
+    assert facts["category"] == "workspace_too_small" and "out_of_memory" not in facts
+
+
 def test_a_tactic_skip_and_an_unrelated_build_error_are_two_faults() -> None:
     text = "\n".join([
         f"{STAMP} [TRT] [W] Skipping tactic 0 due to insuficient memory on requested size of 1073741824 detected for tactic 0.",

@@ -1047,6 +1047,11 @@ def _buffer_assignment(ev: _Event, start: int, used: set[int]) -> dict[str, Fact
     return facts
 
 
+_BARE_RUNTIME_ERROR = re.compile(r"(?<![\w.])RuntimeError: (?:Resource exhausted|RESOURCE_EXHAUSTED): ")
+# pytest's short test summary, a line per failed test: "FAILED tests/core_test.py::CoreTest::test_jit_5 - RuntimeError: ...".
+_PYTEST_FAILED = re.compile(r"^\s*FAILED \S+::\S+ - ")
+
+
 def _xla_framework(ev: _Event, i: int, text: str, status: str) -> str:
     """Whose XLA printed a status line: JAX (jaxlib, its "external/org_tensorflow/..." build), PyTorch/XLA
     (torch_xla, its "xla_client/" code), TensorFlow (its sessions and source paths); else by the wording."""
@@ -1060,6 +1065,10 @@ def _xla_framework(ev: _Event, i: int, text: str, status: str) -> str:
     g = ev.glog[i] if 0 <= i < len(ev.glog) else None
     if g and g[2].startswith("tensorflow/"):
         return "tensorflow"
+    if 0 <= i < len(ev.lines) and _BARE_RUNTIME_ERROR.search(ev.lines[i]):
+        # TensorFlow raises a status as its own ResourceExhaustedError; jaxlib before 0.4 raised it as a plain
+        # RuntimeError ("RuntimeError: Resource exhausted: Out of memory while trying to allocate 24 bytes.").
+        return "jax"
     # StatusOr's "RESOURCE_EXHAUSTED:" is what jaxlib prints today; "Resource exhausted:" was
     # TensorFlow's Status wording.
     return "jax" if status == "RESOURCE_EXHAUSTED" else "tensorflow"
@@ -1108,7 +1117,10 @@ def _jax(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         title = f"{who} OOM: tried to allocate {format_bytes(nbytes)}"
         if "device_index" in facts:
             title += f" on device {facts['device_index']}"
-        _add(found, ("jax", nbytes), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+        # Tests of one pytest session failing for want of device memory, a summary line each, are one exhausted
+        # allocator however many sizes their last allocations asked for: one finding, the first line's size.
+        key = ("jax", "pytest-summary") if _PYTEST_FAILED.match(line) else ("jax", nbytes)
+        _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
 
 
 def _xla_other(ev: _Event, found: dict[tuple, _Acc], used: set[int], i: int, line: str, text: str) -> None:

@@ -177,6 +177,24 @@ def test_xla_status_in_tensorflow_wording() -> None:
     assert f.facts["requested_bytes"] == 123456789
 
 
+def test_xla_status_raised_as_a_plain_runtime_error_is_old_jaxlibs() -> None:
+    f = _one("RuntimeError: Resource exhausted: Out of memory while trying to allocate 1048576 bytes.")
+    assert f.facts["framework"] == "jax" and f.facts["requested_bytes"] == 1048576
+
+
+def test_pytest_summary_of_tests_failing_for_device_memory_is_one_fault() -> None:
+    text = "\n".join([
+        "FAILED tests/api_test.py::APITest::test_vmap_3 - RuntimeError: Resource exhausted: Out of memory while "
+        "trying to allocate 64 bytes.",
+        "FAILED tests/api_test.py::APITest::test_grad_7 - RuntimeError: Resource exhausted: Out of memory while "
+        "trying to allocate 8 bytes.",
+        "FAILED tests/api_test.py::APITest::test_jit_1 - RuntimeError: Resource exhausted: Out of memory while "
+        "trying to allocate 64 bytes.",
+    ])
+    f = _one(text)
+    assert f.facts["framework"] == "jax" and f.facts["requested_bytes"] == 64 and f.facts["occurrences"] == 3
+
+
 def test_xla_status_cut_after_its_first_word() -> None:
     f = _one(
         "2020-01-01 00:00:00.000001: E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:600] "

@@ -53,6 +53,8 @@ HOST_OOM: tuple[str, ...] = (
     # adds nothing for it; without "OutOf", so that a retyped "OutofMemoryError" gets through.)
     'MemoryError: Container', 'oom killer: done', 'oom_kill', ': Out Of Memory', '*ERROR* Failed to allocate from CMA',
     'out_of_memory',
+    # The panic out_of_memory() ends in when nothing at all could be killed, often all that a boot log shows.
+    'deadlocked on memory',
     'kB min:',
     'oomd attempting to kill',  # systemd-oomd naming the process it kills
     'VM: killing process',  # Linux 2.4/2.6's page-fault OOM kill

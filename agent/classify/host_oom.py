@@ -57,6 +57,7 @@ def _maybe_oom(text: str) -> bool:
         or "Free swap" in text
         or "page allocation" in text
         or "warn_alloc" in text
+        or "deadlocked on memory" in text
         or "total pagecache" in text
         or "cgroups for killing" in text
         or "Killed /" in text

@@ -922,3 +922,30 @@ def test_kill_line_wrapped_inside_a_field_name_stays_one_event(tmp_path) -> None
                  "> 88120kB, file-rss:1200kB, shmem-rss:0kB\n", encoding="utf-8")
     found = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
     assert len(found) == 1 and found[0].facts["anon_rss_bytes"] == 88120 * 1024
+
+
+# ------------------------------------------------------------- out_of_memory() with nothing to kill
+
+
+def test_the_deadlocked_panic_alone_is_an_oom_panic() -> None:
+    # A boot that stops on the panic out_of_memory() ends in when nothing could be killed: often the only
+    # line a console or a forum post shows.
+    for text in ("[    4.120031] Kernel panic - not syncing: System is deadlocked on memory",
+                 "---[ end Kernel panic - not syncing: System is deadlocked on memory ]---"):
+        (f,) = [f for f in classify_text(text) if f.kind == KIND_HOST_OOM]
+        assert f.facts["oom_panic"] is True
+
+
+def test_no_killable_processes_then_its_panic_and_stack_are_one_report(tmp_path) -> None:
+    # mm/oom_kill.c: "Out of memory and no killable processes...", panic(), then dump_stack() naming the release.
+    p = tmp_path / "dmesg.txt"
+    p.write_text("[  912.400101] Out of memory and no killable processes...\n"
+                 "[  912.400104] Kernel panic - not syncing: System is deadlocked on memory\n"
+                 "[  912.400107] CPU: 1 PID: 388 Comm: journald Tainted: G        W         6.1.21-v8+ #1642\n"
+                 "[  912.400109] Hardware name: Raspberry Pi 4 Model B Rev 1.4 (DT)\n"
+                 "[  912.400111] Call trace:\n"
+                 "[  912.400113]  dump_backtrace+0xe4/0x140\n", encoding="utf-8")
+    (f,) = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert f.facts["no_killable_processes"] is True and f.facts["oom_panic"] is True
+    assert f.facts["kernel_release"] == "6.1.21-v8+"
+    assert f.facts["invoker_process"] == "journald"

@@ -33,7 +33,13 @@ from fleetscope.collector import query
 from fleetscope.collector.gc_pause import paused_gc
 from fleetscope.collector.observability.prom_text import NumberTexts, label_set
 from fleetscope.collector.observability.series_labels import SeriesLabels, gpu_identity, gpu_pairs
-from fleetscope.collector.query.latest import GpuReading, LatestDevice, LatestReadings, latest_readings
+from fleetscope.collector.query.latest import (
+    GpuReading,
+    LatestDevice,
+    LatestReadings,
+    latest_readings,
+    parallel_parts,
+)
 
 MIB = float(1 << 20)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -274,7 +280,11 @@ class FleetExposition:
                 return self._cached[1]
             started = time.monotonic()
             with query.session_scope(self._engine) as session:
-                readings = latest_readings(session=session, now_ns=self._clock())
+                if self._engine.dialect.name == "postgresql":  # the reads at once (see latest_readings)
+                    with parallel_parts(self._engine) as run_apart:
+                        readings = latest_readings(session=session, now_ns=self._clock(), run_apart=run_apart)
+                else:
+                    readings = latest_readings(session=session, now_ns=self._clock())
             with paused_gc():  # millions of line parts: a large, acyclic build (see gc_pause)
                 body = render_fleet_chunks(readings, self._series_labels, self._numbers)
             if self._observe is not None:

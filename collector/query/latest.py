@@ -18,16 +18,18 @@ agents report, the database's size and open incidents.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, bindparam, case, cast, func, select, text, tuple_
+from sqlalchemy import BigInteger, Engine, and_, bindparam, case, cast, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from fleetscope.collector.gc_pause import builds_with_paused_gc
+from fleetscope.collector.gc_pause import builds_with_paused_gc, paused_gc
 from fleetscope.collector.query._common import is_pass_key, last_passes
 from fleetscope.collector.query.devices import (
     ONLINE_WITHIN_NS,
@@ -260,19 +262,13 @@ def _newest_gpu_rows(session: Session, ids: list[int]) -> list[Any]:
     return [r for r in rows if int(r.ts_ns) == newest[int(r.device_id)]]
 
 
-@builds_with_paused_gc  # 45,000 GPU readings at 10,000 devices
-def latest_readings(
-    *, session: Session, now_ns: int, fresh_within_ns: int = ONLINE_WITHIN_NS, incidents: bool = True
-) -> LatestReadings:
-    """Every device, and the newest readings of those heard from within ``fresh_within_ns``
-    (an exporter shows what is current, not a reading from a device gone for a week)."""
-    devices: list[LatestDevice] = []
-    names: dict[int, str] = {}
-    fresh: list[int] = []
-    jetsons: list[int] = []
+def _device_part(session: Session, now_ns: int) -> tuple[list[LatestDevice], dict[int, str]]:
+    """Every device, by name: its identity, labels, inventory and liveness; and {id: name}."""
     rule = offline_rule(session)
+    names: dict[int, str] = {}
     columns = (Device.id, Device.name, Device.agent_id, Device.kind, Device.hostname, Device.labels, Device.inventory,
                Device.last_seen_ns, Device.counters, Device.clock_skew_ns)  # fmt: skip
+    devices: list[LatestDevice] = []
     for d in session.execute(select(*columns).order_by(Device.name)).all():  # rows at once, not ORM objects: 10,000
         inv = d.inventory or {}
         gpus = [
@@ -290,12 +286,13 @@ def latest_readings(
                 gpus=gpus, clock_skew_ns=d.clock_skew_ns, counters=dict(d.counters or {}), state=state,
             )
         )  # fmt: skip
-        names[d.id] = d.name
-        if now_ns - d.last_seen_ns <= fresh_within_ns:
-            fresh.append(d.id)
-            if d.kind == DEVICE_KIND_JETSON:
-                jetsons.append(d.id)
+        names[int(d.id)] = d.name
+    return devices, names
 
+
+def _gpu_part(session: Session, fresh: list[int]) -> list[tuple[int, int, int, dict[str, float | None]]]:
+    """(device id, GPU index, time, values) of every GPU at its device's newest GPU sample time,
+    with the newest GPU state's values."""
     gpu_rows = _newest_gpu_rows(session, fresh)
     pairs = {(int(r.device_id), int(r.gpu_index)) for r in gpu_rows}
     states: dict[tuple[int, int], Any] = {}
@@ -321,24 +318,27 @@ def latest_readings(
     sample_values = _values_getter(gpu_latest, GPU_SAMPLE_COLUMNS)
     state_values = _values_getter(gpu_state, GPU_STATE_COLUMNS)
     no_state = dict.fromkeys(GPU_STATE_COLUMNS)
-    gpus_out = []
-    for r in sorted(gpu_rows, key=lambda r: (names[r.device_id], r.gpu_index)):
+    out = []
+    for r in gpu_rows:
         values: dict[str, float | None] = dict(zip(GPU_SAMPLE_COLUMNS, sample_values(r)))
         st = states.get((int(r.device_id), int(r.gpu_index)))
         values.update(zip(GPU_STATE_COLUMNS, state_values(st)) if st is not None else no_state)
-        gpus_out.append(GpuReading(device=names[r.device_id], gpu_index=int(r.gpu_index), ts_ns=int(r.ts_ns), values=values))
+        out.append((int(r.device_id), int(r.gpu_index), int(r.ts_ns), values))
+    return out
 
-    host_rows = _latest_rows(session, host_latest, fresh)
+
+def _host_part(session: Session, fresh: list[int]) -> list[tuple[int, int, dict[str, float | None]]]:
+    """(device id, time, values) of every fresh device's newest host sample."""
     host_values = _values_getter(host_latest, HOST_VALUE_COLUMNS)
-    hosts_out = [
-        HostReading(device=names[r.device_id], ts_ns=int(r.ts_ns), values=dict(zip(HOST_VALUE_COLUMNS, host_values(r))))
-        for r in sorted(host_rows, key=lambda r: names[r.device_id])
-    ]
+    return [(int(r.device_id), int(r.ts_ns), dict(zip(HOST_VALUE_COLUMNS, host_values(r))))
+            for r in _latest_rows(session, host_latest, fresh)]
 
-    points_out: list[PointReading] = []
+
+def _point_part(session: Session, jetsons: list[int]) -> list[tuple[int, str, dict[str, str], int, float]]:
+    """(device id, name, labels, time, value) of each Jetson's newest metric points."""
+    out = []
     parsed: dict[str, dict[str, str]] = {}  # a few label sets repeat over every Jetson: parsed once each
     for r in _newest_point_rows(session, jetsons, JETSON_POINT_NAMES):
-        name = str(r.name)
         text_ = r.labels or "{}"
         labels = parsed.get(text_)
         if labels is None:
@@ -347,30 +347,97 @@ def latest_readings(
             except (ValueError, AttributeError):
                 labels = {}
             parsed[text_] = labels
-        points_out.append(PointReading(device=names[r.device_id], name=name, labels=dict(labels), ts_ns=int(r.ts_ns), value=float(r.value)))
-    points_out.sort(key=lambda p: (p.device, p.name, sorted(p.labels.items())))
+        out.append((int(r.device_id), str(r.name), labels, int(r.ts_ns), float(r.value)))
+    return out
 
-    tallies: list[IncidentTally] = []
-    xids: list[XidTally] = []
-    if incidents:
-        q = select(
-            Incident.device_id, Incident.kind, Incident.severity,
-            func.sum(Incident.count), func.sum(case((Incident.state != "resolved", 1), else_=0)),
-        ).group_by(Incident.device_id, Incident.kind, Incident.severity)  # fmt: skip
-        for dev_id, kind, sev, n, n_open in session.execute(q):
-            if dev_id in names:
-                tallies.append(IncidentTally(device=names[dev_id], kind=kind, severity=sev, occurrences=int(n or 0), open=int(n_open or 0)))
-        tallies.sort(key=lambda t: (t.device, t.kind, t.severity))
-        q = (
-            select(Incident.device_id, Incident.gpu_index, Incident.group_key, func.sum(Incident.count), func.max(Incident.last_seen_ns))
-            .where(Incident.kind == KIND_GPU_XID)
-            .group_by(Incident.device_id, Incident.gpu_index, Incident.group_key)
-        )
-        for dev_id, gi, key, n, last in session.execute(q):
-            prefix, _, code = (key or "").partition(":")
-            if dev_id in names and prefix == "xid" and code.isdigit():
-                xids.append(XidTally(device=names[dev_id], gpu_index=gi, xid=int(code), occurrences=int(n or 0), last_seen_ns=int(last or 0)))
-        xids.sort(key=lambda x: (x.device, -1 if x.gpu_index is None else x.gpu_index, x.xid))
+
+def _incident_part(session: Session) -> tuple[list[tuple[int, str, str, int, int]], list[tuple[int, int | None, int, int, int]]]:
+    """Incident tallies (device id, kind, severity, occurrences, open) and Xid tallies (device
+    id, GPU, Xid, occurrences, last seen)."""
+    q = select(
+        Incident.device_id, Incident.kind, Incident.severity,
+        func.sum(Incident.count), func.sum(case((Incident.state != "resolved", 1), else_=0)),
+    ).group_by(Incident.device_id, Incident.kind, Incident.severity)  # fmt: skip
+    tallies = [(int(d), kind, sev, int(n or 0), int(n_open or 0)) for d, kind, sev, n, n_open in session.execute(q)]
+    q = (
+        select(Incident.device_id, Incident.gpu_index, Incident.group_key, func.sum(Incident.count), func.max(Incident.last_seen_ns))
+        .where(Incident.kind == KIND_GPU_XID)
+        .group_by(Incident.device_id, Incident.gpu_index, Incident.group_key)
+    )
+    xids = []
+    for d, gi, key, n, last in session.execute(q):
+        prefix, _, code = (key or "").partition(":")
+        if prefix == "xid" and code.isdigit():
+            xids.append((int(d), gi, int(code), int(n or 0), int(last or 0)))
+    return tallies, xids
+
+
+# Runs a part with a session of its own (``latest_readings``' ``run_apart``): returns its future.
+RunApart = Callable[[Callable[[Session], Any]], Future[Any]]
+
+
+@contextmanager
+def parallel_parts(engine: Engine, workers: int = 4) -> Iterator[RunApart]:
+    """``latest_readings``' ``run_apart``: each part in a thread of a pool, with a session of
+    its own on ``engine`` (a connection from its pool). For a server database; SQLite gains
+    nothing from it."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleetscope-latest") as pool:
+
+        def run(part: Callable[[Session], Any]) -> Future[Any]:
+            def in_a_session() -> Any:
+                with paused_gc(), Session(engine) as own:
+                    return part(own)
+
+            return pool.submit(in_a_session)
+
+        yield run
+
+
+@builds_with_paused_gc  # 45,000 GPU readings at 10,000 devices
+def latest_readings(
+    *, session: Session, now_ns: int, fresh_within_ns: int = ONLINE_WITHIN_NS, incidents: bool = True,
+    run_apart: RunApart | None = None,
+) -> LatestReadings:
+    """Every device, and the newest readings of those heard from within ``fresh_within_ns``
+    (an exporter shows what is current, not a reading from a device gone for a week).
+
+    With ``run_apart`` (``parallel_parts``), the reads after the first (devices, GPUs, hosts,
+    Jetson points, incidents) run at once, each in a session of its own: one read's database
+    work (on Citus, on the coordinator and every worker) goes on while another's rows are
+    decoded here. They read from separate snapshots, milliseconds apart."""
+    since = now_ns - fresh_within_ns
+    fresh_rows = session.execute(select(Device.id, Device.kind).where(Device.last_seen_ns >= since)).all()
+    fresh = sorted(int(d) for d, _ in fresh_rows)
+    jetsons = sorted(int(d) for d, kind in fresh_rows if kind == DEVICE_KIND_JETSON)
+
+    def at_once(part: Callable[[Session], Any]) -> Callable[[], Any]:
+        if run_apart is None:
+            result = part(session)
+            return lambda: result
+        return run_apart(part).result
+
+    # The slowest reads first: the others' database work overlaps their decoding.
+    gpus_of = at_once(lambda s: _gpu_part(s, fresh))
+    devices_of = at_once(lambda s: _device_part(s, now_ns))
+    hosts_of = at_once(lambda s: _host_part(s, fresh))
+    points_of = at_once(lambda s: _point_part(s, jetsons))
+    incidents_of = at_once(_incident_part) if incidents else (lambda: ([], []))
+    devices, names = devices_of()
+
+    gpus_out = [GpuReading(device=names[d], gpu_index=gi, ts_ns=ts, values=values)
+                for d, gi, ts, values in sorted(gpus_of(), key=lambda g: (names[g[0]], g[1])) if d in names]
+    hosts_out = [HostReading(device=names[d], ts_ns=ts, values=values)
+                 for d, ts, values in sorted(hosts_of(), key=lambda h: names[h[0]]) if d in names]
+    points_out = [PointReading(device=names[d], name=name, labels=dict(labels), ts_ns=ts, value=value)
+                  for d, name, labels, ts, value in points_of() if d in names]
+    points_out.sort(key=lambda p: (p.device, p.name, sorted(p.labels.items())))
+    incident_rows, xid_rows = incidents_of()
+    tallies = sorted((IncidentTally(device=names[d], kind=kind, severity=sev, occurrences=n, open=n_open)
+                      for d, kind, sev, n, n_open in incident_rows if d in names),
+                     key=lambda t: (t.device, t.kind, t.severity))
+    xids = sorted((XidTally(device=names[d], gpu_index=gi, xid=xid, occurrences=n, last_seen_ns=last)
+                   for d, gi, xid, n, last in xid_rows if d in names),
+                  key=lambda x: (x.device, -1 if x.gpu_index is None else x.gpu_index, x.xid))
     return LatestReadings(
         now_ns=now_ns, fresh_within_ns=fresh_within_ns, devices=devices, gpus=gpus_out, hosts=hosts_out,
         points=points_out, incidents=tallies, xids=xids,
@@ -506,4 +573,5 @@ __all__ = [
     "job_lags",
     "fleet_health",
     "latest_readings",
+    "parallel_parts",
 ]

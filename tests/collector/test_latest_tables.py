@@ -320,3 +320,42 @@ def test_each_jetson_point_name_reads_at_its_own_newest_time(engine: Engine) -> 
         ("drone-a", "jetson.temp_c", (("sensor", "cpu"),), NOW - 30 * NS, 51.0),
         ("drone-b", "jetson.power_mw", (("rail", "VDD_IN"),), NOW - 40 * NS, 7000.0),
     ]
+
+
+def test_the_reads_run_at_once_answer_as_the_reads_in_turn(engine: Engine) -> None:
+    """``/metrics/fleet`` on a server database runs ``latest_readings``' reads at once, each in a
+    session of its own (``parallel_parts``): the same answer as one session reading in turn, for
+    every part (devices, GPUs with their state, hosts, Jetson points, incident and Xid tallies),
+    and a device not heard from lately still listed but without readings."""
+    from fleetscope.collector.query.latest import parallel_parts
+    from fleetscope.collector.storage.schema import Incident, gpu_state
+
+    srv, drone = _device(engine, "srv"), _device(engine, "drone", gpus=1)
+    _device(engine, "gone", seen_ns=NOW - 3600 * NS)
+    with engine.begin() as c:
+        c.execute(Device.__table__.update().where(Device.id == drone).values(kind="jetson"))
+        store_chunk(c, "gpu", srv, [_gpu(NOW - k * NS, g, 70.0 + g) for k in (2, 1) for g in (0, 1)])
+        store_chunk(c, "gpu", drone, [_gpu(NOW - NS, 0, 55.0)])
+        store_chunk(c, "host", srv, [_host(NOW - NS, 40.0)])
+        c.execute(insert(gpu_state), [{"device_id": srv, "gpu_index": g, "ts_ns": NOW - 5 * NS,
+                                       "memory_total_bytes": 80e9, "retired_pages": g} for g in (0, 1)])
+        c.execute(insert(metric_points), [{"device_id": drone, "ts_ns": NOW - NS, "name": "jetson.temp_c", "value": 48.0,
+                                           "labels": '{"sensor":"gpu"}'}])
+    with Session(engine) as s:
+        for kind, key, gpu, state in (("cuda_oom", "", 0, "open"), ("gpu_xid", "xid:79", 1, "resolved")):
+            s.add(Incident(device_id=srv, ts_ns=NOW - 9 * NS, received_ns=NOW - 9 * NS, kind=kind, severity="error",
+                           title=kind, gpu_index=gpu, group_key=key, state=state, count=3, last_seen_ns=NOW - 8 * NS,
+                           updated_ns=NOW - 8 * NS))
+        s.commit()
+    with Session(engine) as s:
+        in_turn = latest_readings(session=s, now_ns=NOW)
+        with parallel_parts(engine) as run_apart:
+            at_once = latest_readings(session=s, now_ns=NOW, run_apart=run_apart)
+    assert at_once == in_turn
+    assert [d.name for d in at_once.devices] == ["drone", "gone", "srv"]
+    assert [(g.device, g.gpu_index, g.values["temp_c"], g.values["retired_pages"]) for g in at_once.gpus] == [
+        ("drone", 0, 55.0, None), ("srv", 0, 70.0, 0), ("srv", 1, 71.0, 1)]  # fmt: skip
+    assert [h.device for h in at_once.hosts] == ["srv"]
+    assert [(p.device, p.value) for p in at_once.points] == [("drone", 48.0)]
+    assert [(t.kind, t.occurrences, t.open) for t in at_once.incidents] == [("cuda_oom", 3, 1), ("gpu_xid", 3, 0)]
+    assert [(x.gpu_index, x.xid, x.occurrences) for x in at_once.xids] == [(1, 79, 3)]

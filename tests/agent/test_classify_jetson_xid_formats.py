@@ -461,3 +461,22 @@ def test_an_xid_154_line_trimmed_of_its_pci_part_is_still_that_xid() -> None:
 
 def test_a_sentence_naming_an_xid_number_is_not_a_trimmed_xid_line() -> None:
     assert XidClassifier().classify("We saw Xid 79, the GPU fell off the bus, twice last week.") == []
+
+
+def test_the_probe_notice_over_its_three_nvrm_lines_names_its_gpu_through_a_scan(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    # The driver prints the notice over three lines; a note may re-wrap it over two without the later tags.
+    for name, text in (
+        ("dmesg.txt", "[   17.220913] NVRM: The NVIDIA GPU 0000:3b:00.0\n"
+                      "[   17.220915] NVRM: (PCI ID: 10de:2204) installed in this system has\n"
+                      "[   17.220916] NVRM: fallen off the bus and is not responding to commands.\n"
+                      "[   17.221004] nvidia: probe of 0000:3b:00.0 failed with error -1\n"),
+        ("notes.md", "dmesg says, again and again:\n\nNVRM: The NVIDIA GPU 0000:3b:00.0\n"
+                     "has fallen off the bus and is not responding to commands.\n\n"),
+    ):
+        p = tmp_path / name
+        p.write_text(text, encoding="utf-8")
+        (f,) = [f for f in scan_file(p).findings if f.kind == KIND_GPU_XID]
+        assert f.facts["pci_address"] == "0000:3b:00.0"
+        assert f.facts["fallen_off_bus"] is True

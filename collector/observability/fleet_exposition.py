@@ -15,12 +15,14 @@ an exporter reports what is current.
 
 The text is rendered directly (no per-sample objects, no string per line: parts joined once)
 and cached for ``cache_s`` (one second), so a scrape of 1,000 devices costs a few indexed queries
-once a second at most. Each device's label texts are kept between scrapes (``series_labels``)
+once a second at most. A fleet whose rendering takes seconds is served its last rendering while
+the next is made (``FleetExposition``), and each exposition ends with its age. Each device's label texts are kept between scrapes (``series_labels``)
 until its labels or inventory change; value texts are remembered (``prom_text.NumberTexts``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +42,8 @@ from fleetscope.collector.query.latest import (
     latest_readings,
     parallel_parts,
 )
+
+log = logging.getLogger(__name__)
 
 MIB = float(1 << 20)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -252,20 +256,45 @@ def _inventory_total(dev: LatestDevice, gpu_index: int) -> float | None:
     return float(ident.memory_total_bytes) if ident is not None and ident.memory_total_bytes else None
 
 
+AGE_FAMILY = "fleetscope_fleet_exposition_age_seconds"
+AGE_HEAD = (f"# HELP {AGE_FAMILY} Seconds since this exposition's readings were read from the database (a fleet whose "
+            f"rendering takes longer than a few seconds is served its last rendering while the next is made).\n"
+            f"# TYPE {AGE_FAMILY} gauge\n").encode()
+
+
+@dataclass(frozen=True)
+class _Rendering:
+    at: float  # time.monotonic() when its readings were read
+    took_s: float
+    chunks: list[bytes]
+
+
 class FleetExposition:
     """``/metrics/fleet``: renders through the query API at most once per ``cache_s``; concurrent
-    scrapes share one rendering."""
+    scrapes share one rendering.
+
+    A fleet whose rendering takes ``stale_after_s`` or longer (10,000 devices: several seconds,
+    against Prometheus' default scrape timeout of 10 s) is served its last rendering at once, up
+    to ``max_age_s`` old, while the next one is made in the background: dcgm-exporter's model (it
+    serves what it collected last, every ``--collect-interval``), so a scrape's time no longer
+    grows with the fleet. Every exposition ends with its age (``AGE_FAMILY``); a small fleet's is
+    rendered for each scrape, as before, and is 0."""
 
     def __init__(self, engine: Engine, *, cache_s: float = 1.0, clock: Callable[[], int] = time.time_ns,
-                 observe: Callable[[float], None] | None = None) -> None:
+                 observe: Callable[[float], None] | None = None, stale_after_s: float = 2.0,
+                 max_age_s: float = 120.0) -> None:
         self._engine = engine
         self._cache_s = cache_s
+        self._stale_after_s = stale_after_s
+        self._max_age_s = max_age_s
         self._clock = clock
         self._observe = observe
-        self._lock = threading.Lock()
-        self._cached: tuple[float, list[bytes]] | None = None
-        # Kept between scrapes (used under the lock): label texts change only with a device's
-        # labels or inventory, and most values repeat.
+        self._lock = threading.Lock()  # the fields below
+        self._render_lock = threading.Lock()  # one rendering at a time
+        self._cached: _Rendering | None = None
+        self._background: threading.Thread | None = None
+        # Kept between scrapes (used under the render lock): label texts change only with a
+        # device's labels or inventory, and most values repeat.
         self._series_labels = SeriesLabels()
         self._numbers = NumberTexts()
 
@@ -275,9 +304,46 @@ class FleetExposition:
     def render_chunks(self) -> list[bytes]:
         """The exposition as chunks to write in order (what ``/metrics/fleet`` serves)."""
         with self._lock:
-            now = time.monotonic()
-            if self._cached is not None and now - self._cached[0] < self._cache_s:
-                return self._cached[1]
+            cached = self._cached
+            if cached is not None:
+                age = time.monotonic() - cached.at
+                if age < self._cache_s:
+                    return self._served(cached)
+                if cached.took_s >= self._stale_after_s and age < self._max_age_s:
+                    self._refresh_in_background()
+                    return self._served(cached)
+        return self._served(self._render_fresh())
+
+    def wait_for_refresh(self, timeout_s: float | None = None) -> None:
+        """Until a background rendering in progress is done (tests, an orderly stop)."""
+        background = self._background
+        if background is not None:
+            background.join(timeout_s)
+
+    @staticmethod
+    def _served(rendering: _Rendering) -> list[bytes]:
+        age = max(0.0, time.monotonic() - rendering.at)
+        return [*rendering.chunks, AGE_HEAD + f"{AGE_FAMILY} {age:.3f}\n".encode()]
+
+    def _refresh_in_background(self) -> None:
+        """Start the next rendering unless one is under way (called under ``_lock``)."""
+        if self._background is not None and self._background.is_alive():
+            return
+
+        def refresh() -> None:
+            try:
+                self._render_fresh()
+            except Exception as exc:  # the database is away: scrapes get the last rendering until max_age_s
+                log.warning("/metrics/fleet: the next rendering failed, the last one is served meanwhile: %s", exc)
+
+        self._background = threading.Thread(target=refresh, name="fleetscope-fleet-exposition", daemon=True)
+        self._background.start()
+
+    def _render_fresh(self) -> _Rendering:
+        with self._render_lock:
+            cached = self._cached
+            if cached is not None and time.monotonic() - cached.at < self._cache_s:
+                return cached  # made while this one waited for the lock
             started = time.monotonic()
             with query.session_scope(self._engine) as session:
                 if self._engine.dialect.name == "postgresql":  # the reads at once (see latest_readings)
@@ -287,11 +353,14 @@ class FleetExposition:
                     readings = latest_readings(session=session, now_ns=self._clock())
             with paused_gc():  # millions of line parts: a large, acyclic build (see gc_pause)
                 body = render_fleet_chunks(readings, self._series_labels, self._numbers)
+            took = time.monotonic() - started
             if self._observe is not None:
-                self._observe(time.monotonic() - started)
-            self._cached = (time.monotonic(), body)
-            return body
+                self._observe(took)
+            rendering = _Rendering(at=started, took_s=took, chunks=body)
+            with self._lock:
+                self._cached = rendering
+            return rendering
 
 
-__all__ = ["CONTENT_TYPE", "GPU_FIELDS", "HOST_FIELDS", "JETSON_FIELDS", "Field", "FleetExposition", "render_fleet",
+__all__ = ["AGE_FAMILY", "CONTENT_TYPE", "GPU_FIELDS", "HOST_FIELDS", "JETSON_FIELDS", "Field", "FleetExposition", "render_fleet",
            "render_fleet_bytes", "render_fleet_chunks"]

@@ -25,7 +25,10 @@ It then measures, median of ``--runs``, every run a cache miss:
   (a drone group against a server group, over 24 h) until its table shows both groups' device
   counts, a different pair each run (and ``compare_groups`` alone);
 * **/metrics/fleet**: an HTTP GET of the collector's exporter (its listener and
-  ``FleetExposition``, in this process), its one-second cache expired before each;
+  ``FleetExposition``, in this process), its one-second cache expired before each, as the
+  collector serves it (a fleet whose rendering takes 2 s or more gets the last rendering, and
+  its age is printed) and through an exposition that renders for each scrape (``a rendering``:
+  every scrape's time before, and the least age of the readings served);
 
 and prints a table with PASS/MISS against the bars (Fleet page < 2 s, comparison < 2 s, scrape
 < 5 s; the exit status is 1 when one is missed), with the CPU seconds each view cost every process
@@ -695,36 +698,64 @@ def _members(engine, fleet: Fleet) -> dict[str, list[str]]:  # type: ignore[no-u
 
 
 def scrape(engine, fleet: Fleet, runs: int) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
-    """GET /metrics/fleet from the collector's metrics listener and exposition, cache expired."""
+    """GET /metrics/fleet from the collector's metrics listener and exposition, cache expired,
+    two ways: as the collector serves it (``scrape``: a large fleet gets the last rendering, made
+    while the previous scrape was answered, and the next one is started; ``scrape_age``: how old
+    the readings it got were) and a scrape that renders (``render``: what every scrape cost before
+    the last rendering was served, and how old the served readings are at least)."""
     from fleetscope.collector.observability.fleet_exposition import CONTENT_TYPE, FleetExposition
     from fleetscope.collector.observability.http import MetricsHttpServer
 
-    fleet_x = FleetExposition(engine, cache_s=1.0)
-    server = MetricsHttpServer(
-        "127.0.0.1:0", {"/metrics/fleet": lambda: (200, CONTENT_TYPE, fleet_x.render_chunks())}  # as the collector serves it
-    ).start()
-    out: dict[str, list[float]] = {"scrape": [], "scrape_cpu": [], "bytes": [], "lines": []}
-    cpu = Cpu(str(engine.url.render_as_string(hide_password=False)))
     try:
+        served = FleetExposition(engine, cache_s=1.0)  # the collector's
+        rendering = FleetExposition(engine, cache_s=1.0, stale_after_s=float("inf"))
+    except TypeError:  # a tree from before the last rendering was served: every scrape renders
+        served = rendering = FleetExposition(engine, cache_s=1.0)
+    server = MetricsHttpServer("127.0.0.1:0", {  # as the collector serves it
+        "/metrics/fleet": lambda: (200, CONTENT_TYPE, served.render_chunks()),
+        "/render": lambda: (200, CONTENT_TYPE, rendering.render_chunks()),
+    }).start()
+    out: dict[str, list[float]] = {"scrape": [], "scrape_cpu": [], "scrape_age": [], "render": [], "render_cpu": [],
+                                   "bytes": [], "lines": []}  # fmt: skip
+    cpu = Cpu(str(engine.url.render_as_string(hide_password=False)))
+
+    def get(path: str) -> tuple[float, float, bytes]:
+        touch(engine, fleet)
+        time.sleep(1.2)  # past the exposition's one-second cache
+        t, c0 = time.perf_counter(), cpu.start()
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=300) as r:
+            body = r.read()
+            assert r.status == 200
+        took, used = time.perf_counter() - t, cpu.since(c0)
+        up = body.count(b"\nfleetscope_device_up{") + body.startswith(b"fleetscope_device_up{")
+        gpus = body.count(b"\nDCGM_FI_DEV_GPU_UTIL{")
+        assert up == fleet.devices, up
+        assert gpus == fleet.drones + (fleet.devices - fleet.drones) * fleet.gpus, gpus
+        temps = body.count(b"\nfleetscope_jetson_temperature_celsius{")
+        assert temps == 2 * fleet.drones, temps  # the newest point of each sensor of each drone
+        return took, used, body
+
+    def age_of(body: bytes) -> float:
+        at = body.rfind(b"\nfleetscope_fleet_exposition_age_seconds ")
+        return float(body[at:].split()[1]) if at >= 0 else 0.0
+
+    try:
+        if served is not rendering:
+            get("/metrics/fleet")  # the collector's first scrape renders: there is nothing to serve yet
         for k in range(runs):
-            touch(engine, fleet)
-            time.sleep(1.2)  # past the exposition's one-second cache
-            t, c0 = time.perf_counter(), cpu.start()
-            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics/fleet", timeout=300) as r:
-                body = r.read()
-                assert r.status == 200
-            out["scrape"].append(time.perf_counter() - t)
-            out["scrape_cpu"].append(cpu.since(c0))
+            took, used, body = get("/metrics/fleet")
+            out["scrape"].append(took)
+            out["scrape_cpu"].append(used)
+            out["scrape_age"].append(age_of(body))
+            if served is not rendering:
+                served.wait_for_refresh(300)  # the next rendering it started, before the one measured below
+                took, used, body = get("/render")
+            out["render"].append(took)
+            out["render_cpu"].append(used)
             out["bytes"].append(len(body))
             out["lines"].append(body.count(b"\n"))
-            up = body.count(b"\nfleetscope_device_up{") + body.startswith(b"fleetscope_device_up{")
-            gpus = body.count(b"\nDCGM_FI_DEV_GPU_UTIL{")
-            assert up == fleet.devices, up
-            assert gpus == fleet.drones + (fleet.devices - fleet.drones) * fleet.gpus, gpus
-            temps = body.count(b"\nfleetscope_jetson_temperature_celsius{")
-            assert temps == 2 * fleet.drones, temps  # the newest point of each sensor of each drone
-            say(f"  scrape run {k + 1}: {out['scrape'][-1]:.2f} s, {len(body) / 1e6:.1f} MB, "
-                f"{out['lines'][-1]:,} lines, {gpus:,} GPUs")  # fmt: skip
+            say(f"  scrape run {k + 1}: served in {out['scrape'][-1]:.2f} s (readings {out['scrape_age'][-1]:.1f} s old), "
+                f"a rendering {out['render'][-1]:.2f} s, {len(body) / 1e6:.1f} MB, {out['lines'][-1]:,} lines")  # fmt: skip
     finally:
         server.stop()
     return out
@@ -899,7 +930,8 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {}
         times.update(query_layer(engine, fleet, pairs, args.runs))
         sc = scrape(engine, fleet, args.runs)
-        times["scrape"], times["scrape_cpu"] = sc["scrape"], sc["scrape_cpu"]
+        for key in ("scrape", "scrape_cpu", "scrape_age", "render", "render_cpu"):
+            times[key] = sc[key]
         figures["scrape_mb"] = round(statistics.median(sc["bytes"]) / 1e6, 1)
         figures["scrape_lines"] = int(statistics.median(sc["lines"]))
         if not args.no_browser:
@@ -914,6 +946,8 @@ def main(argv: list[str] | None = None) -> int:
         ("compare page (Chromium)", "compare"),
         ("  compare_groups (query)", "compare_groups"),
         ("/metrics/fleet scrape", "scrape"),
+        ("  readings' age (s)", "scrape_age"),
+        ("  a rendering", "render"),
     ]
     print(f"fleet views at {args.devices:,} devices ({figures['gpus']:,} GPUs) on {figures['db']}, "
           f"median of {args.runs} (cold caches)")  # fmt: skip

@@ -1301,6 +1301,21 @@ _RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Messa
 
 
 _JSON_EXIT = re.compile(r'"?exitCode"?\s*:\s*(-?\d+)')
+# bash's report of a job killed by a signal in a batch script ("/var/spool/slurmd/job191/slurm_script: line 28:
+# 8156 Killed                  python3 main.py ..."), which Slurm's job stderr prints just before slurmstepd's
+# oom-kill line: the process the step's cgroup OOM killed.
+_SHELL_KILLED = re.compile(r": line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>\S+)")
+
+
+def _shell_killed(lines: list[str], i: int) -> re.Match[str] | None:
+    """bash's "<pid> Killed <command>" on one of the two lines before line ``i`` (Slurm's oom-kill report)."""
+    for j in range(i - 1, max(-1, i - 3), -1):
+        m = _SHELL_KILLED.search(lines[j]) if "Killed" in lines[j] else None
+        if m is not None:
+            return m
+    return None
+
+
 # ecs-cli ps, a stopped container's row (amazon-ecs-cli, compose/container/container.go): Name is
 # GetFormattedContainerName(taskID, name), "<task id>/<container>", State "STOPPED ExitCode: %d Reason: %s".
 _ECS_PS = re.compile(r"(?:^|[\s`|])[0-9a-f]{8}(?:-?[0-9a-f]{4}){3}-?[0-9a-f]{12}/(?P<name>[\w.-]+)\s+STOPPED"
@@ -1349,6 +1364,11 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             _put(f, "slurm_step", g["step"])
             _put(f, "oom_kill_events", int(g["sn"]) if g["sn"] else None)
             _put(f, "node", g["node"])
+            killed = _shell_killed(lines, i) if source == "slurm" and g["sn"] == "1" else None
+            if killed is not None:
+                # One kill in the step: the job the batch script's shell saw killed is its victim.
+                f["victim_pid"] = int(killed["pid"])
+                f["victim_process"] = killed["cmd"].rsplit("/", 1)[-1]
         elif g.get("ncode"):
             f["exit_code"] = int(g["ncode"])
         elif ps is not None and ps["code"] is not None:

@@ -102,6 +102,10 @@ A line that is not inside a block opens one when it is, tried in this order:
    not responding to commands.``; a paste may re-wrap it over two): from the line naming the GPU through the line
    that says it fell off the bus, at most three lines, so the GPU is read with the fault.
 
+14. A batch script's shell reporting a job killed (bash's ``slurm_script: line 28:  8156 Killed   python3 main.py``)
+   when the next line is Slurm's ``slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch ...``: two
+   lines, so the process the step's cgroup killed is read with the OOM kill.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -259,6 +263,9 @@ NVMAP_LINES = 4
 # NVRM's probe notice (rule 13): its first line names the GPU and ends there, or at its "(PCI ID: ...)".
 _BUS_NOTICE_OPEN = re.compile(r"\bThe NVIDIA GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?(?!.*fallen off)")
 BUS_NOTICE_LINES = 3
+# A shell's job report of a process killed (rule 14): bash's "line N: <pid> Killed <command>", its status padded.
+_SHELL_KILLED_OPEN = re.compile(r": line \d+:\s+\d+ Killed\s")
+_SLURM_OOM_KILL = re.compile(r"\bDetected \d+ oom[-_]kill event")
 # An out-of-memory message wrapped by a page, a terminal or its writer (rule 12): its line ends inside the figures it
 # lists in parentheses, after a separator ("(GPU 0; 10.91 GiB total capacity; 9.52 GiB already allocated;" / "17.56 MiB
 # free; ...)"), or inside a clause, after its space ("available memory is only " / "416.625000MB.").
@@ -351,6 +358,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "Out of memory! ",  # earlyoom v0.x's report (rule 10), entered at the "y" another word is entered at
     "Alloc: error 0",  # NvMap's handle allocation failing with no errno (rule 11)
     "The NVIDIA GPU",  # NVRM's probe notice over lines (rule 13)
+    " Killed ",  # a batch script's shell reporting a job killed (rule 14)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -413,6 +421,7 @@ _NVMAP0 = "nvmap_error0"
 _OOM_WRAP = "oom_wrapped"
 _EARLYOOM = "earlyoom"
 _BUS_NOTICE = "bus_notice"
+_SHELL_KILLED = "shell_killed"
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
@@ -671,6 +680,10 @@ def _bus_notice_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if "fallen off the bus" in rest else (_TAKE, g.state)
 
 
+def _shell_killed_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    return (_TAKE_LAST, g.state) if "kill event" in rest and _SLURM_OOM_KILL.search(rest) else (_END, g.state)
+
+
 def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest) or _EARLYOOM_OPEN.search(rest):
         return _END, g.state
@@ -681,6 +694,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _GGML: _ggml_step,
     _EARLYOOM: _earlyoom_step,
     _BUS_NOTICE: _bus_notice_step,
+    _SHELL_KILLED: _shell_killed_step,
     _NVMAP0: _nvmap0_step,
     _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
@@ -697,7 +711,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 13 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 14 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -756,6 +770,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_OOM_WRAP, _BODY, now_ns, "error", cap=2)
     if "NVIDIA GPU" in text and _BUS_NOTICE_OPEN.search(text):
         return _Group(_BUS_NOTICE, _BODY, now_ns, "error", cap=BUS_NOTICE_LINES)
+    if " Killed" in text and _SHELL_KILLED_OPEN.search(text):
+        return _Group(_SHELL_KILLED, _BODY, now_ns, "error", cap=2)
     return None
 
 

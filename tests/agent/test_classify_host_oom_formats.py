@@ -949,3 +949,28 @@ def test_no_killable_processes_then_its_panic_and_stack_are_one_report(tmp_path)
     assert f.facts["no_killable_processes"] is True and f.facts["oom_panic"] is True
     assert f.facts["kernel_release"] == "6.1.21-v8+"
     assert f.facts["invoker_process"] == "journald"
+
+
+# ------------------------------------------------------------- Slurm: the batch script's shell and slurmstepd
+
+
+def test_slurm_oom_kill_names_the_job_its_batch_scripts_shell_saw_killed(tmp_path) -> None:
+    # A job's stderr: bash reports the killed job ("line N: <pid> Killed <command>"), then slurmstepd the step's kill.
+    p = tmp_path / "slurm-4711.err"
+    p.write_text("/var/spool/slurmd/job4711/slurm_script: line 14: 30211 Killed                  "
+                 "/opt/conda/bin/torchrun train.py --epochs 90\n"
+                 "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4711.batch. Some of your processes may have "
+                 "been killed by the cgroup out-of-memory handler.\n", encoding="utf-8")
+    (f,) = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert f.facts["source"] == "slurm" and f.facts["slurm_step"] == "4711.batch"
+    assert f.facts["victim_pid"] == 30211 and f.facts["victim_process"] == "torchrun"
+
+
+def test_a_shell_kill_without_slurms_oom_line_names_no_oom_victim(tmp_path) -> None:
+    p = tmp_path / "job.err"
+    p.write_text("./run.sh: line 3: 30211 Killed                  python3 serve.py\nrestarting\n", encoding="utf-8")
+    assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []
+    # Several kills in the step: which one bash saw is not the step's only victim.
+    many = _one("run.sh: line 3: 30211 Killed   python3 a.py\n"
+                "slurmstepd: error: Detected 3 oom-kill event(s) in StepId=12.batch.\n")
+    assert "victim_pid" not in many.facts

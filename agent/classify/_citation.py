@@ -78,11 +78,14 @@ _SHELL_ARGUMENT = re.compile(
 )
 _LOGFMT = re.compile(r"\b(?:level|lvl|msg|time|ts|caller|logger)=")
 _TABLE_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){2,}\s*$")
-# A table cell that opens with an inline code span and goes on in words after it: a notes or
-# incident table's observation ("| Learner on GPU | `NvMap...: error 12` — OOM on unified memory |",
-# "| 2026-07-19 | crash loop | `...`; burst from the test lanes |"). A manual's lookup table gives
-# the message a cell of its own and explains it in the next ("| `...: error 12` | Out of GPU memory |").
-_NARRATED_CELL = re.compile(r"\|[ \t]*(`+)[^`|\n]* [^`|\n]*\1[ \t]*[*_)\]]*[ \t]*[;,:.\u2014\u2013-]*[ \t]*[^\W\d_]")
+# A table cell after the row's first (its label, its date) that opens with an inline code span and goes on,
+# past a separator, in words: a notes or incident table's observation ("| Learner on GPU | `NvMap...: error 12`
+# — OOM on unified memory |", "| 2026-07-19 | crash loop | `...`; burst from the test lanes |"). A manual's
+# lookup table keys its rows by the message, in the first column, and explains it in the next ("| `...: error 12`
+# | Out of GPU memory |", "| `...` error | Reduce the batch |").
+_NARRATED_CELL = re.compile(
+    r"^\s*\|[^|\n]*\|(?:[^|\n]*\|)*?[ \t]*(`+)[^`|\n]* [^`|\n]*\1[ \t]*[*_)\]]*[ \t]*(?:[;,:\u2014\u2013]| - )[ \t]*[^\W\d_]"
+)
 
 # ------------------------------------------------------------------------------ placeholders
 
@@ -108,7 +111,7 @@ def cited_line(line: str) -> bool:
     """Whether ``line`` quotes a message rather than prints it: source code (a string literal, a
     comment), a heading, a documentation table's row."""
     if _TABLE_ROW.match(line):
-        return _NARRATED_CELL.search(line) is None
+        return _NARRATED_CELL.match(line) is None
     if _placeholder(line):
         return True
     if '"' not in line and "'" not in line and "`" not in line:

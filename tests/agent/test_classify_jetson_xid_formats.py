@@ -85,7 +85,9 @@ def test_a_lookup_tables_message_cell_is_not_a_failure_even_beside_a_narrating_c
     lookup = (
         "| Error | Cause | Fix |\n|---|---|---|\n"
         "| `NvMapMemHandleAlloc failed: error 12` | Out of GPU memory | Kill other processes |\n"
-        "| `cudaMalloc failed: out of memory` | Context too large | `jetson-infer models` shows the maximum |"
+        "| `cudaMalloc failed: out of memory` | Context too large | `jetson-infer models` shows the maximum |\n"
+        "| `NvMapMemAllocInternalTagged: error 12` \u2014 unified memory | Lower the batch | - |\n"
+        "| GPU out of memory | `NvMapMemHandleAlloc failed: error 12` error | Reboot |"
     )
     assert classify_text(lookup) == []
 

@@ -33,12 +33,12 @@ FAMILIES = (
 )
 PARTS = ("open", "sealed", "holdout2", "holdout3", "holdout4", "dev", "holdout5", "holdout6", "holdout7", "holdout8",
          "holdout9", "holdout10", "holdout11", "all")
-# parts not read yet: scored once, their failures never listed. Round 11 (drawn 2026-12-07 18:20-18:33
-# UTC) until it is scored; a later round's part goes here until it is scored.
-HELD_OUT: frozenset[str] = frozenset({"holdout11"})
-# the parts scored and read: development data (rounds 1 to 10)
+# parts not read yet: scored once, their failures never listed. None now: round 11 was scored once
+# (2026-12-07 19:11 UTC) and is read since; a later round's part goes here until it is scored.
+HELD_OUT: frozenset[str] = frozenset()
+# the parts scored and read: development data (rounds 1 to 11)
 DEV = frozenset({"open", "sealed", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6", "holdout7",
-                 "holdout8", "holdout9", "holdout10"})
+                 "holdout8", "holdout9", "holdout10", "holdout11"})
 _ROUND = re.compile(r"^(holdout\d+)-")
 
 # Fact keys each family may be labelled with (PROCEDURE.md, "Families and their fact keys").
@@ -318,7 +318,7 @@ def score(samples: Iterable[Sample]) -> list[Verdict]:
 
 
 def select(samples: Sequence[Sample], part: str, family: str | None = None) -> list[Sample]:
-    """The samples of ``part`` ("dev": every part scored and read, rounds 1 to 10; "all": every sample) and
+    """The samples of ``part`` ("dev": every part scored and read, rounds 1 to 11; "all": every sample) and
     ``family``. A held-out part (``HELD_OUT``) is scored by naming it; its failures are never listed."""
     def wanted(s: Sample) -> bool:
         return part == "all" or s.part == part or (part == "dev" and s.part in DEV)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import struct
@@ -697,12 +698,17 @@ def _members(engine, fleet: Fleet) -> dict[str, list[str]]:  # type: ignore[no-u
     return out
 
 
-def scrape(engine, fleet: Fleet, runs: int) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
-    """GET /metrics/fleet from the collector's metrics listener and exposition, cache expired,
-    two ways: as the collector serves it (``scrape``: a large fleet gets the last rendering, made
-    while the previous scrape was answered, and the next one is started; ``scrape_age``: how old
-    the readings it got were) and a scrape that renders (``render``: what every scrape cost before
-    the last rendering was served, and how old the served readings are at least)."""
+def scrape(engine, fleet: Fleet, runs: int, interval_s: float) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
+    """GET /metrics/fleet from the collector's metrics listener and exposition, two ways:
+
+    * ``scrape``: as Prometheus scrapes the collector, with ``curl`` (another process) every
+      ``interval_s``, the fleet touched after each scrape as agents keep writing: a large fleet
+      is served the last rendering, made in the background just before the scrape was due;
+      ``scrape_age``: how old the readings it got were;
+    * ``render``: a scrape that renders, its one-second cache expired (what every scrape cost
+      before the last rendering was served, and what a rendering costs now).
+    """
+
     from fleetscope.collector.observability.fleet_exposition import CONTENT_TYPE, FleetExposition
     from fleetscope.collector.observability.http import MetricsHttpServer
 
@@ -718,15 +724,15 @@ def scrape(engine, fleet: Fleet, runs: int) -> dict[str, list[float]]:  # type: 
     out: dict[str, list[float]] = {"scrape": [], "scrape_cpu": [], "scrape_age": [], "render": [], "render_cpu": [],
                                    "bytes": [], "lines": []}  # fmt: skip
     cpu = Cpu(str(engine.url.render_as_string(hide_password=False)))
+    body_file = Path(tempfile.mkdtemp(prefix="fleetscope-scrape-")) / "body"
 
     def get(path: str) -> tuple[float, float, bytes]:
-        touch(engine, fleet)
-        time.sleep(1.2)  # past the exposition's one-second cache
-        t, c0 = time.perf_counter(), cpu.start()
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=300) as r:
-            body = r.read()
-            assert r.status == 200
-        took, used = time.perf_counter() - t, cpu.since(c0)
+        c0 = cpu.start()
+        took = float(subprocess.run(
+            ["curl", "-sf", "-o", str(body_file), "-w", "%{time_total}", f"http://127.0.0.1:{server.port}{path}"],
+            check=True, capture_output=True, text=True, timeout=300).stdout)  # fmt: skip
+        used = cpu.since(c0)
+        body = body_file.read_bytes()
         up = body.count(b"\nfleetscope_device_up{") + body.startswith(b"fleetscope_device_up{")
         gpus = body.count(b"\nDCGM_FI_DEV_GPU_UTIL{")
         assert up == fleet.devices, up
@@ -740,24 +746,33 @@ def scrape(engine, fleet: Fleet, runs: int) -> dict[str, list[float]]:  # type: 
         return float(body[at:].split()[1]) if at >= 0 else 0.0
 
     try:
-        if served is not rendering:
-            get("/metrics/fleet")  # the collector's first scrape renders: there is nothing to serve yet
+        touch(engine, fleet)
+        due = time.monotonic()
+        get("/metrics/fleet")  # the collector's first scrape renders: there is nothing to serve yet
         for k in range(runs):
+            touch(engine, fleet)
+            due += interval_s
+            time.sleep(max(0.0, due - time.monotonic()))
             took, used, body = get("/metrics/fleet")
             out["scrape"].append(took)
             out["scrape_cpu"].append(used)
             out["scrape_age"].append(age_of(body))
-            if served is not rendering:
-                served.wait_for_refresh(300)  # the next rendering it started, before the one measured below
-                took, used, body = get("/render")
+            say(f"  scrape {k + 1} (every {interval_s:g} s, as Prometheus): served in {took:.2f} s, "
+                f"readings {out['scrape_age'][-1]:.1f} s old")  # fmt: skip
+        if served is not rendering:
+            served.wait_for_refresh(interval_s + 300)  # the rendering planned for the next scrape
+        for k in range(runs):
+            touch(engine, fleet)
+            time.sleep(1.2)  # past the exposition's one-second cache
+            took, used, body = get("/render")
             out["render"].append(took)
             out["render_cpu"].append(used)
             out["bytes"].append(len(body))
             out["lines"].append(body.count(b"\n"))
-            say(f"  scrape run {k + 1}: served in {out['scrape'][-1]:.2f} s (readings {out['scrape_age'][-1]:.1f} s old), "
-                f"a rendering {out['render'][-1]:.2f} s, {len(body) / 1e6:.1f} MB, {out['lines'][-1]:,} lines")  # fmt: skip
+            say(f"  rendering {k + 1}: {took:.2f} s, {len(body) / 1e6:.1f} MB, {out['lines'][-1]:,} lines")
     finally:
         server.stop()
+        shutil.rmtree(body_file.parent, ignore_errors=True)
     return out
 
 
@@ -869,6 +884,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--skip-fill", action="store_true", help="measure a database filled by an earlier --keep run"
     )
+    p.add_argument("--scrape-interval", type=float, default=15.0,
+                   help="seconds between the scrapes of /metrics/fleet, as Prometheus' scrape_interval (default %(default)s)")
     p.add_argument("--keep", action="store_true", help="leave the database (and the Citus cluster) behind")
     p.add_argument("--no-browser", action="store_true", help="skip Chromium (query layer and scrape only)")
     p.add_argument(
@@ -929,7 +946,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"measuring, {args.runs} runs each")
         times: dict[str, list[float]] = {}
         times.update(query_layer(engine, fleet, pairs, args.runs))
-        sc = scrape(engine, fleet, args.runs)
+        sc = scrape(engine, fleet, args.runs, args.scrape_interval)
         for key in ("scrape", "scrape_cpu", "scrape_age", "render", "render_cpu"):
             times[key] = sc[key]
         figures["scrape_mb"] = round(statistics.median(sc["bytes"]) / 1e6, 1)

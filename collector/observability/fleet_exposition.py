@@ -262,6 +262,10 @@ AGE_HEAD = (f"# HELP {AGE_FAMILY} Seconds since this exposition's readings were 
             f"# TYPE {AGE_FAMILY} gauge\n").encode()
 
 
+# Seconds a background rendering waits after a scrape was served, for its body to be written first.
+WRITE_FIRST_S = 1.0
+
+
 @dataclass(frozen=True)
 class _Rendering:
     at: float  # time.monotonic() when its readings were read
@@ -275,9 +279,9 @@ class FleetExposition:
 
     A fleet whose rendering takes ``stale_after_s`` or longer (10,000 devices: several seconds,
     against Prometheus' default scrape timeout of 10 s) is served its last rendering at once, up
-    to ``max_age_s`` old, while the next one is made in the background: dcgm-exporter's model (it
-    serves what it collected last, every ``--collect-interval``), so a scrape's time no longer
-    grows with the fleet. Every exposition ends with its age (``AGE_FAMILY``); a small fleet's is
+    to ``max_age_s`` old, while the next one is made in the background, timed to be done just
+    before the next scrape is due: dcgm-exporter's model (it serves what it collected last, every
+    ``--collect-interval``), so a scrape's time no longer grows with the fleet. Every exposition ends with its age (``AGE_FAMILY``); a small fleet's is
     rendered for each scrape, as before, and is 0."""
 
     def __init__(self, engine: Engine, *, cache_s: float = 1.0, clock: Callable[[], int] = time.time_ns,
@@ -293,6 +297,7 @@ class FleetExposition:
         self._render_lock = threading.Lock()  # one rendering at a time
         self._cached: _Rendering | None = None
         self._background: threading.Thread | None = None
+        self._last_scrape_at: float | None = None  # of a scrape served the last rendering
         # Kept between scrapes (used under the render lock): label texts change only with a
         # device's labels or inventory, and most values repeat.
         self._series_labels = SeriesLabels()
@@ -306,16 +311,17 @@ class FleetExposition:
         with self._lock:
             cached = self._cached
             if cached is not None:
-                age = time.monotonic() - cached.at
+                now = time.monotonic()
+                age = now - cached.at
                 if age < self._cache_s:
                     return self._served(cached)
                 if cached.took_s >= self._stale_after_s and age < self._max_age_s:
-                    self._refresh_in_background()
+                    self._refresh_ahead(now, cached.took_s)
                     return self._served(cached)
         return self._served(self._render_fresh())
 
     def wait_for_refresh(self, timeout_s: float | None = None) -> None:
-        """Until a background rendering in progress is done (tests, an orderly stop)."""
+        """Until a background rendering planned or in progress is done (tests, an orderly stop)."""
         background = self._background
         if background is not None:
             background.join(timeout_s)
@@ -325,12 +331,21 @@ class FleetExposition:
         age = max(0.0, time.monotonic() - rendering.at)
         return [*rendering.chunks, AGE_HEAD + f"{AGE_FAMILY} {age:.3f}\n".encode()]
 
-    def _refresh_in_background(self) -> None:
-        """Start the next rendering unless one is under way (called under ``_lock``)."""
+    def _refresh_ahead(self, now: float, took_s: float) -> None:
+        """Plan the next rendering to be done just before the next scrape is due (called under
+        ``_lock``): its readings are then as fresh as a rendering's length allows, and it does
+        not start while the body just served is written (one process: they would share the
+        interpreter). The next scrape is expected one interval (the last two scrapes') away;
+        without one, the rendering starts once the body is out."""
+        previous, self._last_scrape_at = self._last_scrape_at, now
         if self._background is not None and self._background.is_alive():
-            return
+            return  # planned or under way already
+        delay = WRITE_FIRST_S
+        if previous is not None:
+            delay = max(WRITE_FIRST_S, (now - previous) - took_s * 1.25 - 1.0)
 
         def refresh() -> None:
+            time.sleep(delay)
             try:
                 self._render_fresh()
             except Exception as exc:  # the database is away: scrapes get the last rendering until max_age_s

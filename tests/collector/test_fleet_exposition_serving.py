@@ -122,3 +122,25 @@ def test_a_database_gone_is_served_the_last_rendering_until_it_is_too_old_then_t
             admin.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
     engine.dispose()
     assert _read(x)[0] == 60.0, "back once the database is"
+
+
+def test_the_next_rendering_is_timed_to_be_done_just_before_the_next_scrape(engine: Engine) -> None:
+    """Scrapes every 3 s: the rendering planned at a scrape starts one interval, less its length
+    and a second, later (not while the body just served is written), so the next scrape gets
+    readings about a second old, not an interval old."""
+    _server(engine, 60.0)
+    renderings: list[float] = []
+    x = FleetExposition(engine, cache_s=0, clock=lambda: NOW, stale_after_s=0.0, observe=renderings.append)
+    _read(x)
+    time.sleep(3)
+    _read(x)  # the first served: no interval known yet, the next rendering once the body is out
+    time.sleep(0.5)
+    assert len(renderings) == 1, "nothing rendered while the body just served is written"
+    time.sleep(2.5)
+    _read(x)  # an interval of 3 s known: the next rendering planned to start about 2 s from here
+    time.sleep(3)
+    _set_temp(engine, 90.0)  # after the planned rendering started: the next scrape still shows 60
+    temp, age = _read(x)
+    assert temp == 60.0 and 0.5 < age < 1.9, f"readings about a second old at a scrape every 3 s, not 3 s: {age}"
+    x.wait_for_refresh(30)
+    assert len(renderings) == 4

@@ -427,6 +427,45 @@ def _pytorch(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             _add(found, identity, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
 
 
+# The caching allocator's warning when cudaMalloc itself fails (PyTorch 2.8+, CUDACachingAllocator.cpp, glog-style
+# "[W903 13:41:51.709566905 CUDACachingAllocator.cpp:3934] memory allocation failed with OOM on device 0 while trying
+# to allocate 42949672960 bytes (free: 33136967680, total: 33668857856)."; torchrun prefixes "[rank5]:"). The
+# allocator then frees its cache and retries, so the warning alone may be survived: it is the fault only where no
+# "CUDA out of memory." exception is printed beside it. A terminal or a paste may wrap it after the device number.
+_PT_ALLOC_WARN = re.compile(r"\bmemory allocation failed with OOM on device (?P<dev>\d+)\b")
+_PT_ALLOC_WARN_SIZES = re.compile(
+    r"^\s*while trying to allocate (?P<req>\d+) bytes(?: \(free: (?P<free>\d+), total: (?P<total>\d+)\))?"
+)
+
+
+def _pytorch_alloc_warning(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    if any(acc.facts.get("framework") == "pytorch" for acc in found.values()):
+        return  # the exception raised after the retry failed carries the same failure
+    for i, line in enumerate(ev.lines):
+        if i in used or "failed with OOM" not in line:
+            continue
+        m = _PT_ALLOC_WARN.search(line)
+        if m is None:
+            continue
+        lines = [i]
+        sizes = _PT_ALLOC_WARN_SIZES.match(line[m.end():])
+        if sizes is None and not line[m.end():].strip() and i + 1 < len(ev.lines):
+            sizes = _PT_ALLOC_WARN_SIZES.match(ev.lines[i + 1])
+            if sizes is not None:
+                lines.append(i + 1)
+        facts: dict[str, FactValue] = {"framework": "pytorch", "allocator": "CUDACachingAllocator",
+                                       "device_index": int(m["dev"])}
+        if sizes is not None:
+            facts["requested_bytes"] = int(sizes["req"])
+            _put(facts, "free_bytes", int(sizes["free"]) if sizes["free"] else None)
+            _put(facts, "total_capacity_bytes", int(sizes["total"]) if sizes["total"] else None)
+        used.update(lines)
+        what = f": tried to allocate {format_bytes(int(facts['requested_bytes']))}" if "requested_bytes" in facts else ""
+        title = f"CUDA caching allocator: cudaMalloc out of memory on cuda:{m['dev']}{what}"
+        key = ("pytorch-alloc-warning", facts["device_index"], facts.get("requested_bytes"))
+        _add(found, key, _Acc(facts, title, "warning", lines, ev.ts_ns(i)))
+
+
 # The caching allocator's other OOM: an allocation past the limit set_per_process_memory_fraction
 # put on the device (c10/cuda/CUDACachingAllocator.cpp, 2.x): "Allocation on device 0 would exceed
 # allowed memory. (out of memory)", then a field a line: "Currently allocated     : 7.50 GiB",
@@ -1847,6 +1886,8 @@ class CudaOomClassifier:
             _app_raised(ev, found, used, text)
         if "MemoryError: " in text and "File \"" in text:
             _gpu_memory_error(ev, found, used)
+        if "failed with OOM" in text:
+            _pytorch_alloc_warning(ev, found, used)
         if "NV_ERR_NO_MEMORY" in text:
             _nvrm(ev, found)
         if "_STATUS_" in text or "CUFFT_ALLOC" in text:

@@ -95,7 +95,8 @@ A line that is not inside a block opens one when it is, tried in this order:
 
 12. An out-of-memory message wrapped (``OOM_WRAPPED``): a line with "out of memory" that ends inside the figures it
    lists in parentheses, after a ";" or ",", or inside a clause after its space ("... is only "), and the line it goes
-   on to: two lines at most.
+   on to: two lines at most. So too PyTorch's caching-allocator warning wrapped after its device number
+   (``memory allocation failed with OOM on device 5`` / ``while trying to allocate 671088640 bytes (free: ...)``).
 
 13. NVRM's probe notice for a GPU that is gone, which the driver prints over three lines (``NVRM: The NVIDIA GPU
    0000:b3:00.0`` / ``NVRM: (PCI ID: 10de:26b5) installed in this system has`` / ``NVRM: fallen off the bus and is
@@ -272,6 +273,8 @@ _SLURM_OOM_KILL = re.compile(r"\bDetected \d+ oom[-_]kill event")
 OOM_WRAPPED = re.compile(
     r"(?i:out of memory)\b[^\n]*?(?:\([^()\n]*[;,]|\b(?:only|is|of|to|and|with|was) )[ \t]*$"
 )
+# PyTorch's CUDACachingAllocator warning wrapped after its device number, its sizes on the next line (rule 12).
+PT_ALLOC_WARN_WRAPPED = re.compile(r"\bmemory allocation failed with OOM on device \d+[ \t]*$")
 # A TensorFlow / XLA allocator report: the error, its allocator summary and dump, the coordinator's
 # echo, the node names, XLA's BufferAssignment listing (rule 4 of the module docstring).
 _ALLOC_OPEN = re.compile(
@@ -767,6 +770,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
     if "Alloc: error 0" in text and _NVMAP_ERROR0.search(text):
         return _Group(_NVMAP0, _BODY, now_ns, "error", cap=NVMAP_LINES)
     if "of memory" in text and OOM_WRAPPED.search(text):
+        return _Group(_OOM_WRAP, _BODY, now_ns, "error", cap=2)
+    if "failed with OOM" in text and PT_ALLOC_WARN_WRAPPED.search(text):
         return _Group(_OOM_WRAP, _BODY, now_ns, "error", cap=2)
     if "NVIDIA GPU" in text and _BUS_NOTICE_OPEN.search(text):
         return _Group(_BUS_NOTICE, _BODY, now_ns, "error", cap=BUS_NOTICE_LINES)

@@ -966,3 +966,37 @@ def test_paddle_fluids_allocator_check_is_a_paddle_oom() -> None:
     f = _one("paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 4294967296 > 1073741824")
     assert f.facts["framework"] == "paddle"
     assert f.facts["enforce_allocating_bytes"] == 4294967296 and f.facts["enforce_available_bytes"] == 1073741824
+
+
+def test_the_caching_allocators_cudamalloc_warning_is_a_pytorch_oom() -> None:
+    f = _one(
+        "[rank3]:[W914 03:50:36.437786958 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on "
+        "device 3 while trying to allocate 3221225472 bytes (free: 1048576000, total: 85095874560)."
+    )
+    assert f.severity == "warning" and f.facts["framework"] == "pytorch" and f.facts["device_index"] == 3
+    assert f.facts["requested_bytes"] == 3221225472 and f.facts["free_bytes"] == 1048576000
+    assert f.facts["total_capacity_bytes"] == 85095874560
+
+
+def test_the_caching_allocators_warning_wrapped_after_its_device_is_read_whole_by_the_scan() -> None:
+    from fleetscope.agent.tools.scan import iter_events
+
+    text = (
+        "[W903 13:41:51.709566905 CUDACachingAllocator.cpp:3934] memory allocation failed with OOM on device 5\n"
+        "  while trying to allocate 671088640 bytes (free: 513736704, total: 85095874560).\n"
+    )
+    found = [f for e in iter_events(text.splitlines()) for f in classify_text(e.text)]
+    assert [f.facts["requested_bytes"] for f in found] == [671088640]
+    assert found[0].facts["device_index"] == 5 and found[0].facts["total_capacity_bytes"] == 85095874560
+
+
+def test_the_caching_allocators_warning_before_the_exception_is_one_oom() -> None:
+    f = _one(
+        "[W903 13:41:51.709566905 CUDACachingAllocator.cpp:3934] memory allocation failed with OOM on device 0 while "
+        "trying to allocate 42949672960 bytes (free: 33136967680, total: 33668857856).\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 9, in <module>\n    x = torch.empty(n, device="cuda")\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 40.00 GiB. GPU 0 has a total capacity of "
+        "31.36 GiB of which 30.86 GiB is free. Including non-PyTorch memory, this process has 498.00 MiB memory in use."
+    )
+    assert f.severity == "error" and f.facts["requested_bytes"] == 40 * 1024**3

@@ -59,6 +59,8 @@ HOST_OOM: tuple[str, ...] = (
     'oomd attempting to kill',  # systemd-oomd naming the process it kills
     'VM: killing process',  # Linux 2.4/2.6's page-fault OOM kill
     'on the node (IP:',  # Ray's memory monitor, the error for the worker it killed (host_oom._RAY_NODE)
+    # Its first sentence alone and Ray 2.0's raylet line (host_oom._RAY_LOW_MEMORY, _RAY_SYSTEM_LOW).
+    'low on memory', 'System memory low',
     'illing process', 'sending SIG',  # earlyoom's kill line, v0.5 to now (host_oom._EARLYOOM)
     # The allocation-failure warning's stack frame, its header cut (host_oom._WARN_ALLOC_FRAME): entered at the rare "+".
     'warn_alloc+0x', 'warn_alloc_failed+0x',

@@ -76,6 +76,8 @@ def _maybe_oom(text: str) -> bool:
         or "oom killer: done" in text
         or "VM: killing process" in text
         or "on the node (IP:" in text
+        or "low on memory" in text
+        or "System memory low" in text
         or "out_of_memory" in text
         or "kB min:" in text
         or ("]" in text and TASK_ROWS.search(text) is not None)
@@ -1189,6 +1191,20 @@ _RAY_OOM = re.compile(r"\b(?P<n>\d+) Workers? \(tasks / actors\) killed due to m
 # releases), and Ray 2.5+'s "N worker(s) were killed ... Memory on the node (IP: 10.0.0.1) was 110.41GB / ...".
 _RAY_NODE = re.compile(r"(?<![^\W\d_])Memory on the node \(IP: (?P<ip>[^,)\s]+)(?:, ID: (?P<id>[^)\s]*))?\)")
 _RAY_PID = re.compile(r"\bpid=(?P<pid>\d+), memory used=")
+# Ray 2.0-2.1's raylet, before that error had its own text (node_manager.cc): "System memory low at node with IP
+# 10.0.3.179. Used memory (216.78GB) / total capacity (219.60GB) (0.98715) exceeds threshold 0.95, killing latest
+# task with name f and task ID <hex> to avoid running out of memory."
+_RAY_SYSTEM_LOW = re.compile(
+    r"\bSystem memory low at node with IP (?P<ip>[\w.:-]+?)\. Used memory \((?P<used>[\d.]+\s?[KMGT]?B)\) / "
+    r"total capacity \((?P<total>[\d.]+\s?[KMGT]?B)\)"
+)
+# The first sentence of that error (ray.exceptions.OutOfMemoryError, a worker's exit detail), which a report may
+# print without the "Memory on the node" sentence after it: a RayActorError's "Worker exit detail: Task was killed
+# due to the node running low on memory.", under the dead actor's indented fields ("pid: 1412", "ip: 10.0.0.1"), or
+# an issue's title. Read only where no other Ray line tells the kill.
+_RAY_LOW_MEMORY = re.compile(r"\bTask was killed due to the node running low on memory\b")
+_RAY_ACTOR_FIELD = re.compile(r"^\s+(?P<k>pid|ip): (?P<v>[\w.:]+)\s*$")
+_RAY_ACTOR_FIELDS_LOOKBACK = 8  # lines: class_name, actor_id, pid, namespace, ip and the sentence's own line
 # Linux 2.4/2.6's page-fault path out of memory (arch/*/mm/fault.c): "VM: killing process gammu-smsd".
 _VM_KILLING = re.compile(r"(?:^|[\s:\]>])VM: killing process (?P<name>\S+)\s*$")
 # systemd-oomd 252+ names each process it kills in the cgroup it picked: "oomd attempting to kill 407 with KILL".
@@ -1290,7 +1306,9 @@ _RUNTIME_MORE = re.compile(
     # Nomad's Terminated task event for a driver that saw the OOM kill: "Exit Code: 137, Exit Message: \"OOM Killed\"".
     # Slurm's step cgroup: slurmstepd "Detected 1 oom-kill event(s) in step 4321.0 cgroup." (before 20.11) or
     # "Detected 1 oom_kill event in StepId=1234.batch." and srun's "srun: error: node3: task 0: Out Of Memory".
-    r"|(?P<slurm>\bDetected (?P<sn>\d+) oom[-_]kill event(?:s|\(s\))? in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?(?:\.(?:\s|$)|\s*$))"
+    # A title or a prose line may quote it cut after "event(s)", its step on another line or left out.
+    r"|(?P<slurm>\bDetected (?P<sn>\d+) oom[-_]kill event(?:s|\(s\))?"
+    r"(?: in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?(?:\.(?:\s|$)|\s*$)|[.`'\"]*\s*$))"
     r"|(?P<srun>\bsrun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory\b)"
     r"|(?P<nomad>Exit Code: (?P<ncode>-?\d+),(?: Signal: \d+,)? Exit Message: \\?\"OOM Killed\\?\")"
     # Flux's shell oom plugin (flux-core src/shell/oom.c), from the job cgroup's memory.events oom_kill count:
@@ -1513,6 +1531,10 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
                 ray_seen.add(key)
                 f = {"source": "ray", "node_ip": m["ip"]}
                 _put(f, "victim_pid", int(p["pid"]) if p else None)
+        elif "System memory low" in line:
+            m = _RAY_SYSTEM_LOW.search(line)
+            if m:
+                f = {"source": "ray", "node_ip": m["ip"]}
         elif "VM: killing process" in line:
             m = _VM_KILLING.search(line)
             if m:
@@ -1550,6 +1572,32 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
         who = f.get("victim_process") or f.get("oom_memcg") or f.get("top_candidate") or ""
         title = f"OOM kill by {f['source']}" + (f": {who}" if who else "")
         out.append(Finding(kind=KIND_HOST_OOM, severity="error", title=title, facts=f, excerpt=line.strip()[:_EXCERPT_MAX]))
+    if not any(o.facts.get("source") == "ray" for o in out):
+        out.extend(_ray_low_memory(lines, taken))
+    return out
+
+
+def _ray_low_memory(lines: list[str], taken: set[int]) -> list[Finding]:
+    """Ray's "Task was killed due to the node running low on memory." alone: one kill per dead worker's pid."""
+    out: list[Finding] = []
+    seen: set[int | None] = set()
+    for i, line in enumerate(lines):
+        if i in taken or "low on memory" not in line or not _RAY_LOW_MEMORY.search(line):
+            continue
+        fields: dict[str, str] = {}
+        for j in range(i - 1, max(-1, i - _RAY_ACTOR_FIELDS_LOOKBACK), -1):
+            m = _RAY_ACTOR_FIELD.match(lines[j])
+            if m:
+                fields.setdefault(m["k"], m["v"])
+        pid = int(fields["pid"]) if fields.get("pid", "").isdigit() else None
+        if pid in seen:
+            continue  # the same worker's error printed again (a traceback, then its exit detail)
+        seen.add(pid)
+        f: dict[str, FactValue] = {"source": "ray"}
+        _put(f, "victim_pid", pid)
+        _put(f, "node_ip", fields.get("ip"))
+        out.append(Finding(kind=KIND_HOST_OOM, severity="error", title="OOM kill by ray", facts=f,
+                           excerpt=line.strip()[:_EXCERPT_MAX]))
     return out
 
 
@@ -1604,7 +1652,7 @@ class HostOomClassifier:
                 or "result 'oom-kill'" in text \
                 or "killed as a result of limit" in text or "oom killer: done" in text \
                 or "killed due to memory pressure" in text or "VM: killing process" in text \
-                or "on the node (IP:" in text:
+                or "on the node (IP:" in text or "low on memory" in text or "System memory low" in text:
             out.extend(_userspace(lines, taken))
         if not out and "of memory: Kill" in text:
             out.extend(_pidless_kill(lines))

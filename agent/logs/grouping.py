@@ -107,6 +107,11 @@ A line that is not inside a block opens one when it is, tried in this order:
    when the next line is Slurm's ``slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch ...``: two
    lines, so the process the step's cgroup killed is read with the OOM kill.
 
+15. Ray's error for an actor whose worker died (``ray.exceptions.RayActorError: The actor died unexpectedly before
+   finishing this task.``): its indented fields (``pid: 1412``, ``ip: ...``) and the unindented line after them that
+   says why (``The actor is dead because its worker process has died. ... Worker exit detail: Task was killed due to
+   the node running low on memory.``), at most ``RAY_ACTOR_LINES`` lines, so the dead worker is read with the kill.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -178,6 +183,7 @@ SECTION_LINES = 64  # trtexec sections and kubectl state blocks are a dozen line
 LITERAL_LINES = 400  # a test fixture's log; a stray triple quote holds no more than this
 DESCRIBE_LINES = 400  # a pod's describe output: a few dozen lines per container
 SHORT_BURST_LINES = 8  # "Kill process ... or sacrifice child" is followed by "Killed process" at once
+RAY_ACTOR_LINES = 12  # Ray's dead-actor error: its line, up to nine indented fields, the reason's line
 EARLYOOM_LINES = 40  # earlyoom v0.x: "Out of memory! ..." then its candidates' debug lines, then the kill
 _BLANKS_IN_A_ROW = 2  # Python prints one blank line on each side of a chain's separator
 
@@ -265,6 +271,7 @@ NVMAP_LINES = 4
 _BUS_NOTICE_OPEN = re.compile(r"\bThe NVIDIA GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?(?!.*fallen off)")
 BUS_NOTICE_LINES = 3
 # A shell's job report of a process killed (rule 14): bash's "line N: <pid> Killed <command>", its status padded.
+_RAY_ACTOR_DIED_OPEN = re.compile(r"\bThe actor died unexpectedly before finishing this task\.?[ \t]*$")
 _SHELL_KILLED_OPEN = re.compile(r": line \d+:\s+\d+ Killed\s")
 _SLURM_OOM_KILL = re.compile(r"\bDetected \d+ oom[-_]kill event")
 # An out-of-memory message wrapped by a page, a terminal or its writer (rule 12): its line ends inside the figures it
@@ -362,6 +369,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "Alloc: error 0",  # NvMap's handle allocation failing with no errno (rule 11)
     "The NVIDIA GPU",  # NVRM's probe notice over lines (rule 13)
     " Killed ",  # a batch script's shell reporting a job killed (rule 14)
+    "The actor died",  # Ray's dead-actor error over lines (rule 15)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -425,6 +433,7 @@ _OOM_WRAP = "oom_wrapped"
 _EARLYOOM = "earlyoom"
 _BUS_NOTICE = "bus_notice"
 _SHELL_KILLED = "shell_killed"
+_RAY_ACTOR_DIED = "ray_actor_died"
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
@@ -683,6 +692,14 @@ def _bus_notice_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if "fallen off the bus" in rest else (_TAKE, g.state)
 
 
+def _ray_actor_died_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if _blank(rest):
+        return _END, g.state
+    if _indented(rest):
+        return _TAKE, g.state
+    return (_TAKE_LAST, g.state) if "The actor is dead because" in rest else (_END, g.state)
+
+
 def _shell_killed_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if "kill event" in rest and _SLURM_OOM_KILL.search(rest) else (_END, g.state)
 
@@ -698,6 +715,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _EARLYOOM: _earlyoom_step,
     _BUS_NOTICE: _bus_notice_step,
     _SHELL_KILLED: _shell_killed_step,
+    _RAY_ACTOR_DIED: _ray_actor_died_step,
     _NVMAP0: _nvmap0_step,
     _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
@@ -714,7 +732,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 14 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 15 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -777,6 +795,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_BUS_NOTICE, _BODY, now_ns, "error", cap=BUS_NOTICE_LINES)
     if " Killed" in text and _SHELL_KILLED_OPEN.search(text):
         return _Group(_SHELL_KILLED, _BODY, now_ns, "error", cap=2)
+    if "The actor died" in text and _RAY_ACTOR_DIED_OPEN.search(text):
+        return _Group(_RAY_ACTOR_DIED, _BODY, now_ns, "error", cap=RAY_ACTOR_LINES)
     return None
 
 

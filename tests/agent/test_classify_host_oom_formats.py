@@ -286,6 +286,12 @@ def test_slurm_step_oom_kill() -> None:
     assert _one("srun: error: dgx-07: task 3: Out Of Memory").facts["node"] == "dgx-07"
 
 
+def test_slurms_oom_kill_line_cut_after_its_count_is_a_kill() -> None:
+    # An issue's title quoting slurmstepd's line up to "event(s)", the step left for the text below it.
+    f = _one("# slurmstepd: error: Detected 2 oom-kill event(s)")
+    assert f.facts["source"] == "slurm" and "slurm_step" not in f.facts
+
+
 def test_slurm_wording_in_prose_is_silent() -> None:
     assert HOST.classify("If you see Detected 1 oom-kill event(s) your job needs more --mem") == []
 
@@ -518,6 +524,32 @@ def test_a_ray_kill_message_cut_before_its_pid_or_run_into_a_row_number_is_still
                  "Memory on the node (IP: 10.0.0.5) was 110.41GB / 121.63GB (0.907749)")
     assert newer.facts["node_ip"] == "10.0.0.5"
     assert HOST.classify("Memory on the node is plentiful, Ray's docs say") == []
+
+
+def test_a_ray_actor_killed_by_the_memory_monitor_is_one_kill_with_the_dead_actors_pid() -> None:
+    # RayActorError: the actor's indented fields, then the worker's exit detail with only the first sentence of the
+    # memory monitor's error; the scan keeps the fields with it.
+    text = "\n".join([
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.",
+        "        class_name: Trainer", "        actor_id: 5b72974700000000", "        pid: 3117",
+        "        namespace: 94d6d15c", "        ip: 10.0.7.21",
+        "The actor is dead because its worker process has died. Worker exit type: USER_ERROR Worker exit detail: "
+        "Task was killed due to the node running low on memory.",
+    ])
+    (f,) = _scanned(text)
+    assert (f.kind, f.facts["source"], f.facts["victim_pid"], f.facts["node_ip"]) == (KIND_HOST_OOM, "ray", 3117, "10.0.7.21")
+    # Beside the sentence that goes on with the node's figures, the first sentence is the same kill.
+    both = HOST.classify("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+                         "Memory on the node (IP: 10.1.2.3, ID: 77aa) where the task (task ID: 01, name=f, pid=4242, "
+                         "memory used=1.2GB) was running was 30GB / 31GB (0.96), which exceeds the memory usage threshold")
+    assert [g.facts.get("victim_pid") for g in both] == [4242]
+
+
+def test_ray_2_0s_raylet_line_killing_the_latest_task_is_a_kill() -> None:
+    f = _one("(raylet, ip=10.0.3.9) [2022-09-22 17:46:53,692 E 134 134] (raylet) node_manager.cc:2966: System memory low "
+             "at node with IP 10.0.3.9. Used memory (216.78GB) / total capacity (219.60GB) (0.98715) exceeds threshold "
+             "0.95, killing latest task with name f and task ID NIL_ID to avoid running out of memory.")
+    assert (f.facts["source"], f.facts["node_ip"]) == ("ray", "10.0.3.9")
 
 
 def test_a_kill_line_quoted_without_its_pid_names_the_victim() -> None:

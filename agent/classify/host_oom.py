@@ -812,6 +812,7 @@ def _partial_summary(kl: KernelLine, i: int, ep: _Episode | None) -> None:
     parts = body.rstrip(">").split(",")[:-1]  # the last field is where the line was cut
     f = ep.facts
     for part in parts:
+        part = part.strip()  # a paste re-flowed by hand may put a space after each comma
         if part == "global_oom":
             f["oom_scope"] = "system"
             continue

@@ -307,6 +307,9 @@ _MEMINFO_OPEN = re.compile(
     r"|\d pages in swap cache|tgid total_vm|page allocation (?:stalls|failure)"
     # out_of_memory() with nothing to kill: its last line, then the panic and dump_stack() it prints.
     r"|Out of memory and no killable processes"
+    # check_panic_on_oom()'s panic with vm.panic_on_oom set ("Out of memory: compulsory panic_on_oom is enabled",
+    # "system-wide" for 1), then the dump_stack() that names the kernel's release: a sysrq "f" shows no more.
+    r"|Out of memory: (?:compulsory|system-wide) panic_on_oom is enabled"
     r"|(?:DMA32|DMA|Normal|HighMem|Movable): \d+\*\d+kB"
     r"|\]\s+-?\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+-?\d+\s+\S"
 )
@@ -317,6 +320,8 @@ _MEMINFO_MORE = re.compile(
     r"|\[\s*pid\s*\]|\]\s+-?\d+\s+\d+\s+\d+\s+\d+|oom-kill:|[Oo]ut of memory|[Kk]ill(?:ed)? process"
     r"|invoked oom-killer|CPU: \d+|Hardware name|[Cc]all [Tt]race|\[<[0-9a-f]+>\]|cpuset=|mems_allowed="
     r"|warn_alloc|Show Mem|<TASK>|</TASK>|\+0x[0-9a-f]+/0x|deadlocked on memory|panic_on_oom"
+    # The empty line a panic's message ends in ("...panic_on_oom is enabled\n\n"), its dmesg stamp alone.
+    r"|^\s*\[\s*\d+\.\d+\]\s*$"
 )
 # dump_stack()'s first line ("CPU: 3 PID: 777 Comm: python3 Not tainted 5.15.0 #1"): a kernel report
 # pasted from its stack when the next line is the stack's "Hardware name:" or "Call Trace:" (rule 4).
@@ -358,7 +363,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "Traceback (most", FRAME_WORD, "oom-killer", "illed process", "ill process", "=== Performance summary",
     "=== Device Information", "Throughput:", "State:", "OOM when", "ran out of memory", "BFCAllocator",
     "allocation summary", "BufferAssignment", "Error reported to", "memory_limit_", "Mem-Info",
-    "memory while trying to allocate", "no killable processes",
+    "memory while trying to allocate", "no killable processes", "panic_on_oom is enabled",
     "Tasks state", "pages RAM", "pages reserved", "Free swap", "total pagecache", "swap cache",
     "page allocation", "Exception has occurred", "Exception Type:**", "Enqueue Time", "GPU Compute", "Host Latency",
     # A pod status's "containerStatuses:" and "lastState:" ("State:" above); a bare "state:" is not gated: its

@@ -552,6 +552,34 @@ def test_ray_2_0s_raylet_line_killing_the_latest_task_is_a_kill() -> None:
     assert (f.facts["source"], f.facts["node_ip"]) == ("ray", "10.0.3.9")
 
 
+def test_a_panic_on_oom_panic_is_read_with_the_stack_that_names_the_kernel() -> None:
+    # sysrq "f" with vm.panic_on_oom=2: the panic, the empty line its message ends in, then dump_stack()'s first line.
+    text = "\n".join([
+        "[  910.064760] SysRq : Manual OOM execution",
+        "[  910.113950] Kernel panic - not syncing: Out of memory: compulsory panic_on_oom is enabled",
+        "[  910.113950]",
+        "[  910.229545] CPU: 1 PID: 243 Comm: kworker/1:2 Tainted: G         C O  4.19.0-6-amd64 #1 Debian 4.19.67-2",
+        "[  910.229600] Hardware name: Dell Inc. PowerEdge R640/0W23H8, BIOS 2.8.2 08/27/2020",
+    ])
+    (f,) = _scanned(text)
+    assert f.facts["oom_panic"] is True and f.facts["kernel_release"] == "4.19.0-6-amd64"
+
+
+def test_an_oom_kill_summary_reflowed_after_its_commas_keeps_its_memcg() -> None:
+    # A report's author wrapped the summary line after a comma, a space after each comma, the rest indented below.
+    text = "\n".join([
+        "[  581.376828] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
+        "[  581.507012] oom-kill:constraint=CONSTRAINT_MEMCG, oom_memcg=/sandbox/4f1c2a77/job-runner,",
+        "               task=python, pid=2269, uid=0",
+        "[  581.513643] Memory cgroup out of memory: Killed process 2269 (python)",
+        "               total-vm:31786400kB, anon-rss:13945980kB, file-rss:11996kB,",
+        "               shmem-rss:0kB, pgtables:28172kB",
+    ])
+    (f,) = _scanned(text)
+    assert f.facts["oom_memcg"] == "/sandbox/4f1c2a77/job-runner" and f.facts["constraint"] == "CONSTRAINT_MEMCG"
+    assert f.facts["victim_pid"] == 2269
+
+
 def test_a_kill_line_quoted_without_its_pid_names_the_victim() -> None:
     f = _one("# Out of memory: Killed process (postgres) every night")
     assert (f.facts["source"], f.facts["victim_process"]) == ("kernel", "postgres")

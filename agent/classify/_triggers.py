@@ -88,6 +88,7 @@ XID: tuple[str, ...] = (
     'detected by dmesg', 'detected by kmsg', 'detected by nvml',  # gpud's event message
     # The RM's assertions (nvAssertFailedNoLog, nvAssertOkFailedNoLog) on a GPU to reset or in the GSP's code.
     'FailedNoLog', 'NV_ERR_RESET_REQUIRED',
+    'region assigned to your NVIDIA',  # the driver refusing a GPU whose BAR is invalid (xid._BAR_INVALID)
 )
 
 TENSORRT: tuple[str, ...] = (

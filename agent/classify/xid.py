@@ -78,6 +78,13 @@ _RM_INIT = re.compile(
 # "NVRM: RmInitAdapter: Cannot initialize GSP firmware RM", "NVRM: RmInitAdapter: osInitNvMapping failed, ...".
 # Read only where no "RmInitAdapter failed!" line is in view (a title, a cut paste): that line is the fault.
 _RM_INIT_NOTE = re.compile(r"NVRM:? RmInitAdapter: (?P<why>[A-Za-z][^\n\"`']{3,200})")
+# The driver refusing a GPU at probe whose BAR the firmware or the bus left unassigned (nv-pci.c, nv_pci_probe):
+# "NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:" then "NVRM: BAR0 is 0M @ 0x0
+# (PCI:0000:02:00.0)" (a GPU back from falling off the bus, a BAR too small for the card): no Xid, the GPU unusable.
+_BAR_INVALID = re.compile(
+    r"NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:?"
+    r"(?:[ \t]*(?:\r?\n[^\n]*?)?[ \t]*NVRM: BAR(?P<bar>\d+) is (?P<mb>\d+)M @ 0x(?P<addr>[0-9A-Fa-f]+) \(PCI:(?P<pci>" + _PCI_FULL + r")\))?"
+)
 # An Xid relayed by another tool: DCGM's metric, the Kubernetes device plugin's health check.
 # DCGM's health and diag failure text (DCGM_FR_XID_ERROR_MSG): "Detected XID 79 for GPU 0".
 _RELAYED = re.compile(
@@ -190,7 +197,7 @@ class XidClassifier:
         if "Xid" not in text and "fallen off" not in text and "nitAdapter" not in text and "init_adapter" not in text \
                 and "XID" not in text and "GSP" not in text and "NV_ERR_GPU_IS_LOST" not in text \
                 and "kflcnCoreDump" not in text and "detected by " not in text and "NV_ERR_RESET_REQUIRED" not in text \
-                and "kernel_gsp" not in text and "FailedNoLog" not in text:
+                and "kernel_gsp" not in text and "FailedNoLog" not in text and "region assigned to your NVIDIA" not in text:
             return []
         return _classify(text)
 
@@ -276,6 +283,9 @@ def _classify(text: str) -> list[Finding]:
             note = _RM_INIT_NOTE.search(text)
             if note:
                 found.append((note.start(), _init_note(text, note)))
+    if "region assigned to your NVIDIA" in text:
+        for m in _BAR_INVALID.finditer(text):
+            found.append((m.start(), _bar_invalid(text, m)))
     if "XID_ERRORS" in text or "XidCriticalError" in text or "Detected XID" in text:
         for m in _RELAYED.finditer(text):
             found.append((m.start(), _relayed_xid(text, m)))
@@ -601,6 +611,22 @@ def _init_failure(text: str, m: re.Match[str], pci: str | None) -> Finding:
     facts["needs_reboot"] = False
     title = f"GPU {pci or '(unknown PCI address)'} failed to initialise (RmInitAdapter failed"
     title += f", {m['code']})" if m["code"] else ")"
+    return Finding(kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
+
+
+def _bar_invalid(text: str, m: re.Match[str]) -> Finding:
+    """A GPU the driver would not take at probe: the BAR it names is unassigned or invalid."""
+    prefix, line = _line_at(text, m.start(), m.end())
+    facts, ts_ns = _timestamp_facts(prefix)
+    facts["init_failed"] = True
+    facts["init_failure_reason"] = "PCI I/O region invalid"
+    if m["bar"] is not None:
+        facts["pci_address"] = m["pci"]
+        facts["bar"] = int(m["bar"])
+        facts["bar_size_mb"] = int(m["mb"])
+    facts["needs_gpu_reset"] = False
+    facts["needs_reboot"] = True  # the BAR is assigned at boot (or by a PCI rescan), not by the driver
+    title = f"GPU {facts.get('pci_address', '(unknown PCI address)')} refused by the driver: its PCI I/O region is invalid"
     return Finding(kind=KIND_GPU_XID, severity="critical", title=title, facts=facts, excerpt=line, ts_ns=ts_ns)
 
 

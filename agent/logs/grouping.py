@@ -112,6 +112,9 @@ A line that is not inside a block opens one when it is, tried in this order:
    says why (``The actor is dead because its worker process has died. ... Worker exit detail: Task was killed due to
    the node running low on memory.``), at most ``RAY_ACTOR_LINES`` lines, so the dead worker is read with the kill.
 
+16. NVRM refusing a GPU at probe over two lines (``NVRM: This PCI I/O region assigned to your NVIDIA device is
+   invalid:`` / ``NVRM: BAR0 is 0M @ 0x0 (PCI:0000:02:00.0)``): the second names the GPU.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -375,6 +378,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "The NVIDIA GPU",  # NVRM's probe notice over lines (rule 13)
     " Killed ",  # a batch script's shell reporting a job killed (rule 14)
     "The actor died",  # Ray's dead-actor error over lines (rule 15)
+    "region assigned to your NVIDIA",  # NVRM refusing a GPU whose BAR is invalid, over two lines (rule 16)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -439,6 +443,7 @@ _EARLYOOM = "earlyoom"
 _BUS_NOTICE = "bus_notice"
 _SHELL_KILLED = "shell_killed"
 _RAY_ACTOR_DIED = "ray_actor_died"
+_BAR_INVALID = "bar_invalid"
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
@@ -721,6 +726,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _BUS_NOTICE: _bus_notice_step,
     _SHELL_KILLED: _shell_killed_step,
     _RAY_ACTOR_DIED: _ray_actor_died_step,
+    _BAR_INVALID: _oom_wrap_step,  # the same: the next line that is not blank, then the end
     _NVMAP0: _nvmap0_step,
     _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
@@ -737,7 +743,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 15 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 16 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -802,6 +808,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_SHELL_KILLED, _BODY, now_ns, "error", cap=2)
     if "The actor died" in text and _RAY_ACTOR_DIED_OPEN.search(text):
         return _Group(_RAY_ACTOR_DIED, _BODY, now_ns, "error", cap=RAY_ACTOR_LINES)
+    if "region assigned to your NVIDIA device is invalid" in text:
+        return _Group(_BAR_INVALID, _BODY, now_ns, "error", cap=2)
     return None
 
 

@@ -482,3 +482,15 @@ def test_the_probe_notice_over_its_three_nvrm_lines_names_its_gpu_through_a_scan
         (f,) = [f for f in scan_file(p).findings if f.kind == KIND_GPU_XID]
         assert f.facts["pci_address"] == "0000:3b:00.0"
         assert f.facts["fallen_off_bus"] is True
+
+
+def test_nvrm_refusing_a_gpu_whose_bar_is_invalid_is_a_gpu_fault_with_its_address() -> None:
+    # nv_pci_probe over two lines (a GPU back from falling off the bus after a PCI rescan); the scan keeps them as one.
+    from fleetscope.agent.tools.scan import iter_events
+
+    text = ("[  301.552013] NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\n"
+            "[  301.552016] NVRM: BAR1 is 0M @ 0x0 (PCI:0000:01:00.0)\n"
+            "[  301.552030] nvidia: probe of 0000:01:00.0 failed with error -1\n")
+    found = [f for e in iter_events(text.splitlines()) for f in classify_text(e.text)]
+    assert [(f.kind, f.facts.get("pci_address"), f.facts.get("bar")) for f in found] == [(KIND_GPU_XID, "0000:01:00.0", 1)]
+    assert found[0].facts["init_failed"] is True

@@ -202,7 +202,19 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
         # one build failure, its first layer kept.
         ia = {k: v for k, v in ia.items() if k != "layer"}
         ib = {k: v for k, v in ib.items() if k != "layer"}
+    if a.kind == KIND_TENSORRT_ERROR and "layer" in ia and "layer" in ib and _invalid_node_and_its_reason(a, b):
+        # The ONNX parser's "[6] Invalid Node - /Tile" names the node whose import failed; the line after it is
+        # TensorRT's reason, an "Error Code 4: Internal Error (/OneHot: ...)" naming the layer the builder choked on:
+        # one failure told twice, under two names.
+        ia = {k: v for k, v in ia.items() if k != "layer"}
+        ib = {k: v for k, v in ib.items() if k != "layer"}
     return _same_identity(a, b, ia, ib)
+
+
+def _invalid_node_and_its_reason(a: _FindingLike, b: _FindingLike) -> bool:
+    node, other = (a, b) if a.facts.get("onnx_error") == "INVALID_NODE" else (b, a)
+    return node.facts.get("onnx_error") == "INVALID_NODE" and "error_code" not in node.facts \
+        and "error_code" in other.facts and "onnx_error" not in other.facts
 
 
 def _no_implementation(f: _FindingLike) -> bool:
@@ -277,6 +289,12 @@ def _merged(first: F, other: F) -> F:
         for k in ("error_code", "error_category", "error_detail", "error_origin", "requested_bytes"):
             if k in other.facts:
                 facts[k] = other.facts[k]
+    if first.kind == KIND_TENSORRT_ERROR and "layer" in first.facts and "layer" in other.facts \
+            and first.facts["layer"] != other.facts["layer"] and _invalid_node_and_its_reason(first, other):
+        # The layer TensorRT's error names is where the build failed; the parser's node is kept beside it.
+        node, reason = (first, other) if first.facts.get("onnx_error") == "INVALID_NODE" else (other, first)
+        facts["layer"] = reason.facts["layer"]
+        facts["onnx_node"] = node.facts["layer"]
     la, lb = first.facts.get("layer"), other.facts.get("layer")
     if first.kind == KIND_TENSORRT_ERROR and isinstance(la, str) and isinstance(lb, str) and len(lb) > len(la) \
             and _cut_copy(la, lb):

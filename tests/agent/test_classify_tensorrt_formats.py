@@ -979,3 +979,19 @@ def test_one_builder_check_failing_for_several_layers_is_one_fault() -> None:
     other = ("[05/06/2024-08:09:10] [E] [TRT] 4: [graphShapeAnalyzer.cpp::analyze::900] Error Code 4: Internal Error "
              "((Unnamed Layer* 31) [Concatenation]: dimensions not compatible)")
     assert len(merge_repeats(TRT.classify(line.format("Unnamed Layer* 12") + "\n" + other))) == 2
+
+
+def test_the_onnx_parsers_invalid_node_and_the_error_code_after_it_are_one_failure(tmp_path: Path) -> None:
+    # trtexec importing an ONNX model: the parser names the node it failed on, then prints TensorRT's reason, an
+    # "Error Code 4" naming the layer the builder could not handle; the build's end follows.
+    text = "\n".join([
+        "[03/14/2024-09:12:05] [E] [TRT] ModelImporter.cpp:949: While parsing node number 88 [Expand -> \"/Expand_output_0\"]:",
+        "[03/14/2024-09:12:05] [E] [TRT] ModelImporter.cpp:954: ERROR: ModelImporter.cpp:195 In function parseNode:",
+        "[6] Invalid Node - /Expand",
+        "ITensor::getDimensions: Error Code 4: Internal Error (/Range: IFillLayer cannot be used to compute a shape tensor)",
+        "[03/14/2024-09:12:05] [E] Failed to parse onnx file",
+        "&&&& FAILED TensorRT.trtexec [TensorRT v8601] # trtexec --onnx=model.onnx",
+    ])
+    found = _scan(tmp_path, text)
+    assert [(f.facts.get("error_code"), f.facts.get("layer"), f.facts.get("onnx_node")) for f in found] == [
+        (4, "/Range", "/Expand")]

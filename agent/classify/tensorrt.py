@@ -252,6 +252,9 @@ _LAYER_FIRST = re.compile(r"^(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]]+\]|[^\s:(
 _FORMATS_FIRST = re.compile(r"^(?P<layer>[^\s:()][^:()]*?): could not find any supported formats\b")
 _UNSUPPORTED_STATE = re.compile(r"UNSUPPORTED_STATE")
 _UNNAMED_FIRST = re.compile(r"^\s*(?:\d{1,2}: )?(?P<layer>\(Unnamed Layer\* \d+\) \[[^\]\n]+\])\s*:")
+# A message cut right after the layer's automatic name (an issue's title: "Error Code 9: Internal Error ((Unnamed Layer*
+# 183)"): the detail read up to the name's own ")" leaves "(Unnamed Layer* 183".
+_UNNAMED_CUT = re.compile(r"^\(Unnamed Layer\* (?P<n>\d+)\)?\s*$")
 _UFF_VALIDATOR = re.compile(r"\bValidator error: (?P<layer>[^\s:]+): Unsupported operation\b")
 # TensorRT 7's network validation names the layer first: "Layer: Where_1305's output can not be used as shape tensor."
 _LAYER_OWN = re.compile(r"\bLayer: (?P<layer>[^\s']+)'s ")
@@ -617,6 +620,10 @@ def _error_line(line: str) -> Finding | None:
         fmt = _FORMATS_FIRST.search(detail)
         if fmt:
             facts["layer"] = fmt.group("layer")
+    if "layer" not in facts and isinstance(detail, str) and "Unnamed Layer" in detail:
+        cut = _UNNAMED_CUT.match(detail)
+        if cut:
+            facts["layer"] = f"(Unnamed Layer* {cut['n']})"
     return Finding(
         kind=KIND_TENSORRT_ERROR, severity=severity, title=title, facts=facts, excerpt=line.strip()
     )

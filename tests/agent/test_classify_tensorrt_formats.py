@@ -995,3 +995,9 @@ def test_the_onnx_parsers_invalid_node_and_the_error_code_after_it_are_one_failu
     found = _scan(tmp_path, text)
     assert [(f.facts.get("error_code"), f.facts.get("layer"), f.facts.get("onnx_node")) for f in found] == [
         (4, "/Range", "/Expand")]
+
+
+def test_an_error_code_cut_right_after_an_unnamed_layer_keeps_the_layer() -> None:
+    # An issue's title quoting the builder's error up to the layer's automatic name.
+    facts = _one("Error Code 4: Internal Error ((Unnamed Layer* 57)")
+    assert facts["error_code"] == 4 and facts["layer"] == "(Unnamed Layer* 57)"

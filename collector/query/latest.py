@@ -359,13 +359,13 @@ def _incident_part(session: Session) -> tuple[list[tuple[int, str, str, int, int
         func.sum(Incident.count), func.sum(case((Incident.state != "resolved", 1), else_=0)),
     ).group_by(Incident.device_id, Incident.kind, Incident.severity)  # fmt: skip
     tallies = [(int(d), kind, sev, int(n or 0), int(n_open or 0)) for d, kind, sev, n, n_open in session.execute(q)]
-    q = (
+    by_xid = (
         select(Incident.device_id, Incident.gpu_index, Incident.group_key, func.sum(Incident.count), func.max(Incident.last_seen_ns))
         .where(Incident.kind == KIND_GPU_XID)
         .group_by(Incident.device_id, Incident.gpu_index, Incident.group_key)
     )
     xids = []
-    for d, gi, key, n, last in session.execute(q):
+    for d, gi, key, n, last in session.execute(by_xid):
         prefix, _, code = (key or "").partition(":")
         if prefix == "xid" and code.isdigit():
             xids.append((int(d), gi, int(code), int(n or 0), int(last or 0)))

@@ -251,15 +251,19 @@ def test_job_metrics_survive_a_scrape_config_and_detector_lag_is_small_on_a_gpu_
 
         wait_until(lambda: {"detector:gpu_throttling", "detector:memory_growth"} <= set(lags()), timeout_s=30,
                    message="the detectors' lag")
-        time.sleep(4.0)  # several passes, and past the first windows the detectors read on a new device
+        # Several passes, and past the first windows the detectors read on a new device: long
+        # enough that a detector not looking at the device would be 10 s behind and more.
+        time.sleep(8.0)
         samples = scrape(mport)
         assert not [k for k in samples if {"job", "instance"} & {name for name, _ in k[1]}], \
             "a target's own job/instance labels are renamed exported_* by Prometheus"
         held = {dict(k[1])["collector_job"] for k in samples if k[0] == "fleetscope_collector_job_holds_lease"}
         assert {"rollup", "detectors"} <= held
+        # A detector that keeps up trails the newest data by the agent's batch interval, a pass
+        # (0.5 s) and the writer's commit: about 2-3 s, over 3 s on a busy machine (CI: 3.02 s).
         for job, lag in lags().items():
             if job.startswith("detector:"):
-                assert lag < 3.0, (job, lag)
+                assert lag < 5.0, (job, lag)
     finally:
         agent.terminate()
         agent.wait(30)

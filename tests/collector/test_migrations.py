@@ -428,8 +428,11 @@ def test_concurrent_db_upgrades_on_postgresql_both_end_at_head(pg_url: str) -> N
 def _register(channel: grpc.Channel, agent_id: str) -> None:
     register = channel.unary_unary("/fleetscope.v1.Ingest/Register", request_serializer=pb.RegisterRequest.SerializeToString,
                                    response_deserializer=pb.RegisterResponse.FromString)
+    # A registration on Citus, on a busy 2-core CI box, took more than 10 s; and a collector just
+    # started there once took over 20 s (gRPC's connect timeout) to answer the connection:
+    # the replayer, like an agent, goes on trying until its deadline.
     register(pb.RegisterRequest(agent_id=agent_id, boot_id="b", name="replayer", sent_ns=time.time_ns()), metadata=MD,
-             timeout=60)  # a registration on Citus, on a busy 2-core CI box, took more than 10 s
+             timeout=60, wait_for_ready=True)
 
 
 def _send(port: int, agent_id: str, batches: list[pb.Batch]) -> list[int]:
@@ -439,7 +442,7 @@ def _send(port: int, agent_id: str, batches: list[pb.Batch]) -> list[int]:
         stream = channel.stream_stream("/fleetscope.v1.Ingest/Stream", request_serializer=lambda b: b,
                                        response_deserializer=pb.Ack.FromString)
         acks = list(stream(iter([with_sent_ns(b.SerializeToString(), time.time_ns()) for b in batches]), metadata=MD,
-                           timeout=30))
+                           timeout=30, wait_for_ready=True))
     return [a.status for a in sorted(acks, key=lambda a: a.seq)]
 
 

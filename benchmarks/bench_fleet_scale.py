@@ -19,8 +19,10 @@ PostgreSQL's binary ``COPY`` (SQLite: ``executemany``). Before each measured run
 It then measures, median of ``--runs``, every run a cache miss:
 
 * **fleet**: the Fleet page in headless Chromium (Debian's ``chromium`` through Playwright) on the
-  real dashboard server, from navigation until the device table shows its devices (and
-  ``fleet_overview`` alone, the query it runs);
+  real dashboard server, from navigation until the device table shows its devices, and how old
+  the fleet summary it shows is (a fleet slow to read is shown as last read while the next is
+  read: ``--serve-last-after``; ``off`` measures a page waiting for a summary of now), and
+  ``fleet_overview`` alone, the query it runs;
 * **compare**: the Compare page in Chromium comparing two groups of ``--group-size`` devices
   (a drone group against a server group, over 24 h) until its table shows both groups' device
   counts, a different pair each run (and ``compare_groups`` alone);
@@ -43,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -777,7 +780,8 @@ def scrape(engine, fleet: Fleet, runs: int, interval_s: float) -> dict[str, list
 
 
 def browser(
-    url: str, engine, fleet: Fleet, pairs: list[tuple[str, str]], runs: int, shots: Path | None
+    url: str, engine, fleet: Fleet, pairs: list[tuple[str, str]], runs: int, shots: Path | None,
+    serve_last_after: str | None = None,
 ) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
     from urllib.parse import quote
 
@@ -785,10 +789,11 @@ def browser(
 
     port = free_port()
     log_file = tempfile.NamedTemporaryFile(prefix="fleet-scale-dashboard-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, "-m", "fleetscope.dashboard", "--db", url, "--port", str(port)],
+    served = ("--serve-last-after", serve_last_after) if serve_last_after else ()
+    proc = subprocess.Popen([sys.executable, "-m", "fleetscope.dashboard", "--db", url, "--port", str(port), *served],
                             stdout=log_file, stderr=subprocess.STDOUT)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    out: dict[str, list[float]] = {"fleet": [], "compare": [], "fleet_cpu": [], "compare_cpu": []}
+    out: dict[str, list[float]] = {"fleet": [], "compare": [], "fleet_cpu": [], "compare_cpu": [], "fleet_age": []}
     cpu = Cpu(url)
     chromium = os.environ.get("FLEETSCOPE_TEST_CHROMIUM", "/usr/bin/chromium")
     try:
@@ -812,18 +817,22 @@ def browser(
             # browser has them cached): not timed.
             page.goto(f"{base}/alerts")
             page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=120_000)
+            # The Fleet page of a dashboard just started reads the fleet while the page waits;
+            # after that, a fleet slow to read is shown as last read while the next is read
+            # (--serve-last-after): the runs below measure that, with the age of what they show.
+            t = time.perf_counter()
+            page.goto(f"{base}/")
+            page.wait_for_function(FLEET_TABLE_SHOWN, timeout=300_000)
+            say(f"  the first Fleet page since the dashboard started (not timed below): {time.perf_counter() - t:.2f} s")
             for k in range(runs):
                 touch(engine, fleet)
                 time.sleep(5.5)  # past the dashboard's 5 s cache of the fleet
                 t, c0 = time.perf_counter(), cpu.start()
                 page.goto(f"{base}/")
-                page.wait_for_function(
-                    "() => [...document.querySelectorAll('[data-testid=stDataFrame] table td')]"
-                    ".some(td => td.innerText.startsWith('bench-'))",
-                    timeout=300_000,
-                )
+                page.wait_for_function(FLEET_TABLE_SHOWN, timeout=300_000)
                 out["fleet"].append(time.perf_counter() - t)
                 out["fleet_cpu"].append(cpu.since(c0))
+                out["fleet_age"].append(summary_age_s(page.inner_text("body")))
                 if shots:
                     page.screenshot(path=str(shots / f"fleet-{k + 1}.png"))
                 # A pair not compared before (then the pairs swapped): the comparison's cache misses.
@@ -842,7 +851,8 @@ def browser(
                 if shots:
                     page.screenshot(path=str(shots / f"compare-{k + 1}.png"))
                 say(
-                    f"  Chromium run {k + 1}: Fleet page {out['fleet'][-1]:.2f} s, Compare {a} vs {b} {out['compare'][-1]:.2f} s"
+                    f"  Chromium run {k + 1}: Fleet page {out['fleet'][-1]:.2f} s (its summary read "
+                    f"{out['fleet_age'][-1]:.0f} s before), Compare {a} vs {b} {out['compare'][-1]:.2f} s"
                 )
             br.close()
     finally:
@@ -852,6 +862,19 @@ def browser(
         except subprocess.TimeoutExpired:
             proc.kill()
     return out
+
+
+FLEET_TABLE_SHOWN = (
+    "() => [...document.querySelectorAll('[data-testid=stDataFrame] table td')].some(td => td.innerText.startsWith('bench-'))"
+)
+
+
+def summary_age_s(page_text: str) -> float:
+    """How long before the page was shown its fleet summary was read: the Fleet table's caption
+    says '(read N s ago)' for a summary served as last read; a summary of now (its 5 s quantum)
+    says nothing."""
+    found = re.search(r"\(read (\d+) (s|min) ago\)", page_text)
+    return 0.0 if found is None else float(found[1]) * (60 if found[2] == "min" else 1)
 
 
 # ------------------------------------------------------------------------------ main
@@ -888,6 +911,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds between the scrapes of /metrics/fleet, as Prometheus' scrape_interval (default %(default)s)")
     p.add_argument("--keep", action="store_true", help="leave the database (and the Citus cluster) behind")
     p.add_argument("--no-browser", action="store_true", help="skip Chromium (query layer and scrape only)")
+    p.add_argument("--serve-last-after", default=None, metavar="SECONDS",
+                   help="the dashboard's --serve-last-after ('off': every Fleet page waits for a summary of now; "
+                        "default: the dashboard's)")  # fmt: skip
     p.add_argument(
         "--screenshots", type=Path, default=None, help="save a screenshot of each page measured here"
     )
@@ -952,13 +978,14 @@ def main(argv: list[str] | None = None) -> int:
         figures["scrape_mb"] = round(statistics.median(sc["bytes"]) / 1e6, 1)
         figures["scrape_lines"] = int(statistics.median(sc["lines"]))
         if not args.no_browser:
-            times.update(browser(target.url, engine, fleet, pairs, args.runs, args.screenshots))
+            times.update(browser(target.url, engine, fleet, pairs, args.runs, args.screenshots, args.serve_last_after))
         engine.dispose()
     finally:
         target.close()
 
     rows = [
         ("fleet page (Chromium)", "fleet"),
+        ("  its summary's age (s)", "fleet_age"),
         ("  fleet_overview+sparklines", "fleet_overview"),
         ("compare page (Chromium)", "compare"),
         ("  compare_groups (query)", "compare_groups"),

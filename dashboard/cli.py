@@ -22,6 +22,8 @@ DEFAULT_DB = "sqlite:///fleetscope-data/fleetscope.db"
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
 PASSWORD_ENV = "FLEETSCOPE_DASHBOARD_PASSWORD"  # used when set and no other sign-in is chosen
+SERVE_LAST_ENV = "FLEETSCOPE_DASHBOARD_SERVE_LAST_AFTER"  # how --serve-last-after reaches the app
+DEFAULT_SERVE_LAST_AFTER_S = 1.0
 APP = Path(__file__).resolve().with_name("app.py")
 
 
@@ -51,8 +53,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--oidc", action="store_true",
                    help="sign in with Streamlit's OIDC login (st.login): needs an [auth] section in "
                    ".streamlit/secrets.toml and the Authlib package")
+    p.add_argument("--serve-last-after", type=_seconds_or_off, default=None, metavar="SECONDS",
+                   help="a fleet summary that took this long to read is shown as last read, with its age, while the "
+                        f"next is read in the background (default {DEFAULT_SERVE_LAST_AFTER_S:g}; 'off': every page "
+                        "load past the 5 s cache waits for a fresh one)")
     p.add_argument("--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this certificate (PEM; with --tls-key)")
     p.add_argument("--tls-key", default=None, metavar="FILE", help="the certificate's private key (PEM file)")
+
+
+def _seconds_or_off(text: str) -> float:
+    if text.strip().lower() == "off":
+        return float("inf")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of seconds, or 'off'") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of seconds, or 'off'")
+    return value
 
 
 def register(sub: Any) -> None:
@@ -205,5 +223,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if getattr(args, "log_format", "text") == "json":  # Streamlit's own log lines as JSON too
         cmd = [sys.executable, "-m", "fleetscope.cli.streamlit_json", *cmd[3:]]
+    if args.serve_last_after is not None:
+        os.environ[SERVE_LAST_ENV] = repr(args.serve_last_after)  # read by the app (data.py)
     os.execv(sys.executable, cmd)
     return 0  # not reached: execv replaced this process

@@ -16,14 +16,17 @@ the fleet's data.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
 from fleetscope.collector import query as q
 from fleetscope.collector.errors import StoreUnavailable
+from fleetscope.dashboard.served_last import ServedLast
 from fleetscope.proto.vocabulary import log_levels_at_least
 
 log = logging.getLogger(__name__)
@@ -65,8 +68,16 @@ def _engine(db_url: str) -> q.Engine:
 
 @contextmanager
 def _session(db_url: str) -> Iterator[q.Session]:
+    with _session_of(_engine(db_url)) as session:
+        yield session
+
+
+@contextmanager
+def _session_of(engine: q.Engine) -> Iterator[q.Session]:
+    """A read session; callable off the script's thread (a background read has no Streamlit
+    context, so it is handed the engine)."""
     try:
-        with q.session_scope(_engine(db_url)) as session:
+        with q.session_scope(engine) as session:
             yield session
     except StoreUnavailable as exc:
         log.warning("database read failed: %s", exc)
@@ -124,20 +135,47 @@ def status(db_url: str) -> Status:
 # -- fleet and devices ----------------------------------------------------------------------
 
 
-@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
+def serve_last_after_s() -> float:
+    """``fleetscope dashboard --serve-last-after`` (inf: off)."""
+    from fleetscope.dashboard.cli import DEFAULT_SERVE_LAST_AFTER_S, SERVE_LAST_ENV
+
+    try:
+        return float(os.environ.get(SERVE_LAST_ENV, DEFAULT_SERVE_LAST_AFTER_S))
+    except ValueError:
+        return DEFAULT_SERVE_LAST_AFTER_S
+
+
+@st.cache_resource(show_spinner=False)
+def _fleet_answers() -> ServedLast[Any]:
+    # The Fleet page's two reads, shared by every viewer of this server: a large fleet's are
+    # served as last read while the next is read (served_last), not made for each page load.
+    return ServedLast(fresh_s=FLEET_TTL_S, stale_after_s=serve_last_after_s(), max_age_s=SLOW_TTL_S)
+
+
 def fleet(db_url: str, now_ns: int) -> q.FleetOverview:
-    """Every device with its state and current readings; no sparklines (``fleet_sparklines``
+    """Every device with its state and current readings, as of ``now_ns`` or, for a fleet
+    slow to read, as last read (its ``now_ns`` says when); no sparklines (``fleet_sparklines``
     reads those for the page of the table on view: 30 minutes of every GPU of a 10,000-device
     fleet is most of the page's time, for rows nobody sees)."""
-    with _session(db_url) as s:
-        return q.fleet_overview(session=s, now_ns=now_ns, sparklines=())
+    engine = _engine(db_url)
+
+    def read(at_ns: int) -> q.FleetOverview:
+        with _session_of(engine) as s:
+            return q.fleet_overview(session=s, now_ns=at_ns, sparklines=())
+
+    return _fleet_answers().get(("fleet", db_url), now_ns, read).value
 
 
-@st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def fleet_sparklines(db_url: str, now_ns: int, agent_ids: tuple[str, ...]) -> dict[str, q.FleetSparklines]:
-    """{agent id: the Fleet table's sparklines} of these devices."""
-    with _session(db_url) as s:
-        return q.fleet_sparklines(session=s, now_ns=now_ns, agent_ids=list(agent_ids))[1]
+    """{agent id: the Fleet table's sparklines} of these devices (as last read, for a page slow
+    to read: a 30-minute trend a few seconds older)."""
+    engine = _engine(db_url)
+
+    def read(at_ns: int) -> dict[str, q.FleetSparklines]:
+        with _session_of(engine) as s:
+            return q.fleet_sparklines(session=s, now_ns=at_ns, agent_ids=list(agent_ids))[1]
+
+    return _fleet_answers().get(("sparklines", db_url, agent_ids), now_ns, read).value
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)

@@ -7,6 +7,7 @@ default and are tinted, because that is what someone glancing at the screen need
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -372,8 +373,12 @@ def _live(filters: Filters, refresh_s: int) -> None:
     else:
         counted = f"{len(shown)} of {len(overview.devices)} devices"
     c = st.columns([6, 1, 1]) if pages > 1 or len(shown) > PAGE_SIZES[0] else [st.container()]
+    # "now" is rounded up to the next quantum; past a quantum, this is a large fleet's summary
+    # as last read (data.fleet), the next one being read.
+    read_s = (time.time_ns() - overview.now_ns) / fmt.NS
+    age = f" (read {fmt.duration(read_s)} ago)" if read_s >= timerange.QUANTUM_NS / fmt.NS else ""
     c[0].caption(
-        f"{counted} · updated {fmt.when(overview.now_ns)} · {every} · "
+        f"{counted} · updated {fmt.when(overview.now_ns)}{age} · {every} · "
         "sparklines: last 30 min in 1 min buckets · select a row to open the device"
     )
     if len(c) > 1:

@@ -181,3 +181,57 @@ def test_a_page_load_summarises_the_fleet_once(fleet_engine, db_url: str, monkey
     assert len(asked) == 1, asked
     at.run()  # the next run (a refresh) reads the fleet anew, once
     assert len(asked) == 2 and asked[1] > asked[0]
+
+
+def _caption(at) -> str:  # type: ignore[no-untyped-def]
+    return " ".join(c.value for c in at.caption)
+
+
+def _read_ago_s(at) -> int | None:  # type: ignore[no-untyped-def]
+    """The age the table's caption gives its summary ('updated ... (read 58 s ago)'), or None."""
+    import re
+
+    found = re.search(r"\(read (\d+) (s|min) ago\)", _caption(at))
+    return None if found is None else int(found[1]) * (60 if found[2] == "min" else 1)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("serve_last_after", ["0", "inf"])
+def test_a_slow_fleet_summary_is_shown_as_last_read_with_its_age_while_the_next_is_read(  # type: ignore[no-untyped-def]
+    fleet_engine, db_url: str, serve_last_after: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``--serve-last-after 0`` every summary counts as slow: a page load past the cache
+    draws the last one at once, says how old it is, and the next load draws the new one. Off
+    (``inf``), a load waits for a summary of now, as before."""
+    import streamlit as st
+
+    from fleetscope.dashboard import data, timerange
+
+    engine, now = fleet_engine
+    monkeypatch.setenv("FLEETSCOPE_DASHBOARD_SERVE_LAST_AFTER", serve_last_after)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    real_now = timerange.now_ns
+    minute_ago = real_now() - 60 * NS
+    first_load = [True]  # whose "now" is a minute ago
+    monkeypatch.setattr(timerange, "now_ns", lambda: minute_ago if first_load[0] else real_now())
+
+    at = app(db_url, "fleet").run()
+    first_load[0] = False
+    no_errors(at)
+    assert f"{DEVICES} devices ·" in _caption(at) and _read_ago_s(at) >= 55
+    with engine.begin() as conn:  # a device registers
+        conn.execute(insert(Device.__table__), [{
+            "id": DEVICES + 2, "agent_id": "agent-new", "name": "dev-new", "hostname": "dev-new", "kind": "server",
+            "labels": {}, "first_seen_ns": now, "last_seen_ns": now, "inventory": {"gpus": []}}])  # fmt: skip
+
+    at.run()
+    no_errors(at)
+    if serve_last_after == "0":
+        assert f"{DEVICES} devices ·" in _caption(at) and _read_ago_s(at) >= 55, "the last summary, its age shown"
+        data._fleet_answers().wait_for_refresh(("fleet", query.normalise_url(db_url)), 30)
+        at.run()
+        no_errors(at)
+    assert f"{DEVICES + 1} devices ·" in _caption(at), "the summary of now"
+    assert _read_ago_s(at) is None, _caption(at)
+    st.cache_resource.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -118,3 +119,39 @@ def test_module_entry_point_refuses_an_unset_password_variable() -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "FS_NOPE_X: that environment variable is empty or unset" in out.stderr
+
+
+@pytest.mark.processes
+def test_serve_last_after_takes_seconds_or_off_and_reaches_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad value is one clear line; a good one is in the environment the command hands
+    Streamlit (it replaces itself with it), where the app reads it."""
+    bad = subprocess.run([sys.executable, "-m", "fleetscope.cli", "dashboard", "--serve-last-after", "soon"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "'soon': a number of seconds, or 'off'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    import argparse
+
+    from fleetscope.dashboard import cli
+
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    assert p.parse_args(["--serve-last-after", "off"]).serve_last_after == float("inf")
+    assert p.parse_args(["--serve-last-after", "2.5"]).serve_last_after == 2.5
+    assert p.parse_args([]).serve_last_after is None
+    with pytest.raises(SystemExit):
+        p.parse_args(["--serve-last-after", "-1"])
+
+    handed: dict[str, str] = {}
+
+    def execv(path: str, argv: list[str]) -> None:
+        handed.update(os.environ)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli.os, "execv", execv)
+    monkeypatch.delenv(cli.SERVE_LAST_ENV, raising=False)
+    with pytest.raises(SystemExit):
+        cli.run_dashboard(p.parse_args(["--db", "sqlite:///d.db", "--serve-last-after", "off"]))
+    assert handed[cli.SERVE_LAST_ENV] == "inf"
+    from fleetscope.dashboard import data
+
+    assert data.serve_last_after_s() == float("inf")

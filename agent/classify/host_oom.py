@@ -295,7 +295,8 @@ _KILL_HEAD = re.compile(
     r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \("
     # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them.
     r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):|,? (?:total|anon)-(?:vm?|r|rss?)?\s*$)"
-    r"|(?P<bare>[^()]*)\)(?=[.,]?\s*$))"
+    # A line whose fields the quoting elided ("Killed process 2653 (kwin_wayland) ...") ends there too.
+    r"|(?P<bare>[^()]*)\)(?=[.,]?\s*$|,? ?(?:\.\.\.|\u2026|\[\.\.\.\])`?\s*$))"
 )
 # A kill line wrapped inside its first field's name ("... (name) total-" / "vm:" / "> 105068kB, anon-rss:..."): the
 # lines after it that go on with a field's name, its value or the next fields (a mail's "> " quote before them).
@@ -457,7 +458,11 @@ def _kernel(lines: list[str]) -> list[_Episode]:
                 _put(f, "gfp_mask", w["mode"])
                 _put(f, "gfp_flags", w["flags"])  # a flag list cut before its ")" is left out
             continue
-        if "oom-kill:" in line:
+        # The summary and the kill line after it flattened onto one line (a note quoting both, elided:
+        # "oom-kill: ... Killed process N (name) total-vm:...kB") when no whole summary is there: the kill line.
+        if "oom-kill:" in line and not (
+            "illed process " in line[line.index("oom-kill:"):] and _SUMMARY.search(line) is None
+        ):
             kl = split_kernel_prefix(line)
             m = _SUMMARY.search(kl.body)
             if m is None:

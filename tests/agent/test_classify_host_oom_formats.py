@@ -1034,3 +1034,29 @@ def test_a_shell_kill_without_slurms_oom_line_names_no_oom_victim(tmp_path) -> N
     many = _one("run.sh: line 3: 30211 Killed   python3 a.py\n"
                 "slurmstepd: error: Detected 3 oom-kill event(s) in StepId=12.batch.\n")
     assert "victim_pid" not in many.facts
+
+
+# ------------------------------------------------------------- kernel lines quoted with their fields elided
+
+
+def test_summary_and_kill_line_flattened_and_elided_read_as_the_kill() -> None:
+    # A note quoting the 4.19+ summary and the kill line after it as one line, elided with "...".
+    f = _one("`oom-kill: ... global_oom, task_memcg=/system.slice/pgsql.service ... Killed process 4242 (postgres) "
+             "total-vm:1024000kB, anon-rss:512000kB`")
+    assert f.facts["victim_pid"] == 4242 and f.facts["victim_process"] == "postgres"
+    assert f.facts["anon_rss_bytes"] == 512000 * 1024 and f.facts["total_vm_bytes"] == 1024000 * 1024
+
+
+def test_prose_naming_the_summary_and_kill_lines_is_no_kill() -> None:
+    assert [f for f in HOST.classify("Look for the oom-kill: summary, then the Killed process line after it.")
+            if f.kind == KIND_HOST_OOM] == []
+
+
+def test_kill_line_elided_after_its_name_keeps_pid_and_name() -> None:
+    f = _one("07:41:02.118 Out of memory: Killed process 3141 (firefox) ...")
+    assert f.facts["victim_pid"] == 3141 and f.facts["victim_process"] == "firefox"
+
+
+def test_kill_line_elided_then_prose_is_no_kill() -> None:
+    assert [f for f in HOST.classify("Killed process 3141 (firefox) ... and then it came back by itself")
+            if f.kind == KIND_HOST_OOM] == []

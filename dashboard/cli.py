@@ -23,7 +23,7 @@ DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
 PASSWORD_ENV = "FLEETSCOPE_DASHBOARD_PASSWORD"  # used when set and no other sign-in is chosen
 SERVE_LAST_ENV = "FLEETSCOPE_DASHBOARD_SERVE_LAST_AFTER"  # how --serve-last-after reaches the app
-DEFAULT_SERVE_LAST_AFTER_S = 1.0
+DEFAULT_SERVE_LAST_AFTER_S = 0.5
 APP = Path(__file__).resolve().with_name("app.py")
 
 

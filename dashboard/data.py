@@ -184,6 +184,19 @@ def devices(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
         return q.list_devices(session=s, now_ns=now_ns)
 
 
+def devices_to_pick(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
+    """Every device, for pickers and filters (names, labels, models): as last read for a fleet
+    slow to read (half a second at 10,000 devices), like the Fleet page's summary. A page that
+    shows a device's state or last contact reads ``devices``."""
+    engine = _engine(db_url)
+
+    def read(at_ns: int) -> list[q.DeviceSummary]:
+        with _session_of(engine) as s:
+            return q.list_devices(session=s, now_ns=at_ns)
+
+    return _fleet_answers().get(("devices", db_url), now_ns, read).value
+
+
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
 def installs(db_url: str, device: str, now_ns: int) -> list[q.DeviceSummary]:
     """Every install a name reaches, newest first (a reflashed device: same name, new agent id)."""

@@ -1289,6 +1289,9 @@ _SYSTEMD_UNIT_OOM = re.compile(
     r"|(?P<oomd>systemd-oomd killed (?P<n>\d+) process\(es\) in this unit)|Failed with result 'oom-kill')"
 )
 
+# The same systemd-oomd line with its unit left out (a timeline condensed from the journal, a title): still a kill.
+_OOMD_UNITLESS = re.compile(r"(?:^|[\s\]`'\"])systemd-oomd killed (?P<n>\d+) process\(es\) in this unit\b")
+
 
 # Container runtimes and orchestrators saying a container was OOM-killed in their own words.
 _RUNTIME_OOM = re.compile(
@@ -1317,11 +1320,15 @@ _RUNTIME_MORE = re.compile(
     r"(?: in (?:StepId=|step )?(?P<step>[\w.+-]+?)(?: cgroup)?(?:\.(?:\s|$)|\s*$)|[.`'\"]*\s*$))"
     r"|(?P<srun>\bsrun: error: (?P<node>[\w.-]+): tasks? [\d,-]+: Out Of Memory\b)"
     r"|(?P<nomad>Exit Code: (?P<ncode>-?\d+),(?: Signal: \d+,)? Exit Message: \\?\"OOM Killed\\?\")"
+    # Nomad's client (0.8 and before) logging a task's end as its driver's wait result: 'client: task "web" for alloc
+    # "<uuid>" failed: Wait returned exit code 137, signal 0, and error OOM Killed'.
+    r"|(?P<nomadwait>\bWait returned exit code (?P<wcode>-?\d+), signal \d+, and error OOM Killed\b)"
     # Flux's shell oom plugin (flux-core src/shell/oom.c), from the job cgroup's memory.events oom_kill count:
     # shell_log_error("Memory cgroup out of memory: killed %lu task%s on %s.", n, ..., hostname).
     r"|(?P<flux>\bMemory cgroup out of memory: killed (?P<fn>\d+) tasks?(?: on (?P<fhost>[\w.-]+?))?\.?(?:\s|$))"
 )
-_RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Message", "of memory: killed")
+_RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Message", "of memory: killed",
+                       "error OOM Killed")
 
 
 _JSON_EXIT = re.compile(r'"?exitCode"?\s*:\s*(-?\d+)')
@@ -1370,10 +1377,12 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             continue
         g = m.groupdict()
         source = next(k for k in ("runc", "events", "api", "forwarded", "inline_json", "flat", "inspect", "ecs",
-                                   "ecsagent", "taskoom", "talos", "nomad", "slurm", "srun", "flux") if g.get(k))
+                                   "ecsagent", "taskoom", "talos", "nomad", "nomadwait", "slurm", "srun", "flux")
+                      if g.get(k))
         f: dict[str, FactValue] = {"source": {
             "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
-            "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm"}.get(source, source)}
+            "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm",
+            "nomadwait": "nomad"}.get(source, source)}
         flat_name = _FLAT_NAME.search(line, 0, m.start()) if source == "flat" else None
         ps = _ECS_PS.search(line, 0, m.end()) if source == "ecs" else None
         name = g.get("name") or (flat_name.group(1) if flat_name else ps["name"] if ps else _attr_name(line))
@@ -1393,8 +1402,8 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
                 # One kill in the step: the job the batch script's shell saw killed is its victim.
                 f["victim_pid"] = int(killed["pid"])
                 f["victim_process"] = killed["cmd"].rsplit("/", 1)[-1]
-        elif g.get("ncode"):
-            f["exit_code"] = int(g["ncode"])
+        elif g.get("ncode") or g.get("wcode"):
+            f["exit_code"] = int(g["ncode"] or g["wcode"])
         elif ps is not None and ps["code"] is not None:
             f["exit_code"] = int(ps["code"])
         else:
@@ -1559,6 +1568,10 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
             if m:
                 f = {"source": "systemd-oomd" if m["oomd"] else "systemd", "systemd_unit": m["unit"]}
                 _put(f, "processes_killed", int(m["n"]) if m["n"] else None)
+            elif "systemd-oomd killed" in line:
+                u = _OOMD_UNITLESS.search(line)
+                if u:
+                    f = {"source": "systemd-oomd", "processes_killed": int(u["n"])}
         elif "OOM kill of PID" in line:
             m = _BPF_OOMKILL.search(line)
             if m:

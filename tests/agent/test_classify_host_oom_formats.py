@@ -1060,3 +1060,28 @@ def test_kill_line_elided_after_its_name_keeps_pid_and_name() -> None:
 def test_kill_line_elided_then_prose_is_no_kill() -> None:
     assert [f for f in HOST.classify("Killed process 3141 (firefox) ... and then it came back by itself")
             if f.kind == KIND_HOST_OOM] == []
+
+
+# ------------------------------------------------------------- Nomad's client wait result, systemd-oomd unit-less
+
+
+def test_nomad_client_wait_result_oom_killed_gives_exit_code() -> None:
+    f = _one('2020/11/03 14:22:07.512001 [INFO] client: task "api" for alloc "0d9f2a6e-51c3-4b7a-9e2f-7a1c2b3d4e5f" '
+             "failed: Wait returned exit code 137, signal 0, and error OOM Killed")
+    assert f.facts["source"] == "nomad" and f.facts["exit_code"] == 137
+
+
+def test_nomad_client_wait_result_without_oom_is_no_kill() -> None:
+    line = ('2020/11/03 14:22:07.512001 [INFO] client: task "api" for alloc "0d9f2a6e-51c3-4b7a-9e2f-7a1c2b3d4e5f" '
+            "failed: Wait returned exit code 137, signal 0, and error <nil>")
+    assert [f for f in HOST.classify(line) if f.kind == KIND_HOST_OOM] == []
+
+
+def test_systemd_oomd_kill_line_without_its_unit_is_a_kill() -> None:
+    f = _one("    14:03:11  systemd-oomd killed 27 process(es) in this unit")
+    assert f.facts["source"] == "systemd-oomd" and f.facts["processes_killed"] == 27
+
+
+def test_systemd_oomd_named_in_prose_is_no_kill() -> None:
+    assert [f for f in HOST.classify("When systemd-oomd killed processes in this unit, the tab crashed.")
+            if f.kind == KIND_HOST_OOM] == []

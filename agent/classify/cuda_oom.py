@@ -495,6 +495,42 @@ _PT_LIMIT_FACTS = {"Currently allocated": "allocated_bytes", "Requested": "reque
 _PT_CUT = re.compile(r"(?P<exc>[A-Za-z_][\w.]*OutOfMemoryError)\s*:\s*(?P<backend>CUDA|HIP|XPU|NPU)(?: out(?: of(?: m\w*)?)?)?\s*$")
 
 
+# IPython's traceback header: the raised class's name padded to a column, then "Traceback (most recent call last)"
+# ("OutOfMemoryError                          Traceback (most recent call last)"), the message printed at the
+# traceback's end (which a paste may cut off). Its module is not printed: a "torch." prefix names the framework.
+_IPY_HEADER = re.compile(r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*OutOfMemoryError) {2,}Traceback \(most recent call last\)\s*$")
+# torch._utils.ExceptionWrapper re-raising a worker's error in the caller: "Caught {name} {where}." with where
+# DataParallel's "in replica N on device N", a DataLoader's "in DataLoader worker process N" or its pin memory thread's
+# "in pin memory thread for device N"; the original message follows after "Original Traceback" (maybe cut off).
+_PT_CAUGHT = re.compile(
+    r"\bCaught (?:torch\.(?:cuda\.)?)?OutOfMemoryError in (?:replica \d+ on device (?P<dev>\d+)"
+    r"|DataLoader worker process \d+|pin memory thread for device (?P<pdev>\d+))\b"
+)
+
+
+def _pytorch_relayed(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    """The allocator's exception named where its message is not printed: IPython's traceback header, or
+    PyTorch's re-raise of a worker's error ("Caught OutOfMemoryError in replica 0 on device 0")."""
+    for i, line in enumerate(ev.lines):
+        if i in used or "OutOfMemoryError" not in line:
+            continue
+        facts: dict[str, FactValue]
+        if "Caught " in line and (c := _PT_CAUGHT.search(line)) is not None:
+            facts = {"framework": "pytorch", "relayed": True}
+            dev = c["dev"] or c["pdev"]
+            _put(facts, "device_index", int(dev) if dev is not None else None)
+            title = "PyTorch OOM relayed from a worker" + (f" on device {dev}" if dev is not None else "")
+        elif "Traceback" in line and (h := _IPY_HEADER.match(line)) is not None:
+            facts = {"exception": h["exc"], "message_cut": True}
+            if h["exc"].startswith("torch."):
+                facts["framework"] = "pytorch"
+            title = f"{h['exc']} raised (its message not printed)"
+        else:
+            continue
+        used.add(i)
+        _add(found, ("pytorch-relayed", facts.get("device_index")), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
 def _pytorch_cut(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     for i, line in enumerate(ev.lines):
         if i in used or "OutOfMemoryError" not in line:
@@ -1838,6 +1874,8 @@ class CudaOomClassifier:
             _pytorch_limit(ev, found, used)
         if "OutOfMemoryError" in text and not found:
             _pytorch_cut(ev, found, used)
+        if "OutOfMemoryError" in text and not found:
+            _pytorch_relayed(ev, found, used)
         if (
             "OOM when allocating" in text
             or "an out of memory trying" in text

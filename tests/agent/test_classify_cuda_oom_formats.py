@@ -1000,3 +1000,33 @@ def test_the_caching_allocators_warning_before_the_exception_is_one_oom() -> Non
         "31.36 GiB of which 30.86 GiB is free. Including non-PyTorch memory, this process has 498.00 MiB memory in use."
     )
     assert f.severity == "error" and f.facts["requested_bytes"] == 40 * 1024**3
+
+
+# ------------------------------------------------ the allocator's exception named where its message is not printed
+
+
+def test_ipython_traceback_header_names_the_oom_raised() -> None:
+    f = _one("---------------------------------------------------------------------------\n"
+             "OutOfMemoryError                          Traceback (most recent call last)\n"
+             "Cell In[4], line 7\n"
+             "      5 model.to('cuda')\n"
+             "----> 7 model.generate(**inputs)\n")
+    assert f.facts["exception"] == "OutOfMemoryError" and f.facts["message_cut"] is True
+
+
+def test_ipython_traceback_header_of_another_error_is_silent() -> None:
+    _none("KeyError                                  Traceback (most recent call last)\n"
+          "Cell In[4], line 7\n")
+    _none("If you see OutOfMemoryError   Traceback (most recent call last) in a notebook, lower the batch size.")
+
+
+def test_dataparallel_relay_of_a_replicas_oom_names_its_device() -> None:
+    f = _one('2025-02-03T08:15:00.120+00:00    ErrorMessage "torch.cuda.OutOfMemoryError: Caught OutOfMemoryError in '
+             'replica 2 on device 2. Original Traceback (most recent call last) File "/usr/lib/python3/site-packages/'
+             'torch/nn/parallel/parallel_apply.py", line 83, in _worker output = module(*input, **kwargs)')
+    assert f.facts["framework"] == "pytorch" and f.facts["device_index"] == 2
+
+
+def test_a_relay_of_another_error_is_silent() -> None:
+    _none("RuntimeError: Caught RuntimeError in replica 0 on device 0. Original Traceback (most recent call last):")
+    _none("KeyError: Caught KeyError in DataLoader worker process 0.")

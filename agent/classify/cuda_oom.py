@@ -1480,6 +1480,14 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
                     break
         if g.get("nccl"):
             facts["caller_framework"] = "nccl"
+            # NCCL's allocator (include/alloc.h) names what it asked for on its next WARN: "Failed to CUDA calloc
+            # 6291456 bytes" (ncclCudaCalloc; "malloc", "calloc async", "host alloc" in other versions).
+            for j in range(i + 1, min(len(ev.lines), i + 4)):
+                nb = _NCCL_ALLOC.search(ev.lines[j])
+                if nb:
+                    facts.setdefault("requested_bytes", int(nb["n"]))
+                    used.add(j)
+                    break
         if drv and facts["framework"] == "cuda":
             # The driver's status in a TensorFlow/XLA source line ("E tensorflow/stream_executor/...]"):
             # the allocation was that framework's.
@@ -1501,6 +1509,9 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             title += f", {format_bytes(int(facts['requested_bytes']))} requested"
         key = ("cuda", name, facts.get("call"), facts.get("requested_bytes"), facts.get("device_index"))
         _add(found, key, _Acc(facts, title, "error", [i], ev.ts_ns(i)))
+
+
+_NCCL_ALLOC = re.compile(r"\bFailed to CUDA (?:calloc|malloc|host alloc)(?: async)? (?P<n>\d+) bytes\b")
 
 
 # ------------------------------------------------------------------------------ other frameworks

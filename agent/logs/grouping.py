@@ -115,6 +115,10 @@ A line that is not inside a block opens one when it is, tried in this order:
 16. NVRM refusing a GPU at probe over two lines (``NVRM: This PCI I/O region assigned to your NVIDIA device is
    invalid:`` / ``NVRM: BAR0 is 0M @ 0x0 (PCI:0000:02:00.0)``): the second names the GPU.
 
+17. NCCL's CUDA check failing in its allocator (``include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'``): its
+   next WARN, after the blank line NCCL prints before each, when it says what was asked for (``NCCL WARN Failed to
+   CUDA calloc 6291456 bytes``).
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -379,6 +383,7 @@ OPEN_WORDS: tuple[str, ...] = (
     " Killed ",  # a batch script's shell reporting a job killed (rule 14)
     "The actor died",  # Ray's dead-actor error over lines (rule 15)
     "region assigned to your NVIDIA",  # NVRM refusing a GPU whose BAR is invalid, over two lines (rule 16)
+    "Cuda failure '",  # NCCL's CUDA check failing, then its allocator's size (rule 17)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -444,6 +449,9 @@ _BUS_NOTICE = "bus_notice"
 _SHELL_KILLED = "shell_killed"
 _RAY_ACTOR_DIED = "ray_actor_died"
 _BAR_INVALID = "bar_invalid"
+_NCCL_CUDA = "nccl_cuda_failure"
+_NCCL_OOM_OPEN = re.compile(r"\bNCCL WARN Cuda failure '(?:out of memory|cudaErrorMemoryAllocation)'")
+_NCCL_ALLOC_SIZE = re.compile(r"\bNCCL WARN Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? \d+ bytes\b")
 _DEVICE_LINE = "device_line"
 _FRAMES, _EXC_GROUP, _ENDED, _CHAINED = "frames", "exception_group", "ended", "chained"
 _VS_MESSAGE, _VS_FRAMES = "vscode_message", "vscode_frames"
@@ -714,6 +722,12 @@ def _shell_killed_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if "kill event" in rest and _SLURM_OOM_KILL.search(rest) else (_END, g.state)
 
 
+def _nccl_cuda_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if _blank(rest):  # NCCL prints a blank line before each WARN: one, not two
+        return (_END, g.state) if g.state == _DEVICE_LINE else (_TAKE, _DEVICE_LINE)
+    return (_TAKE_LAST, g.state) if "Failed to CUDA" in rest and _NCCL_ALLOC_SIZE.search(rest) else (_END, g.state)
+
+
 def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest) or _EARLYOOM_OPEN.search(rest):
         return _END, g.state
@@ -727,6 +741,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _SHELL_KILLED: _shell_killed_step,
     _RAY_ACTOR_DIED: _ray_actor_died_step,
     _BAR_INVALID: _oom_wrap_step,  # the same: the next line that is not blank, then the end
+    _NCCL_CUDA: _nccl_cuda_step,
     _NVMAP0: _nvmap0_step,
     _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
@@ -743,7 +758,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 16 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 17 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -810,6 +825,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_RAY_ACTOR_DIED, _BODY, now_ns, "error", cap=RAY_ACTOR_LINES)
     if "region assigned to your NVIDIA device is invalid" in text:
         return _Group(_BAR_INVALID, _BODY, now_ns, "error", cap=2)
+    if "Cuda failure '" in text and _NCCL_OOM_OPEN.search(text):
+        return _Group(_NCCL_CUDA, _BODY, now_ns, "error", cap=3)
     return None
 
 

@@ -1030,3 +1030,31 @@ def test_dataparallel_relay_of_a_replicas_oom_names_its_device() -> None:
 def test_a_relay_of_another_error_is_silent() -> None:
     _none("RuntimeError: Caught RuntimeError in replica 0 on device 0. Original Traceback (most recent call last):")
     _none("KeyError: Caught KeyError in DataLoader worker process 0.")
+
+
+# ------------------------------------------------------------- NCCL's allocator: the CUDA check, then the size
+
+
+def test_nccl_cuda_failure_keeps_the_size_its_allocator_asked_for(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "rank3.log"
+    p.write_text("node7:41022:41180 [3] NCCL INFO Channel 00 : 3[3] -> 0[0] via P2P/IPC\n"
+                 "\n"
+                 "node7:41022:41180 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
+                 "\n"
+                 "node7:41022:41180 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 2097152 bytes\n"
+                 "node7:41022:41180 [3] NCCL INFO transport/p2p.cc:204 -> 1\n", encoding="utf-8")
+    (f,) = [f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]
+    assert f.facts["caller_framework"] == "nccl" and f.facts["requested_bytes"] == 2097152
+
+
+def test_nccl_allocator_size_without_an_oom_is_silent(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "rank0.log"
+    p.write_text("node7:41022:41180 [0] include/alloc.h:178 NCCL WARN Cuda failure 'invalid argument'\n"
+                 "\n"
+                 "node7:41022:41180 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 2097152 bytes\n",
+                 encoding="utf-8")
+    assert [f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM] == []

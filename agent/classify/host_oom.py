@@ -1388,6 +1388,12 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
         name = g.get("name") or (flat_name.group(1) if flat_name else ps["name"] if ps else _attr_name(line))
         if name is None and source == "inline_json" and len(lines) > 1:
             name = _siblings(lines, i)[0].get("name")  # the container's object, printed over lines around it
+        ecs_sib: dict[str, str] = {}
+        if source == "ecs" and len(lines) > 1 and (kv := _kv(line)) is not None and _norm(kv[0]) == "reason":
+            # ECS's describe-tasks container object (JSON or YAML) printed over lines: its "name" and "exitCode"
+            # are the reason's siblings.
+            ecs_sib = _siblings(lines, i)[0]
+            name = name or ecs_sib.get("name") or None
         _put(f, "container", name)
         _put(f, "container_id", g.get("cid") or g.get("tcid") or g.get("ecid") or g.get("acid"))
         if source == "flux":
@@ -1406,6 +1412,8 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             f["exit_code"] = int(g["ncode"] or g["wcode"])
         elif ps is not None and ps["code"] is not None:
             f["exit_code"] = int(ps["code"])
+        elif ecs_sib.get("exitcode", "").lstrip("-").isdigit():
+            f["exit_code"] = int(ecs_sib["exitcode"])
         else:
             code = _JSON_EXIT.search(line) if source in ("inline_json", "flat") else _EXIT_CODE.search(line, m.start())
             _put(f, "exit_code", int(code.group(1)) if code else None)

@@ -64,7 +64,8 @@ A line that is not inside a block opens one when it is, tried in this order:
    opens a mapping or list alone on its line (``containerStatuses:``, ``"containerStatuses": [``,
    ``lastState:``) and the lines after it that are deeper or are the same document's (a key, a
    list item, a closing bracket), so a state is read with its container's ``name`` and the
-   kubelet's message beside it; up to ``DESCRIBE_LINES`` lines.
+   kubelet's message beside it; up to ``DESCRIBE_LINES`` lines. ECS's ``describe-tasks`` JSON likewise from a
+   task's ``"containers": [``, so a container's ``reason`` is read with its ``name`` and ``exitCode``.
 7. A ``kubectl describe pod``: its ``Name:`` line (the pod's, at the line's start) and the lines
    after it that are kubectl's describe output (lines indented under a field, and the pod's own
    fields at the line's start: ``Namespace:``, ``Containers:``, ``Events:``, ...), so a container's
@@ -233,6 +234,8 @@ _K8S_STATE = re.compile(r"(\s*(?:#[ \t]*)?)(?:Last )?State:\s+\S")
 _K8S_STATUS = re.compile(
     r'([ \t]*)(?:- )?"?(?:containerStatuses|initContainerStatuses|ephemeralContainerStatuses|lastState'
     r'|lastTerminationState|state)"?[ \t]*:[ \t]*[\[{]?[ \t]*$'
+    # ECS's describe-tasks JSON: a task's "containers" list, each object's "exitCode" and "reason" beside its "name".
+    r'|([ \t]*)"containers"[ \t]*:[ \t]*\[[ \t]*$'
 )
 # A line of the same YAML or JSON document: a key ("name: manager", '"exitCode": 137,'), a list item, or
 # what closes an object or a list.
@@ -375,7 +378,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "page allocation", "Exception has occurred", "Exception Type:**", "Enqueue Time", "GPU Compute", "Host Latency",
     # A pod status's "containerStatuses:" and "lastState:" ("State:" above); a bare "state:" is not gated: its
     # letters are every log's, and a gate entered at them would slow every line.
-    "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", *LITERAL_WORDS,
+    "H2D Latency", "D2H Latency", "bfc_allocator", " Comm: ", "Name:", "Statuses", '"containers": [', *LITERAL_WORDS,
     "CUDA error", "ROCm error", "MUSA error", "cuBLAS error",  # ggml's CUDA error report (rule 9)
     "Out of memory! ",  # earlyoom v0.x's report (rule 10), entered at the "y" another word is entered at
     "Alloc: error 0",  # NvMap's handle allocation failing with no errno (rule 11)
@@ -801,7 +804,7 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_K8S, _BODY, now_ns, "info", cap=SECTION_LINES, indent=len(m.group(1)), commented="#" in m.group(1))
     m = _K8S_STATUS.match(text)
     if m is not None:
-        return _Group(_STATUS, _BODY, now_ns, "info", cap=DESCRIBE_LINES, indent=len(m.group(1)))
+        return _Group(_STATUS, _BODY, now_ns, "info", cap=DESCRIBE_LINES, indent=len(m.group(1) or m.group(2) or ""))
     if _K8S_DESCRIBE.match(text):
         return _Group(_DESCRIBE, _BODY, now_ns, "info", cap=DESCRIBE_LINES)
     closer = literal_opens(text)

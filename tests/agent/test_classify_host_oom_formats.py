@@ -1085,3 +1085,41 @@ def test_systemd_oomd_kill_line_without_its_unit_is_a_kill() -> None:
 def test_systemd_oomd_named_in_prose_is_no_kill() -> None:
     assert [f for f in HOST.classify("When systemd-oomd killed processes in this unit, the tab crashed.")
             if f.kind == KIND_HOST_OOM] == []
+
+
+# ------------------------------------------------------------- ECS describe-tasks JSON over lines
+
+
+_ECS_TASK = """{
+    "tasks": [
+        {
+            "clusterArn": "arn:aws:ecs:eu-west-1:111122223333:cluster/batch",
+            "containers": [
+                {
+                    "containerArn": "arn:aws:ecs:eu-west-1:111122223333:container/batch/0a1b2c3d/4e5f",
+                    "name": "report-worker",
+                    "image": "111122223333.dkr.ecr.eu-west-1.amazonaws.com/report-worker:42",
+                    "lastStatus": "STOPPED",
+                    "exitCode": 137,
+                    "reason": "%s",
+                    "networkBindings": []
+                }
+            ],
+            "desiredStatus": "STOPPED"
+        }
+    ]
+}
+"""
+
+
+def test_ecs_describe_tasks_json_names_the_container_and_its_exit_code(tmp_path) -> None:
+    p = tmp_path / "describe-tasks.json"
+    p.write_text(_ECS_TASK % "OutOfMemoryError: Container killed due to memory usage", encoding="utf-8")
+    (f,) = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert f.facts["source"] == "ecs" and f.facts["container"] == "report-worker" and f.facts["exit_code"] == 137
+
+
+def test_ecs_describe_tasks_json_stopped_for_another_reason_is_no_kill(tmp_path) -> None:
+    p = tmp_path / "describe-tasks.json"
+    p.write_text(_ECS_TASK % "Essential container in task exited", encoding="utf-8")
+    assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []

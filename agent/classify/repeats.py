@@ -179,7 +179,12 @@ def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
         return False
     ia, ib = _identity(a.kind, a.facts), _identity(b.kind, b.facts)
     if a.kind == KIND_HOST_OOM and (a.facts.get("source") == "systemd") != (b.facts.get("source") == "systemd"):
-        # A unit's OOM line and a kernel report: one fault only when the report names the unit's cgroup.
+        # A unit's OOM line and a kernel report: one fault only when the report names the unit's cgroup, or, naming
+        # none (a system-wide OOM), kills the process the unit is named for ("Killed process 2653 (kwin_wayland)",
+        # then "plasma-kwin_wayland.service: Failed with result 'oom-kill'.").
+        unit, kern = (ia, ib) if a.facts.get("source") == "systemd" else (ib, ia)
+        if "memcg_unit" in unit and "memcg_unit" not in kern and _unit_named_for(unit["memcg_unit"], kern.get("victim_process")):
+            kern["memcg_unit"] = unit["memcg_unit"]
         if "memcg_unit" not in ia or "memcg_unit" not in ib:
             return False
     if a.kind == KIND_TENSORRT_ERROR and (a.facts.get("category") == "engine_other_device_model") != (
@@ -223,6 +228,24 @@ def _no_implementation(f: _FindingLike) -> bool:
         return True
     text = f"{f.facts.get('error_detail', '')} {f.facts.get('message', '')}"
     return "ould not find any implementation" in text and "workspace" not in text
+
+
+# Words of a unit's name that name no program: its slice, a session, a VM's or container's scope.
+_UNIT_WORDS = frozenset({"user", "session", "machine", "system", "docker", "libpod", "snap", "app", "run", "cri",
+                         "containerd", "crio", "podman", "kubepods", "burstable", "besteffort", "service", "scope"})
+
+
+def _unit_named_for(unit: str, process: Any) -> bool:
+    """Whether systemd unit ``unit`` is named for ``process`` (its comm, maybe cut to 15 characters): the name
+    holds it ("plasma-kwin_wayland.service", kwin_wayland), or one of its words starts it ("mariadb.service",
+    mariadbd; "machine-qemu-1-vm.scope", qemu-system-x86)."""
+    if not isinstance(process, str) or len(process) < 4:
+        return False
+    stem = unit.rsplit(".", 1)[0].lower().replace("_", "-").replace(".", "-")
+    proc = process.lower().replace("_", "-")
+    if proc in stem:
+        return True
+    return any(len(w) >= 4 and w not in _UNIT_WORDS and proc.startswith(w) for w in re.split(r"[-@\\]", stem))
 
 
 def _same_identity(a: _FindingLike, b: _FindingLike, ia: dict[str, Any], ib: dict[str, Any]) -> bool:

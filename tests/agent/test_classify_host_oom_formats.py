@@ -1123,3 +1123,26 @@ def test_ecs_describe_tasks_json_stopped_for_another_reason_is_no_kill(tmp_path)
     p = tmp_path / "describe-tasks.json"
     p.write_text(_ECS_TASK % "Essential container in task exited", encoding="utf-8")
     assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []
+
+
+# ------------------------------------------------- a system-wide kill and systemd's line on the unit it ended
+
+
+def _journal(tmp_path, victim: str, unit: str):
+    p = tmp_path / "journal.txt"
+    p.write_text(f"Mar 04 09:12:40 desk kernel: Out of memory: Killed process 5120 ({victim}) total-vm:9120400kB, "
+                 "anon-rss:6100200kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:14000kB oom_score_adj:0\n"
+                 f"Mar 04 09:12:41 desk systemd[1020]: {unit}: Failed with result 'oom-kill'.\n", encoding="utf-8")
+    return [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+
+
+def test_unit_named_for_the_process_killed_system_wide_is_that_kill(tmp_path) -> None:
+    (f,) = _journal(tmp_path, "gnome-shell", "org.gnome.Shell@wayland.service")
+    assert f.facts["victim_pid"] == 5120
+    (f,) = _journal(tmp_path, "mysqld", "mysql.service")
+    assert f.facts["victim_process"] == "mysqld"
+
+
+def test_unit_named_for_another_program_is_another_fault(tmp_path) -> None:
+    assert len(_journal(tmp_path, "postgres", "nginx.service")) == 2
+    assert len(_journal(tmp_path, "userd", "user@1000.service")) == 2  # a word that names no program

@@ -305,26 +305,22 @@ def _groups(groups: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, list[s
 
 
 @st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
-def operations(db_url: str, devices: tuple[str, ...], since_ns: int, until_ns: int) -> list[str]:
-    with _session(db_url) as s:
-        return q.latency_operations(session=s, devices=list(devices), since_ns=since_ns, until_ns=until_ns)
-
-
-@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False)
-def compare(
+def comparison(
     db_url: str,
     groups: tuple[tuple[str, tuple[str, ...]], ...],
     since_ns: int,
     until_ns: int,
-    operation: str | None,
-) -> list[q.GroupComparison]:
+    wanted_operation: str | None,
+) -> q.Comparison:
+    """The groups compared with the operation wanted, or the one their devices timed most, and
+    the operations they timed (the page's picker): one call, its reads side by side."""
     with _session(db_url) as s:
-        return q.compare_groups(
+        return q.compare_with_operations(
             session=s,
             groups=_groups(groups),
             since_ns=q.comparison_start(since_ns, until_ns),
             until_ns=until_ns,
-            operation=operation,
+            wanted=wanted_operation,
         )
 
 

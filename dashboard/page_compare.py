@@ -323,22 +323,20 @@ def render() -> None:
         _to_url(picks, None, normalise)
         st.info("Pick what to compare: a Jetson model in one group and a server GPU in the other, say.")
         return
-    all_members = tuple(sorted({m for ms in groups.values() for m in ms}))
-    ops = data.operations(data.url(), all_members, tr.since_ns, tr.until_ns)
-    op = None
+    asked = tuple((g, tuple(m)) for g, m in groups.items())
+    # The operations timed and the comparison with the one on view (or the most timed) come
+    # from one call whose reads run side by side.
+    comparison = data.comparison(data.url(), asked, tr.since_ns, tr.until_ns, st.session_state.get("keep_cmp_op"))
+    ops, op, results = comparison.operations, comparison.operation, comparison.groups
     if ops:
-        if st.session_state.get("keep_cmp_op") not in ops:
-            st.session_state["keep_cmp_op"] = ops[0]
-        op = st.selectbox("Operation (latency histograms from the SDK)", ops, key="keep_cmp_op")
+        st.session_state["keep_cmp_op"] = op
+        st.selectbox("Operation (latency histograms from the SDK)", ops, key="keep_cmp_op")  # a change reruns
     else:
         st.caption(
             "These devices timed no operations in this range; latency and throughput need the SDK's "
             "`sdk.latency(...)` in the program."
         )
     _to_url(picks, op, normalise)
-    results = data.compare(
-        data.url(), tuple((g, tuple(m)) for g, m in groups.items()), tr.since_ns, tr.until_ns, op
-    )
     start = comparison_start(tr.since_ns, tr.until_ns)
     # The window starts on a whole chart bucket (an hour, a day): say so where that moved it.
     window = tr.label if start == tr.since_ns else f"{tr.label}, from {fmt.when(start, seconds=False)}"

@@ -66,7 +66,7 @@ SURFACES: dict[str, list[str]] = {
         "CollectorSelfMetrics", "DatabaseProbe", "FleetExposition", "Observability", "render_fleet",
     ],
     "fleetscope.collector.query": [
-        "AlertPeriod", "AlertRow", "BenchmarkRecord", "ContextSummary", "DeviceCredentialRow", "DeviceMetrics",
+        "AlertPeriod", "AlertRow", "BenchmarkRecord", "Comparison", "ContextSummary", "DeviceCredentialRow", "DeviceMetrics",
         "DeviceSeries", "DeviceSummary", "Engine", "EnrolmentTokenRow", "FleetDevice", "FleetHealth", "FleetOverview", "FleetSparklines",
         "GpuAtIncident", "GpuHardware", "GpuLimits", "GpuPoint", "GpuProcess", "GpuStatePoint", "GroupComparison",
         "HostAtIncident", "HostPoint", "IncidentContext", "IncidentCount", "IncidentView", "JetsonReading",
@@ -74,7 +74,7 @@ SURFACES: dict[str, list[str]] = {
         "MetricSummary", "MetricsSummary", "NotificationAttempt", "NotificationRow", "ONLINE_WITHIN_NS",
         "POINTS_PER_CHART", "STATE_IMPORTED", "STATE_OFFLINE", "STATE_ONLINE", "STATE_REPLACED", "STATE_STOPPED", "SeriesTable",
         "Session", "SilenceRow", "UnknownDevice", "UnknownIncident", "UnknownIncidentKind", "alert_notifications",
-        "alert_periods", "benchmark_records", "compare_groups", "comparison_start", "count_devices", "count_samples",
+        "alert_periods", "benchmark_records", "compare_groups", "compare_with_operations", "comparison_start", "count_devices", "count_samples",
         "describe_resolution", "device_groups", "device_installs", "device_metrics", "device_model", "device_series",
         "device_series_all_installs", "device_state", "fleet_health", "fleet_overview", "fleet_sparklines", "get_device", "get_incident",
         "gpu_hardware", "gpu_hardware_all_installs", "group_latency_series", "has_schema", "hide_password",

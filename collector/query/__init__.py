@@ -45,9 +45,11 @@ from fleetscope.collector.query.alerts import (
 )
 from fleetscope.collector.query.compare import (
     BenchmarkRecord,
+    Comparison,
     GroupComparison,
     benchmark_records,
     compare_groups,
+    compare_with_operations,
     comparison_start,
 )
 from fleetscope.collector.query.context import (
@@ -258,8 +260,10 @@ __all__ = [
     "list_device_credentials",
     # comparisons
     "GroupComparison",
+    "Comparison",
     "BenchmarkRecord",
     "compare_groups",
+    "compare_with_operations",
     "comparison_start",
     "benchmark_records",
     # hardware: processes, ECC, PCIe, limits; the Jetson board

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from fleetscope.collector.query._common import NS, device_ids, floor_to, max_of, read_beside, sum_of
 from fleetscope.collector.query.devices import list_devices
 from fleetscope.collector.query.incidents import search_incidents
-from fleetscope.collector.query.latency import LatencySeries, LatencyStats, groups_latency
+from fleetscope.collector.query.latency import LatencySeries, LatencyStats, groups_latency, operations_of
 from fleetscope.collector.query.planning import comparison_step
 from fleetscope.collector.query.series import fetch_samples
 from fleetscope.collector.query.types import DeviceSummary
@@ -82,6 +82,35 @@ class BenchmarkRecord:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """``compare_with_operations``: the groups compared with the operation chosen, and the
+    operations their devices timed (most-counted first), what a picker offers."""
+
+    operations: list[str]
+    operation: str | None
+    groups: list[GroupComparison]
+
+
+def compare_with_operations(
+    *,
+    session: Session,
+    groups: Mapping[str, Sequence[str]],
+    since_ns: int,
+    until_ns: int,
+    wanted: str | None,
+) -> Comparison:
+    """``compare_groups`` with the operation ``wanted`` when the groups' devices timed it in the
+    window, else the one they timed most (none when they timed none): the Compare page's one
+    call. The operations and the chosen one's latency are read beside the GPU aggregates, not
+    before them (a page that asked for the list first waited for both in turn)."""
+
+    def choose(operations: list[str]) -> str | None:
+        return wanted if wanted in operations else (operations[0] if operations else None)
+
+    return _compare(session, groups, since_ns, until_ns, choose)
+
+
 def compare_groups(
     *,
     session: Session,
@@ -105,12 +134,28 @@ def compare_groups(
     the groups' devices at once), split by device afterwards: a read per group and per figure
     cost a database round trip per tier each, most of the time on PostgreSQL.
     """
+    return _compare(session, groups, since_ns, until_ns, None, operation).groups
+
+
+_Latency = dict[str, tuple[LatencyStats | None, LatencySeries | None]]
+
+
+def _compare(
+    session: Session,
+    groups: Mapping[str, Sequence[str]],
+    since_ns: int,
+    until_ns: int,
+    choose: Callable[[list[str]], str | None] | None,
+    operation: str | None = None,
+) -> Comparison:
+    """The comparison with ``operation``, or, given ``choose``, with the operation it picks
+    from those the groups' devices timed."""
     reach = {group: device_ids(session, names) for group, names in groups.items()}  # {name or agent id: id}
     ids_by_group = {group: set(found.values()) for group, found in reach.items()}
     every_id = sorted({i for ids in ids_by_group.values() for i in ids})
     installs = _installs(session, every_id)
 
-    def read_latency(s: Session, operation: str) -> dict[str, tuple[LatencyStats | None, LatencySeries | None]]:
+    def read_latency(s: Session, operation: str) -> _Latency:
         return groups_latency(
             session=s,
             groups=ids_by_group,
@@ -121,14 +166,19 @@ def compare_groups(
             step_s=comparison_step(until_ns - since_ns),
         )
 
-    latency_read = read_beside(session, lambda s: read_latency(s, operation)) if operation else None
+    def choose_and_read(s: Session) -> tuple[list[str], str | None, _Latency]:
+        operations = operations_of(s, every_id, since_ns, until_ns) if choose is not None else []
+        chosen = choose(operations) if choose is not None else operation
+        return operations, chosen, (read_latency(s, chosen) if chosen else {})
+
+    latency_read = read_beside(session, choose_and_read) if choose is not None or operation else None
     # The groups' installs only (2,000 devices: a tenth of a second on Citus), read while the
     # GPU aggregates are.
     devices_read = read_beside(session, lambda s: list_devices(session=s, now_ns=until_ns, ids=every_id))
     gpu_every, _ = fetch_samples(
         session, GPU, every_id, since_ns, until_ns, None, per_gpu=True, only=_GPU_FIGURES
     )
-    latency = latency_read.result() if latency_read else {}
+    operations, operation, latency = latency_read.result() if latency_read else ([], None, {})
     every_device = devices_read.result()
     out = []
     for group in groups:
@@ -175,7 +225,7 @@ def compare_groups(
                 latency_series=lat_series,
             )
         )
-    return out
+    return Comparison(operations, operation, out)
 
 
 def _installs(session: Session, ids: Sequence[int]) -> dict[int, tuple[str, int, int]]:

@@ -94,7 +94,11 @@ def latency_operations(
     *, session: Session, devices: Sequence[str], since_ns: int, until_ns: int
 ) -> list[str]:
     """Names of the operations these devices timed in the window, most-counted first."""
-    ids = list(device_ids(session, devices).values())
+    return operations_of(session, list(device_ids(session, devices).values()), since_ns, until_ns)
+
+
+def operations_of(session: Session, ids: Sequence[int], since_ns: int, until_ns: int) -> list[str]:
+    """``latency_operations`` of these installs (device ids)."""
     counts: dict[str, int] = {}
     for (name, _labels, _b), e in _fetch(session, ids, since_ns, until_ns, None, by_labels=False).hist.items():
         counts[name] = counts.get(name, 0) + e[0]

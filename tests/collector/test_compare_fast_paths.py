@@ -163,6 +163,20 @@ def test_group_latency_and_compare_equal_the_row_by_row_reader(db_url: str) -> N
             (no_op,) = query.compare_groups(session=s, groups={"A": groups["A"]}, since_ns=since, until_ns=now,
                                             operation=None)
             assert no_op.latency is None and no_op.latency_series is None
+            # The Compare page's one call: the operations timed, and the comparison with the one
+            # wanted when timed, else the most timed; its reads side by side give the same answer.
+            timed = query.latency_operations(session=s, devices=["a1", "a2", "b1"], since_ns=since, until_ns=now)
+            assert timed and timed[0] == "infer"
+            for wanted in (None, "infer", "never-timed"):
+                both = query.compare_with_operations(session=s, groups=groups, since_ns=since, until_ns=now,
+                                                     wanted=wanted)  # fmt: skip
+                assert (both.operations, both.operation) == (timed, "infer")
+                assert both.groups == cmp
+            bare = query.compare_with_operations(session=s, groups={"none": ["b1"]}, since_ns=now - 10 * S,
+                                                 until_ns=now - 5 * S, wanted="infer")  # fmt: skip
+            assert (bare.operations, bare.operation) == ([], None)
+            assert bare.groups == query.compare_groups(session=s, groups={"none": ["b1"]}, since_ns=now - 10 * S,
+                                                       until_ns=now - 5 * S, operation=None)  # fmt: skip
     finally:
         engine.dispose()
 

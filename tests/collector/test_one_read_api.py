@@ -226,7 +226,7 @@ def test_logs(stored, db_url: str, dashboard, spy, capsys) -> None:  # type: ign
 
 
 def test_latency(stored, db_url: str, dashboard, spy, capsys) -> None:  # type: ignore[no-untyped-def]
-    """`fleetscope latency` reads `latency_stats`; the Compare page reads `compare_groups`, whose
+    """`fleetscope latency` reads `latency_stats`; the Compare page reads `compare_with_operations`, whose
     figures (and the p99 chart beside them) come from one read of the groups' histograms. The
     operation's figures must be the same through both."""
     t0 = stored
@@ -247,12 +247,15 @@ def test_latency(stored, db_url: str, dashboard, spy, capsys) -> None:  # type: 
         )
     )["latency"]
     _, cli_answer = calls.one_call("the CLI")
-    comparisons = spy("compare_groups")
+    comparisons = spy("compare_with_operations")
     # The Compare page's question for a group of this one device: the same operation, label sets merged.
-    (compared,) = dashboard.compare(
+    comparison = dashboard.comparison(
         query.normalise_url(db_url), (("A", (DEVICE,)),), t0 - 3600 * S, time.time_ns() + S, "infer"
     )
-    _, (dashboard_answer,) = comparisons.one_call("the dashboard")
+    (compared,) = comparison.groups
+    _, answer = comparisons.one_call("the dashboard")
+    (dashboard_answer,) = answer.groups
+    assert (comparison.operations, comparison.operation) == (["infer"], "infer")
     (cli_stats,) = cli_answer
     dashboard_stats = dashboard_answer.latency
     assert compared == dashboard_answer and dashboard_stats is not None

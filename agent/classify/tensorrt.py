@@ -127,9 +127,10 @@ _ERROR_CODE = re.compile(
 # TensorRT <= 7's status lines: "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
 # "coreReadArchive.cpp (31) - Serialization Error in verifyHeader: 0 (Magic tag does not match)".
 # Some print no detail: "../rtSafe/WeightsPtr.cpp (92) - OutOfMemory Error in allocate: 0" (the builder's weights).
+# Some builds print it without the spaces: "coreReadArchive.h(271) - Serialization Error in readExternal:0(Type mismatch)".
 _STATUS_LINE = re.compile(
-    r"(?P<origin>[\w./-]+\.(?:cpp|cu|h|hpp)) \((?P<line>\d+)\) - (?P<what>[A-Z]\w*(?: \w+)*?) Error in "
-    r"(?P<func>\w+): (?P<code>-?\d+)(?: \((?P<detail>[^)]*)\)|\s*$)"
+    r"(?P<origin>[\w./-]+\.(?:cpp|cu|h|hpp)) ?\((?P<line>\d+)\) - (?P<what>[A-Z]\w*(?: \w+)*?) Error in "
+    r"(?P<func>\w+): ?(?P<code>-?\d+)(?: ?\((?P<detail>[^)]*)\)|\s*$)"
 )
 # TensorRT 5-7's builder when a tactic's allocation fails, as an error: "Out of memory error during getBestTactic:
 # <node>", and the advice it ends in, as an error too: "Try increasing the workspace size with

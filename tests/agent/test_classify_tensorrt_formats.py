@@ -1001,3 +1001,18 @@ def test_an_error_code_cut_right_after_an_unnamed_layer_keeps_the_layer() -> Non
     # An issue's title quoting the builder's error up to the layer's automatic name.
     facts = _one("Error Code 4: Internal Error ((Unnamed Layer* 57)")
     assert facts["error_code"] == 4 and facts["layer"] == "(Unnamed Layer* 57)"
+
+
+# ------------------------------------------------------- TensorRT <= 7's status line printed without its spaces
+
+
+def test_status_line_without_spaces_keeps_origin_status_and_detail() -> None:
+    f = _one("E0412 10:02:33.118204 88 logging.cc:43] coreReadArchive.h(271) - Serialization Error in "
+             "readExternal:0(Type mismatch)")
+    assert f["error_origin"] == "coreReadArchive.h:271"
+    assert f["error_status"] == "Serialization Error in readExternal" and f["error_detail"] == "Type mismatch"
+
+
+def test_status_line_shape_in_prose_without_error_in_is_silent() -> None:
+    assert [f for f in TRT.classify("see coreReadArchive.h(271) - the serializer checks types in readExternal:0")
+            if f.kind == KIND_TENSORRT_ERROR] == []

@@ -240,7 +240,10 @@ def _add(found: dict[tuple, _Acc], key: tuple, acc: _Acc) -> _Acc:
 # when the exception class before it says it was raised.
 _PT_START = re.compile(
     r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*)?(?P<backend>CUDA|HIP|XPU|NPU|MPS backend) out of memory"
-    r"(?:\.|(?<=memory)(?= \(MPS allocated)|(?<=memory)(?=[\s`'\"\]]*$))"
+    r"(?:\.|(?<=memory)(?= \(MPS allocated)|(?<=memory)(?=[\s`'\"\]]*$)"
+    # Raised and quoted as an issue's title, its words may run on into the title's ("# RuntimeError: CUDA out of memory
+    # in training"); anywhere else such a sentence is an application's own wording (_app_raised).
+    r"|(?(exc)(?<=memory)(?=,? (?:in|when|while|during|on|after|with|for) \S)(?P<runon>)|(?!)))"
 )
 _PT_REQ = re.compile(rf"Tried to allocate (?P<v>{_SZ})")
 # The device as the allocator names it: "GPU 0" (CUDA, HIP, XPU), "NPU 0" (Ascend torch_npu).
@@ -298,9 +301,13 @@ _PT_DISTINCT = re.compile(
 )
 
 
+_TITLE_HEAD = re.compile(r"^\s*#{1,6}\s+[`'\"]?$")  # a markdown heading's mark, the title starting with the class
+
+
 def _pt_starts(line: str) -> list[tuple[int, str | None, str | None]]:
     """Where each message on the line starts: (offset, exception class, backend)."""
-    starts = [(m.start(), m["exc"], m["backend"]) for m in _PT_START.finditer(line)]
+    starts = [(m.start(), m["exc"], m["backend"]) for m in _PT_START.finditer(line)
+              if m["runon"] is None or _TITLE_HEAD.match(line[: m.start()])]
     if starts:
         return starts
     # A piece of a message (a wrapped or cut paste) is read from the line's start: the figure a

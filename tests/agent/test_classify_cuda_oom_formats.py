@@ -1058,3 +1058,16 @@ def test_nccl_allocator_size_without_an_oom_is_silent(tmp_path) -> None:
                  "node7:41022:41180 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 2097152 bytes\n",
                  encoding="utf-8")
     assert [f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM] == []
+
+
+# ---------------------------------------------------- the raised message running on into a title's own words
+
+
+def test_raised_oom_running_on_into_a_titles_words_is_read() -> None:
+    f = _one("# RuntimeError: CUDA out of memory when fine-tuning with batch size 64")
+    assert f.facts["framework"] == "pytorch" and f.facts["exception"] == "RuntimeError"
+
+
+def test_oom_words_without_a_raised_class_or_before_other_words_are_silent() -> None:
+    _none("# CUDA out of memory when fine-tuning with batch size 64")
+    _none("RuntimeError: CUDA out of memory is what people usually hit here")

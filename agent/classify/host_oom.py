@@ -1289,6 +1289,11 @@ _SYSTEMD_UNIT_OOM = re.compile(
     r"|(?P<oomd>systemd-oomd killed (?P<n>\d+) process\(es\) in this unit)|Failed with result 'oom-kill')"
 )
 
+# systemctl status on a unit that ended so: "Active: failed (Result: oom-kill) since Sat 2025-10-04 20:46:05 UTC; 10s
+# ago", under its header ("× name.service - description", "● name.service"): when it failed tells two runs apart.
+_STATUS_OOM = re.compile(r"^\s*Active: failed \(Result: oom-kill\) since (?P<since>[^;\n]*?\d\d:\d\d:\d\d[^;\n]*?)\s*(?:;|$)")
+_STATUS_HEAD = re.compile(r"^\s*[\u25cf\u00d7*x] (?P<unit>[\w@.\\:-]+\.(?:service|scope|slice|socket|mount|swap))(?: - |\s*$)")
+
 # The same systemd-oomd line with its unit left out (a timeline condensed from the journal, a title): still a kill.
 _OOMD_UNITLESS = re.compile(r"(?:^|[\s\]`'\"])systemd-oomd killed (?P<n>\d+) process\(es\) in this unit\b")
 
@@ -1580,6 +1585,15 @@ def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
                 u = _OOMD_UNITLESS.search(line)
                 if u:
                     f = {"source": "systemd-oomd", "processes_killed": int(u["n"])}
+        elif "Result: oom-kill" in line:
+            m = _STATUS_OOM.match(line)
+            if m:
+                f = {"source": "systemd", "finished_at": m["since"]}
+                for j in range(i - 1, max(-1, i - 8), -1):
+                    h = _STATUS_HEAD.match(lines[j])
+                    if h:
+                        f["systemd_unit"] = h["unit"]
+                        break
         elif "OOM kill of PID" in line:
             m = _BPF_OOMKILL.search(line)
             if m:
@@ -1676,7 +1690,7 @@ class HostOomClassifier:
             out.extend(_warn_alloc_frames(lines, text))
         if "oomd" in text or "Considered" in text or "Killed /" in text or "illing process" in text \
                 or "sending SIG" in text or "OOM kill of PID" in text or " this unit" in text \
-                or "result 'oom-kill'" in text \
+                or "result 'oom-kill'" in text or "Result: oom-kill" in text \
                 or "killed as a result of limit" in text or "oom killer: done" in text \
                 or "killed due to memory pressure" in text or "VM: killing process" in text \
                 or "on the node (IP:" in text or "low on memory" in text or "System memory low" in text:

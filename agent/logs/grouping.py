@@ -120,6 +120,11 @@ A line that is not inside a block opens one when it is, tried in this order:
    next WARN, after the blank line NCCL prints before each, when it says what was asked for (``NCCL WARN Failed to
    CUDA calloc 6291456 bytes``).
 
+18. ``systemctl status`` on a unit: its header (``● name.service - description``, ``× name.service`` once it failed)
+   and the indented lines after it (``Loaded:``, ``Active: failed (Result: oom-kill) since ...``, ``Main PID:``, its
+   cgroup's tree), up to the blank line before its journal lines, at most ``SECTION_LINES`` lines: a unit's state is
+   read with its name.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -387,6 +392,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "The actor died",  # Ray's dead-actor error over lines (rule 15)
     "region assigned to your NVIDIA",  # NVRM refusing a GPU whose BAR is invalid, over two lines (rule 16)
     "Cuda failure '",  # NCCL's CUDA check failing, then its allocator's size (rule 17)
+    "\u25cf ", "\u00d7 ",  # systemctl status's header, the unit's state after it (rule 18)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -453,6 +459,10 @@ _SHELL_KILLED = "shell_killed"
 _RAY_ACTOR_DIED = "ray_actor_died"
 _BAR_INVALID = "bar_invalid"
 _NCCL_CUDA = "nccl_cuda_failure"
+_UNIT_STATUS = "systemctl_status"
+_UNIT_STATUS_OPEN = re.compile(
+    r"[ \t]*[\u25cf\u00d7] [\w@.\\:-]+\.(?:service|scope|slice|socket|mount|swap|timer|path|target|device)(?: - |[ \t]*$)"
+)
 _NCCL_OOM_OPEN = re.compile(r"\bNCCL WARN Cuda failure '(?:out of memory|cudaErrorMemoryAllocation)'")
 _NCCL_ALLOC_SIZE = re.compile(r"\bNCCL WARN Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? \d+ bytes\b")
 _DEVICE_LINE = "device_line"
@@ -731,6 +741,10 @@ def _nccl_cuda_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE_LAST, g.state) if "Failed to CUDA" in rest and _NCCL_ALLOC_SIZE.search(rest) else (_END, g.state)
 
 
+def _unit_status_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    return (_TAKE, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
+
+
 def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest) or _EARLYOOM_OPEN.search(rest):
         return _END, g.state
@@ -745,6 +759,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _RAY_ACTOR_DIED: _ray_actor_died_step,
     _BAR_INVALID: _oom_wrap_step,  # the same: the next line that is not blank, then the end
     _NCCL_CUDA: _nccl_cuda_step,
+    _UNIT_STATUS: _unit_status_step,
     _NVMAP0: _nvmap0_step,
     _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
@@ -761,7 +776,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 17 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 18 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -830,6 +845,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_BAR_INVALID, _BODY, now_ns, "error", cap=2)
     if "Cuda failure '" in text and _NCCL_OOM_OPEN.search(text):
         return _Group(_NCCL_CUDA, _BODY, now_ns, "error", cap=3)
+    if ("\u25cf " in text or "\u00d7 " in text) and _UNIT_STATUS_OPEN.match(text):
+        return _Group(_UNIT_STATUS, _BODY, now_ns, "info", cap=SECTION_LINES)
     return None
 
 

@@ -1146,3 +1146,32 @@ def test_unit_named_for_the_process_killed_system_wide_is_that_kill(tmp_path) ->
 def test_unit_named_for_another_program_is_another_fault(tmp_path) -> None:
     assert len(_journal(tmp_path, "postgres", "nginx.service")) == 2
     assert len(_journal(tmp_path, "userd", "user@1000.service")) == 2  # a word that names no program
+
+
+# ------------------------------------------------------------- systemctl status on a unit the OOM killer ended
+
+
+_STATUS = """\u00d7 batch-import.service - nightly import
+     Loaded: loaded (/etc/systemd/system/batch-import.service; static)
+     Active: failed (Result: {result}) since Tue 2025-06-10 02:14:09 UTC; 3min ago
+   Duration: 41.2s
+    Process: 7713 ExecStart=/opt/import/run (code=killed, signal=KILL)
+   Main PID: 7713 (code=killed, signal=KILL)
+        CPU: 38.901s
+"""
+
+
+def test_systemctl_status_failed_with_oom_kill_names_unit_and_time(tmp_path) -> None:
+    p = tmp_path / "status.txt"
+    p.write_text(_STATUS.format(result="oom-kill") + "\n" + _STATUS.format(result="oom-kill").replace("02:14:09", "03:20:47"),
+                 encoding="utf-8")
+    found = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert len(found) == 2  # two runs, told apart by when each failed
+    assert {f.facts["systemd_unit"] for f in found} == {"batch-import.service"}
+    assert found[0].facts["finished_at"] == "Tue 2025-06-10 02:14:09 UTC"
+
+
+def test_systemctl_status_failed_for_another_result_is_no_kill(tmp_path) -> None:
+    p = tmp_path / "status.txt"
+    p.write_text(_STATUS.format(result="exit-code"), encoding="utf-8")
+    assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []

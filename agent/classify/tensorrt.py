@@ -264,8 +264,11 @@ _LAYER_OWN = re.compile(r"\bLayer: (?P<layer>[^\s']+)'s ")
 # IBuilder::setMaxWorkspaceSize()". TensorRT's own wording: read with no logger tag too. TensorRT 8's logger puts
 # its ErrorCode first instead ("10: Could not find any implementation for node X."), under an application's own
 # severity tag ("ERROR: 10: ...").
+# TensorRT 8's message for a Myelin-fused node names it "{ForeignNode[first...last]}", a name no other software
+# prints: the message is the builder's with no code or tag too (a title quoting its detail).
 _NO_IMPL = re.compile(
     r"(?i)(?:Internal error: |(?<![\w.:])(?P<code>10|[0-9]): )could not find any implementation for node \S"
+    r"|(?<![\w.:])Could not find any implementation for node \{ForeignNode\["
 )
 
 # Context lines, read once per event and attached to what the event yields.

@@ -1016,3 +1016,17 @@ def test_status_line_without_spaces_keeps_origin_status_and_detail() -> None:
 def test_status_line_shape_in_prose_without_error_in_is_silent() -> None:
     assert [f for f in TRT.classify("see coreReadArchive.h(271) - the serializer checks types in readExternal:0")
             if f.kind == KIND_TENSORRT_ERROR] == []
+
+
+# ------------------------------------------------ the builder's no-implementation message for a Myelin-fused node
+
+
+def test_no_implementation_for_a_foreign_node_is_read_without_code_or_tag() -> None:
+    f = _one("build failed: Could not find any implementation for node {ForeignNode[/encoder/Add_3.../encoder/"
+             "LayerNormalization_11]}.")
+    assert f["layer"] == "{ForeignNode[/encoder/Add_3.../encoder/LayerNormalization_11]}"
+
+
+def test_no_implementation_for_a_plain_name_without_code_or_tag_is_silent() -> None:
+    assert [f for f in TRT.classify("my planner could not find any implementation for node conv1 in its table")
+            if f.kind == KIND_TENSORRT_ERROR] == []

@@ -36,7 +36,9 @@ from fleetscope.proto.vocabulary import (
 __all__ = ["IDENTITY", "WINDOW", "merge_repeats", "same_fault"]
 
 IDENTITY: Mapping[str, tuple[str, ...]] = {
-    KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid", "allocated_bytes"),
+    # The same request failing again with other memory free on the GPU is another run's failure, not a repeat.
+    KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid", "allocated_bytes",
+                    "free_bytes"),
     # Two reports of the kernel differ in their uptime stamp even when the same process invoked both.
     KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code",
                     "kernel_uptime_s", "invoker_pid", "systemd_unit"),

@@ -1071,3 +1071,28 @@ def test_raised_oom_running_on_into_a_titles_words_is_read() -> None:
 def test_oom_words_without_a_raised_class_or_before_other_words_are_silent() -> None:
     _none("# CUDA out of memory when fine-tuning with batch size 64")
     _none("RuntimeError: CUDA out of memory is what people usually hit here")
+
+
+# ------------------------------------------------------- one request failing twice, with other memory free
+
+
+_SENTENCE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 96.00 GiB. GPU 0 has a total capacity of "
+             "79.33 GiB of which {free} is free. Including non-PyTorch memory, this process has 2.10 GiB memory in use.")
+
+
+def test_same_request_with_other_memory_free_is_another_failure(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "runs.log"
+    p.write_text("first run:\n" + _SENTENCE.format(free="76.77 GiB") + "\nafter setting use_cache=False:\n"
+                 + _SENTENCE.format(free="3.88 GiB") + "\n", encoding="utf-8")
+    assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 2
+
+
+def test_same_message_printed_twice_is_one_failure(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    p = tmp_path / "runs.log"
+    p.write_text(_SENTENCE.format(free="3.88 GiB") + "\nduring handling, another exception:\n"
+                 + _SENTENCE.format(free="3.88 GiB") + "\n", encoding="utf-8")
+    assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 1

@@ -1517,6 +1517,18 @@ def _pidless_kill(lines: list[str]) -> list[Finding]:
     return []
 
 
+def _join_continued(lines: list[str]) -> list[str]:
+    """Lines a note wrapped as a shell does, a "\\" at the end and the rest indented on the next line ("oom-kill:
+    constraint=CONSTRAINT_MEMCG,nodemask=(null),\\" / "    cpuset=...,mems_allowed=0,\\"), joined back."""
+    out: list[str] = []
+    for line in lines:
+        if out and out[-1].endswith("\\") and line[:1] in (" ", "\t") and line.strip():
+            out[-1] = out[-1][:-1] + line.lstrip()
+        else:
+            out.append(line)
+    return out
+
+
 def _userspace(lines: list[str], taken: set[int]) -> list[Finding]:
     """OOM kills by a userspace killer (systemd-oomd, Meta's oomd, earlyoom), and a cgroup-v1 kill
     line ("Task in /docker/... killed as a result of limit of /docker/...") printed on its own."""
@@ -1659,6 +1671,8 @@ class HostOomClassifier:
         if not _maybe_oom(text):
             return []
         lines = text.splitlines()
+        if "\\\n" in text:
+            lines = _join_continued(lines)
         out: list[Finding] = []
         taken: set[int] = set()
         for ep in _kernel(lines):

@@ -125,6 +125,9 @@ A line that is not inside a block opens one when it is, tried in this order:
    cgroup's tree), up to the blank line before its journal lines, at most ``SECTION_LINES`` lines: a unit's state is
    read with its name.
 
+19. A line wrapped as a shell wraps one (a ``\\`` at its end, the rest indented on the lines after it, as a note
+   quotes a long log line): the indented lines while each before ends in ``\\``, at most ``SECTION_LINES`` lines.
+
 Any other line is an event of its own, unchanged; a blank line is no event. A summary, a device
 block and a state block end at 64 lines.
 
@@ -393,6 +396,7 @@ OPEN_WORDS: tuple[str, ...] = (
     "region assigned to your NVIDIA",  # NVRM refusing a GPU whose BAR is invalid, over two lines (rule 16)
     "Cuda failure '",  # NCCL's CUDA check failing, then its allocator's size (rule 17)
     "\u25cf ", "\u00d7 ",  # systemctl status's header, the unit's state after it (rule 18)
+    " \\", ",\\",  # a line wrapped with a backslash at its end (rule 19)
 )
 # A glog header's "file.cc:123] ": a block only when an indented line follows it (rule 3), which
 # lets ``scan`` skip a lone header by looking at the next line instead.
@@ -460,6 +464,7 @@ _RAY_ACTOR_DIED = "ray_actor_died"
 _BAR_INVALID = "bar_invalid"
 _NCCL_CUDA = "nccl_cuda_failure"
 _UNIT_STATUS = "systemctl_status"
+_BACKSLASH_WRAP = "backslash_wrapped"
 _UNIT_STATUS_OPEN = re.compile(
     r"[ \t]*[\u25cf\u00d7] [\w@.\\:-]+\.(?:service|scope|slice|socket|mount|swap|timer|path|target|device)(?: - |[ \t]*$)"
 )
@@ -745,6 +750,12 @@ def _unit_status_step(g: _Group[L], rest: str) -> tuple[int, str]:
     return (_TAKE, g.state) if _indented(rest) and not _blank(rest) else (_END, g.state)
 
 
+def _backslash_step(g: _Group[L], rest: str) -> tuple[int, str]:
+    if not _indented(rest) or _blank(rest):
+        return _END, g.state
+    return (_TAKE, g.state) if rest.rstrip().endswith("\\") else (_TAKE_LAST, g.state)
+
+
 def _earlyoom_step(g: _Group[L], rest: str) -> tuple[int, str]:
     if _blank(rest) or _EARLYOOM_OPEN.search(rest):
         return _END, g.state
@@ -760,6 +771,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
     _BAR_INVALID: _oom_wrap_step,  # the same: the next line that is not blank, then the end
     _NCCL_CUDA: _nccl_cuda_step,
     _UNIT_STATUS: _unit_status_step,
+    _BACKSLASH_WRAP: _backslash_step,
     _NVMAP0: _nvmap0_step,
     _OOM_WRAP: _oom_wrap_step,
     _TRACEBACK: _traceback_step,
@@ -776,7 +788,7 @@ _STEP: dict[str, Callable[[_Group, str], tuple[int, str]]] = {
 
 
 def _opening(text: str, now_ns: int) -> _Group | None:
-    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 18 in order)."""
+    """The block ``text`` opens, if it opens one (module docstring, rules 1 to 19 in order)."""
     if MAY_OPEN_BLOCK.search(text) is None:
         return None
     if _TB_TEXT in text:
@@ -847,6 +859,8 @@ def _opening(text: str, now_ns: int) -> _Group | None:
         return _Group(_NCCL_CUDA, _BODY, now_ns, "error", cap=3)
     if ("\u25cf " in text or "\u00d7 " in text) and _UNIT_STATUS_OPEN.match(text):
         return _Group(_UNIT_STATUS, _BODY, now_ns, "info", cap=SECTION_LINES)
+    if text.endswith(("\\", "\\ ")) and not _blank(text[:-2]):
+        return _Group(_BACKSLASH_WRAP, _BODY, now_ns, "info", cap=SECTION_LINES)
     return None
 
 

@@ -1175,3 +1175,34 @@ def test_systemctl_status_failed_for_another_result_is_no_kill(tmp_path) -> None
     p = tmp_path / "status.txt"
     p.write_text(_STATUS.format(result="exit-code"), encoding="utf-8")
     assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []
+
+
+# ------------------------------------------------------------- lines a note wrapped with a backslash
+
+
+def test_lines_wrapped_with_a_backslash_are_read_whole(tmp_path) -> None:
+    p = tmp_path / "notes.md"
+    p.write_text(
+        'level=warn time=2023-09-02T07:10:44Z msg="DockerGoClient: process within container '
+        '4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c \\\n'
+        '    (name: "ecs-api-3-web-a1b2c3d4e5f6a7b8c9d0") died due to OOM" \\\n'
+        "    module=docker_client.go\n"
+        "\n"
+        "Sep  2 07:12:01 ip-10-0-1-5 kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),\\\n"
+        "    cpuset=web.scope,mems_allowed=0,oom_memcg=/ecstasks.slice/ecstasks-77aa.slice,\\\n"
+        "    task_memcg=/ecstasks.slice/ecstasks-77aa.slice/web.scope,task=node,pid=8812,uid=1000\n"
+        "Sep  2 07:12:01 ip-10-0-1-5 kernel: Memory cgroup out of memory: Killed process 8812 (node) "
+        "total-vm:1204400kB, anon-rss:512000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:1400kB oom_score_adj:0\n",
+        encoding="utf-8")
+    found = [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM]
+    assert {f.facts.get("container") for f in found} >= {"ecs-api-3-web-a1b2c3d4e5f6a7b8c9d0"}
+    (kill,) = [f for f in found if f.facts.get("victim_pid") == 8812]
+    assert kill.facts["oom_memcg"] == "/ecstasks.slice/ecstasks-77aa.slice"
+
+
+def test_a_command_wrapped_with_a_backslash_is_no_kill(tmp_path) -> None:
+    p = tmp_path / "run.md"
+    p.write_text("$ docker run --memory=512m --oom-kill-disable=false \\\n"
+                 "    --name web -e OOM_SCORE=500 \\\n"
+                 "    nginx:1.25\n", encoding="utf-8")
+    assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []

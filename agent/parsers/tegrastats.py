@@ -114,6 +114,9 @@ _RESERVED = r"(?!(?:RAM|SWAP|IRAM|CPU|cpu|EMC|emc|EMC_FREQ|GR3D|GR3D_FREQ|APE|MT
 # ("#RAM 1710/7854MB ...", "//RAM ...": a reading commented out in a script).
 _GLUED_MARKS = re.compile(
     r"(?:[`\"'*]+|#+|//+)(?=RAM \d|\d\d-\d\d-\d{4} )|(?<=MB)\*+"
+    # Emphasis around any other field a note bolds ("**GR3D_FREQ 99%**", "*EMC_FREQ 12%@2133*").
+    r"|(?<![^\s\]])\*{1,2}(?=(?:GR3D_FREQ|GR3D|EMC_FREQ|EMC|SWAP|CPU|IRAM|APE|VIC_FREQ) [\d\[@])"
+    r"|(?<=[\d%\]])\*{1,2}(?= |$)"
     r"|(?<=[\w%\]])(?:\\[nr])*[`\"'*]+(?=[\s,;)\]]*$|\s*\+)"
     r"|</?(?:br|code|pre|span|p|div|tt|kbd|samp)\b[^>]*>"
 )

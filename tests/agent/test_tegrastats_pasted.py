@@ -121,3 +121,14 @@ def test_a_reading_folded_by_yaml_with_escaped_space_continuations_is_one_readin
     (r,) = read_tegrastats_text(text)
     assert (r.ram_used_mb, r.ram_total_mb, r.swap_total_mb) == (5120, 31920, 15960)
     assert r.emc_load_pct == 7 and r.gr3d_load_pct == 12 and r.gr3d_freq_mhz == (1377,)
+
+
+def test_a_field_a_note_bolds_inside_a_reading_is_read() -> None:
+    (r,) = read_tegrastats_text(
+        "03-11-2025 09:30:12 RAM 5120/7620MB (lfb 12x4MB) SWAP 812/3810MB (cached 20MB) CPU [31%@1510,12%@1510] "
+        "EMC_FREQ 0% **GR3D_FREQ 87%** cpu@51.2C soc2@49.8C VDD_IN 9120mW/6100mW")
+    assert r.gr3d_load_pct == 87 and r.ram_used_mb == 5120
+
+
+def test_a_bolded_field_with_no_reading_around_it_is_none() -> None:
+    assert read_tegrastats_text("The board sat at **GR3D_FREQ 87%** for the whole run.") == []

@@ -515,6 +515,14 @@ _PT_CAUGHT = re.compile(
 )
 
 
+# An issue titled with the accelerator allocator's exception class alone, fully qualified ("# torch.cuda.OutOfMemoryError",
+# "# cupy.cuda.memory.OutOfMemoryError:", "# torch.OutOfMemoryError when quantizing ..."): the class is its module's own.
+_TITLE_CLASS = re.compile(
+    r"^\s*#{1,6}\s+[`'\"]?(?P<exc>(?P<mod>torch)(?:\.cuda)?\.OutOfMemoryError|(?P<cupy>cupy)\.cuda\.memory\.OutOfMemoryError)"
+    r"(?![\w.])"
+)
+
+
 def _pytorch_relayed(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     """The allocator's exception named where its message is not printed: IPython's traceback header, or
     PyTorch's re-raise of a worker's error ("Caught OutOfMemoryError in replica 0 on device 0")."""
@@ -527,6 +535,9 @@ def _pytorch_relayed(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> No
             dev = c["dev"] or c["pdev"]
             _put(facts, "device_index", int(dev) if dev is not None else None)
             title = "PyTorch OOM relayed from a worker" + (f" on device {dev}" if dev is not None else "")
+        elif "#" in line and (t := _TITLE_CLASS.match(line)) is not None:
+            facts = {"framework": "pytorch" if t["mod"] else "cupy", "exception": t["exc"], "message_cut": True}
+            title = f"{t['exc']} (the class alone, as a title)"
         elif "Traceback" in line and (h := _IPY_HEADER.match(line)) is not None:
             facts = {"exception": h["exc"], "message_cut": True}
             if h["exc"].startswith("torch."):

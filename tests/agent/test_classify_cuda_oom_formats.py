@@ -1096,3 +1096,18 @@ def test_same_message_printed_twice_is_one_failure(tmp_path) -> None:
     p.write_text(_SENTENCE.format(free="3.88 GiB") + "\nduring handling, another exception:\n"
                  + _SENTENCE.format(free="3.88 GiB") + "\n", encoding="utf-8")
     assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 1
+
+
+# ---------------------------------------------------------------- an issue titled with the exception class alone
+
+
+def test_issue_title_of_the_qualified_oom_class_is_read() -> None:
+    f = _one("## torch.OutOfMemoryError while training an SDXL LoRA on a 12 GB card\n\nSteps to reproduce: ...")
+    assert f.facts["framework"] == "pytorch" and f.facts["exception"] == "torch.OutOfMemoryError"
+    f = _one("# cupy.cuda.memory.OutOfMemoryError:\n\nThank you for using CuPy!")
+    assert f.facts["framework"] == "cupy"
+
+
+def test_a_title_about_the_class_or_another_name_is_silent() -> None:
+    _none("# Handling torch.cuda.OutOfMemoryError in your training loop\n\nWrap the step in try/except.")
+    _none("# torch.cuda.OutOfMemoryErrorHandler: a helper that retries with a smaller batch")

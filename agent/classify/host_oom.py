@@ -296,7 +296,7 @@ _KILL_HEAD = re.compile(
     # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them.
     r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):|,? (?:total|anon)-(?:vm?|r|rss?)?\s*$)"
     # A line whose fields the quoting elided ("Killed process 2653 (kwin_wayland) ...") ends there too.
-    r"|(?P<bare>[^()]*)\)(?=[.,]?\s*$|,? ?(?:\.\.\.|\u2026|\[\.\.\.\])`?\s*$))"
+    r"|(?P<bare>[^()]*)\)(?=[.,]?\s*$|`|,? ?(?:\.\.\.|\u2026|\[\.\.\.\])`?\s*$))"
 )
 # A kill line wrapped inside its first field's name ("... (name) total-" / "vm:" / "> 105068kB, anon-rss:..."): the
 # lines after it that go on with a field's name, its value or the next fields (a mail's "> " quote before them).

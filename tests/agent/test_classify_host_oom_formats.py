@@ -1206,3 +1206,16 @@ def test_a_command_wrapped_with_a_backslash_is_no_kill(tmp_path) -> None:
                  "    --name web -e OOM_SCORE=500 \\\n"
                  "    nginx:1.25\n", encoding="utf-8")
     assert [f for f in scan_file(p).findings if f.kind == KIND_HOST_OOM] == []
+
+
+# ------------------------------------------------------------- a kill line quoted in an inline code span
+
+
+def test_kill_line_in_an_inline_code_span_ends_at_the_span() -> None:
+    f = _one('the journal shows "`Out of memory: Killed process 7781 (java)`" right before the restart')
+    assert f.facts["victim_pid"] == 7781 and f.facts["victim_process"] == "java"
+
+
+def test_kill_words_in_an_inline_code_span_without_a_pid_are_no_kill() -> None:
+    assert [f for f in HOST.classify("grep for `Killed process` to find the victim (java) in the log")
+            if f.kind == KIND_HOST_OOM] == []

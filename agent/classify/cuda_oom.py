@@ -1299,7 +1299,7 @@ _RAW = re.compile(
     r"|(?P<check>Check failed: \(?\w+\)? == cudaSuccess(?: \|\| \(?\w+\)? == cudaErrorCudartUnloading)?"
     r"\s*(?:\(2 vs\. 0\)\s*)?(?:CUDA: )?out of memory)"
     r"|(?P<tv>cuda failed with error 2 out of memory)"  # spconv/tensorview's TV_CUDA_CHECK
-    r"|(?P<ct2>CUDA failed with error out of memory)"  # CTranslate2's CUDA_CHECK (faster-whisper)
+    r"|(?P<ct2>(?i:cuda) failed with error out of memory)"  # CTranslate2's CUDA_CHECK (faster-whisper); retyped lower-case too
     r"|(?P<ggml2>CUDA error 2 at [\w./\\-]+:\d+: out of memory)"  # ggml's CUDA_CHECK: "CUDA error %d at %s:%d: %s"
     # OpenCV's CUDA module: cv::Exception, >= 3.4 "error: (-217:Gpu API call) out of memory in function 'allocate'",
     # 2.4's "OpenCV Error: Gpu API call (out of memory) in CudaFuncTable::mallocPitch, file ...": the failing call named.

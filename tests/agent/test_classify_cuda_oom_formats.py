@@ -1111,3 +1111,15 @@ def test_issue_title_of_the_qualified_oom_class_is_read() -> None:
 def test_a_title_about_the_class_or_another_name_is_silent() -> None:
     _none("# Handling torch.cuda.OutOfMemoryError in your training loop\n\nWrap the step in try/except.")
     _none("# torch.cuda.OutOfMemoryErrorHandler: a helper that retries with a smaller batch")
+
+
+# ------------------------------------------------------- CTranslate2's CUDA_CHECK retyped in lower case
+
+
+def test_ctranslate2_cuda_failed_retyped_lower_case_is_read() -> None:
+    f = _one("After an hour of transcribing I keep getting `cuda failed with error out of memory` on a 12 GB card.")
+    assert f.facts["framework"] == "cuda"
+
+
+def test_ctranslate2_wording_with_another_error_is_silent() -> None:
+    _none("After an hour of transcribing I keep getting `cuda failed with error invalid device ordinal` on GPU 1.")

@@ -523,6 +523,12 @@ _TITLE_CLASS = re.compile(
 )
 
 
+# Ray relaying a task's or actor's own exception to its caller: "ray.exceptions.RayTaskError(OutOfMemoryError):
+# ray::Runner.run() (pid=..., ip=...)", the task's class in the brackets, its message under the remote traceback (maybe cut
+# off). Ray's memory monitor raises its own OutOfMemoryError, not wrapped, and says "running low on memory": host memory.
+_RAY_TASK = re.compile(r"\bRayTaskError\((?P<exc>(?:[A-Za-z_]\w*\.)*OutOfMemoryError)\)")
+
+
 def _pytorch_relayed(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
     """The allocator's exception named where its message is not printed: IPython's traceback header, or
     PyTorch's re-raise of a worker's error ("Caught OutOfMemoryError in replica 0 on device 0")."""
@@ -543,6 +549,12 @@ def _pytorch_relayed(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> No
             if h["exc"].startswith("torch."):
                 facts["framework"] = "pytorch"
             title = f"{h['exc']} raised (its message not printed)"
+        elif "RayTaskError" in line and (r := _RAY_TASK.search(line)) is not None and not any(
+                "low on memory" in x for x in ev.lines):
+            facts = {"exception": r["exc"], "relayed": True, "message_cut": True}
+            if r["exc"].startswith("torch."):
+                facts["framework"] = "pytorch"
+            title = f"{r['exc']} raised in a Ray task (relayed by Ray)"
         else:
             continue
         used.add(i)

@@ -1123,3 +1123,21 @@ def test_ctranslate2_cuda_failed_retyped_lower_case_is_read() -> None:
 
 def test_ctranslate2_wording_with_another_error_is_silent() -> None:
     _none("After an hour of transcribing I keep getting `cuda failed with error invalid device ordinal` on GPU 1.")
+
+
+# ---------------------------------------------------------------- Ray relaying a task's own OOM class
+
+
+def test_ray_task_error_wrapping_an_oom_class_is_read() -> None:
+    f = _one("ray.exceptions.RayTaskError(OutOfMemoryError): ray::Trainer.fit() (pid=20731, ip=10.0.3.17, "
+             "actor_id=5c1f0e9a7d2b, repr=<train.Trainer object at 0x7f3a2c1d9e80>)\n"
+             '  File "/opt/app/train.py", line 88, in fit\n    loss.backward()')
+    assert f.facts["exception"] == "OutOfMemoryError" and f.facts["relayed"] is True
+    assert "framework" not in f.facts
+
+
+def test_ray_task_error_of_another_class_or_the_memory_monitor_is_silent() -> None:
+    _none("ray.exceptions.RayTaskError(ValueError): ray::Trainer.fit() (pid=20731, ip=10.0.3.17)\n"
+          "ValueError: memory layout not supported")
+    _none("ray.exceptions.RayTaskError(OutOfMemoryError): ray::Trainer.fit() (pid=20731, ip=10.0.3.17)\n"
+          "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.")

@@ -139,6 +139,13 @@ _CASELESS = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff]")
 _RUNS_ON = re.compile(r"^[)\]\"'*_]*[ \t]*(?:\([^()\n]{0,40}\)[ \t]*)?(?:[a-z]|[^\W\d_a-zA-Z\u00c0-\u024f])")
 # A writer speaking of their own run reports it ("I'm getting error `...`", "it gave me `...`").
 _FIRST_PERSON = re.compile(r"(?<![\w'])(?:I|i)(?:'m|'ve|'d|m)?(?![\w'.])|(?i:\b(?:me|my|we|we're|we've|our)\b)")
+# A note telling what a log of the run showed, in the past ("Kernel logs showed `...`", "dmesg reported `...`",
+# "the console output printed: `...`"): what was observed, a report, and read. A manual speaks in the present
+# ("the kernel log shows `...` when ...").
+_LOG_SHOWED = re.compile(
+    r"(?i:\b(?:logs?|dmesg|journal(?:ctl)?|syslog|console|output|stderr|stdout)\b)[ \t]+"
+    r"(?:showed|printed|reported|contained|said|gave|read)[ \t]*:?[ \t]*$"
+)
 
 
 def _spans(line: str) -> list[tuple[int, int]]:
@@ -177,7 +184,7 @@ def _blank_spans(line: str) -> str:
     out: list[str] = []
     last = 0
     for start, end in spans:
-        if heading or _in_sentence(line[:start], line[end:]):
+        if heading or (_in_sentence(line[:start], line[end:]) and _LOG_SHOWED.search(line[:start]) is None):
             out.append(line[last:start])
             out.append(" " * (end - start))
             last = end

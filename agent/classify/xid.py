@@ -49,8 +49,9 @@ __all__ = ["SXID_CATALOG", "XID_CATALOG", "SxidInfo", "XidClassifier", "XidInfo"
 
 # ------------------------------------------------------------------------------------ regexes
 
-# "(?<![A-Za-z])" keeps "SXid" out of the Xid match; "PCI:" is absent in some old drivers.
-_XID = re.compile(r"(?<![A-Za-z])Xid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<xid>\d+)(?:, ?(?P<rest>[^\n]*))?")
+# "(?<![A-Za-z])" keeps "SXid" out of the Xid match; "PCI:" is absent in some old drivers. The driver prints no
+# backtick: one ends a line quoted in an inline code span inside a note ("showed `NVRM: Xid (...): 69, pid=1, name=x`.").
+_XID = re.compile(r"(?<![A-Za-z])Xid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<xid>\d+)(?:, ?(?P<rest>[^\n`]*))?")
 # The Xid line with its "(PCI:...): " trimmed by whoever quoted it: "Xid 154, GPU recovery action changed from 0x0
 # (None) to 0x2 (OS Reboot)". Read only with the driver's own message after the number (the recovery action, which
 # only Xid 154 prints): a number after "Xid" in a sentence ("Xid 79, the GPU fell off the bus") is prose.
@@ -58,7 +59,7 @@ _XID_TRIMMED = re.compile(
     r"(?<![A-Za-z])Xid (?P<pci>)(?P<xid>\d{1,3}), ?(?P<rest>GPU recovery action changed from 0x[0-9A-Fa-f]+ [^\n]*)"
 )
 _SXID = re.compile(
-    r"(?:(?P<dev>nvidia-nvswitch(?P<swidx>\d+)?): )?SXid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<sxid>\d+)(?:, ?(?P<rest>[^\n]*))?"
+    r"(?:(?P<dev>nvidia-nvswitch(?P<swidx>\d+)?): )?SXid \((?:PCI:)?(?P<pci>[^)\n]*)\): (?P<sxid>\d+)(?:, ?(?P<rest>[^\n`]*))?"
 )
 _PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d+|'?[^,\s]*'?)(?:, name=(?P<name>[^,]*))?(?:, ?|$)")
 _PCI_FULL = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"

@@ -494,3 +494,21 @@ def test_nvrm_refusing_a_gpu_whose_bar_is_invalid_is_a_gpu_fault_with_its_addres
     found = [f for e in iter_events(text.splitlines()) for f in classify_text(e.text)]
     assert [(f.kind, f.facts.get("pci_address"), f.facts.get("bar")) for f in found] == [(KIND_GPU_XID, "0000:01:00.0", 1)]
     assert found[0].facts["init_failed"] is True
+
+
+# ------------------------------------------------------- an Xid line a note says the run's log showed
+
+
+def test_an_xid_line_a_note_says_the_kernel_log_showed_is_read_whole() -> None:
+    found = [f for f in classify_text(
+        "- The worker exited before its first batch.\n"
+        "- dmesg reported `NVRM: Xid (PCI:0000:41:00): 13, pid=50122, name=vllm-worker`.\n") if f.kind == KIND_GPU_XID]
+    assert len(found) == 1
+    f = found[0]
+    assert f.facts["xid"] == 13 and f.facts["pid"] == 50122 and f.facts["process_name"] == "vllm-worker"
+
+
+def test_an_xid_line_a_manual_says_the_log_shows_stays_a_citation() -> None:
+    assert [f for f in classify_text(
+        "When a kernel faults, the kernel log shows `NVRM: Xid (PCI:0000:41:00): 13, pid=50122, name=vllm-worker` "
+        "and the process exits.\n") if f.kind == KIND_GPU_XID] == []

@@ -103,6 +103,7 @@ def _maybe_oom(text: str) -> bool:
         or "memory_limit_" in text
         or "in-use chunks" in text
         or "InUse at" in text
+        or "] Chunk at " in text
         or "hipError_t(1002)" in text
         or "BFCArena::AllocateRawInternal" in text
         or "_STATUS_NOT_INITIALIZED" in text
@@ -638,7 +639,13 @@ _TF_DEVICE_WHOLE = re.compile(
 # TensorFlow 0.x's executor: "Compute status: Resource exhausted: OOM when allocating tensor with shape" with no
 # bracketed shape after it on the line, then the failed op as "[[Node: name = Op[T=DT_FLOAT,
 # _device="/job:localhost/replica:0/task:0/gpu:0"](inputs)]]": the op's device is where its output was allocated.
-_TF_OOM_UNSHAPED = re.compile(r"(?:Resource exhausted|RESOURCE_EXHAUSTED): OOM when allocating tensor with shape\s*$")
+# TensorFlow 0.5 raised it with the shape as protobuf text run on after "shape" ("ResourceExhaustedError: OOM when
+# allocating tensor with shapedim { size: 10000 } dim { size: 14 }"), the failed op's "[[Node: ...]]" next.
+_TF_OOM_UNSHAPED = re.compile(
+    r"(?:Resource exhausted|RESOURCE_EXHAUSTED|ResourceExhaustedError): OOM when allocating tensor with shape"
+    r"(?P<dims>(?:\s*dim \{ size: \d+ \})*)\s*$"
+)
+_TF_PROTO_DIM = re.compile(r"dim \{ size: (\d+) \}")
 _TF_NODE_DEVICE = re.compile(r'\[\[Node: \S+ = \w+\[[^\n]*?_device="(?P<dev>[^"]+)"')
 _TF_ALLOC_WHOLE = re.compile(r"\w+_bfc|\w+_async|cpu|mklcpu")
 _TF_EXC = re.compile(r"(?<![\w.])((?:[\w]+\.)*ResourceExhaustedError)\b")
@@ -693,7 +700,8 @@ _TF_CHUNK_MAP = re.compile(r"\] [*_]{8,}\s*$")
 # The dump's chunk list (BFCAllocator::DumpMemoryLog, printed only after an allocation failed), one chunk a line:
 # TF 1.x "InUse at 00000007F7D4FD00 next 1940 of size 1605632", TF 2.x "InUse at 7f1e6c000000 of size 256 next 141"
 # (2.4+ adds " by op X action_count N step N"), a free chunk "Free  at ...".
-_TF_CHUNK = re.compile(r"\] (?:InUse|Free ) at (?:0x)?[0-9A-Fa-f]+ (?:next -?\d+ )?of size \d+\b")
+# TF <= 1.11 named an in-use chunk "Chunk at 0000000501D69200 of size 256" (a free one "Free  at ...").
+_TF_CHUNK = re.compile(r"\] (?:InUse|Free |Chunk) at (?:0x)?[0-9A-Fa-f]+ (?:next -?\d+ )?of size \d+\b")
 _TF_GPU_ALLOCATOR_HINT = re.compile(r"TF_GPU_ALLOCATOR=\w+")
 
 
@@ -856,9 +864,11 @@ def _tensorflow(ev: _Event, found: dict[tuple, _Acc], used: set[int], text: str)
             if "cpu:" in (m["dev"] or "").lower() or (m["alloc"] and _host_allocator(m["alloc"])):
                 continue  # a tensor in host memory ("device:CPU:0 by allocator cpu"): not an accelerator's
             facts = _tf_tensor_facts(m, line, cut_at_end=i == last)
-        elif _TF_OOM_UNSHAPED.search(line):
+        elif (u := _TF_OOM_UNSHAPED.search(line)) is not None:
             used.add(i)
             facts = {"framework": "tensorflow", "message": "OOM when allocating tensor"}
+            if u["dims"]:
+                facts["tensor_shape"] = "[" + ",".join(_TF_PROTO_DIM.findall(u["dims"])) + "]"
             for j in range(i + 1, min(len(ev.lines), i + 3)):
                 d = _TF_NODE_DEVICE.search(ev.lines[j])
                 if d and _TF_DEVICE_WHOLE.fullmatch(d["dev"]):
@@ -1928,6 +1938,7 @@ class CudaOomClassifier:
             or "in-use chunks" in text
             or "allocation summary follows" in text
             or "InUse at" in text
+            or "] Chunk at " in text
         ):
             _tensorflow(ev, found, used, text)
         if "RESOURCE_EXHAUSTED" in text or "Resource exhausted: " in text or "BufferAssignment" in text \

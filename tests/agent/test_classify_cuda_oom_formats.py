@@ -1141,3 +1141,34 @@ def test_ray_task_error_of_another_class_or_the_memory_monitor_is_silent() -> No
           "ValueError: memory layout not supported")
     _none("ray.exceptions.RayTaskError(OutOfMemoryError): ray::Trainer.fit() (pid=20731, ip=10.0.3.17)\n"
           "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.")
+
+
+# ------------------------------------------------------- old TensorFlow: 0.5's protobuf shape, 1.x's "Chunk at" dump
+
+
+def test_tensorflow_05_oom_with_a_protobuf_shape_is_read_with_the_nodes_device() -> None:
+    f = _one("tensorflow.python.framework.errors.ResourceExhaustedError: OOM when allocating tensor with shape"
+             "dim { size: 512 } dim { size: 28 } dim { size: 28 } dim { size: 32 }\n"
+             '\t [[Node: conv1/Conv2D = Conv2D[T=DT_FLOAT, padding="SAME", strides=[1, 1, 1, 1], '
+             'use_cudnn_on_gpu=true, _device="/job:localhost/replica:0/task:0/gpu:1"](Reshape, conv1/W)]]')
+    assert f.facts["framework"] == "tensorflow" and f.facts["device_index"] == 1
+    assert f.facts["tensor_shape"] == "[512,28,28,32]"
+
+
+def test_tensorflow_05_oom_on_the_cpu_or_a_proto_in_prose_is_silent() -> None:
+    _none("tensorflow.python.framework.errors.ResourceExhaustedError: OOM when allocating tensor with shape"
+          "dim { size: 512 } dim { size: 28 }\n"
+          '\t [[Node: fc/MatMul = MatMul[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/cpu:0"](a, b)]]')
+    _none("The shape proto is written as dim { size: 512 } dim { size: 28 } in the graph file.")
+
+
+def test_tensorflow_1x_chunk_list_alone_is_the_bfc_dump() -> None:
+    f = _one("\n".join(
+        f"2019-02-11 08:14:{s:02d}.120431: I tensorflow/core/common_runtime/bfc_allocator.cc:645] "
+        f"Chunk at 7f04a2{s:02d}0000 of size 1048576" for s in range(4)))
+    assert f.facts["framework"] == "tensorflow" and f.facts["chunk_list_lines"] == 4
+
+
+def test_a_chunk_line_from_another_program_is_silent() -> None:
+    _none("2019-02-11 08:14:01.120431: I mempool/arena.cc:88] Chunk at 7f04a2000000 of size 1048576\n"
+          "2019-02-11 08:14:01.120502: I mempool/arena.cc:88] Chunk at 7f04a2100000 of size 1048576")

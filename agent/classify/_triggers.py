@@ -25,6 +25,7 @@ CUDA_OOM: tuple[str, ...] = (
     'in-use chunks', '_STATUS_NOT_INITIALIZED', 'requested buffer', 'BFCArena',
     'InUse at',  # TensorFlow's BFC dump, its chunk list alone (entered at the "U" CUDA_OOM_SHAPES is entered at)
     '] Chunk at ',  # the same list from TensorFlow <= 1.11
+    '!!! Allocation on device',  # ComfyUI's relay of PyTorch's OOM, its message alone (cuda_oom._COMFY_RELAY)
     # MLX's allocator; nvidia-drm's GEM allocation; RELION's requested-space field (a line of its
     # own in a paste).
     '] Unable to allocate', 'allocate NVKMS', 'requestedSpace:',

@@ -104,6 +104,7 @@ def _maybe_oom(text: str) -> bool:
         or "in-use chunks" in text
         or "InUse at" in text
         or "] Chunk at " in text
+        or "!!! Allocation on device" in text
         or "hipError_t(1002)" in text
         or "BFCArena::AllocateRawInternal" in text
         or "_STATUS_NOT_INITIALIZED" in text
@@ -576,7 +577,14 @@ def _pytorch_cut(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
         _add(found, ("pytorch-cut", m["backend"]), _Acc(facts, title, "error", [i], ev.ts_ns(i)))
 
 
+# ComfyUI's executor logs a node's exception as its message alone before the traceback (execution.py: "!!! Exception
+# during processing !!! Allocation on device "), the traceback ending with the class and the same message: each such
+# line opens one failure (one prompt), the exception line after it closing that same failure.
+_COMFY_RELAY = re.compile(r"!!! Exception during processing !!!\s*$")
+
+
 def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
+    episode = 0  # the ComfyUI relay lines seen so far: a failure each
     for i, line in enumerate(ev.lines):
         if i in used or "Allocation on device" not in line:
             continue
@@ -584,6 +592,9 @@ def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None
         if m is None:
             continue
         exc = m["exc"]
+        relay = exc is None and "!!!" in line and _COMFY_RELAY.search(line, 0, m.start()) is not None
+        if relay:
+            episode += 1
         if exc is None and "Exception Message:" in line[: m.start()]:
             # ComfyUI's error report gives the class and the message a field each: "- **Exception Type:**
             # torch.OutOfMemoryError", then "- **Exception Message:** Allocation on device ".
@@ -592,10 +603,14 @@ def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None
                 if t:
                     exc = t["exc"]
                     break
-        if not (exc or m["would"]):
+        if not (exc or m["would"] or relay):
             continue
         used.add(i)
         facts: dict[str, FactValue] = {"framework": "pytorch", "wording": "allocation_on_device"}
+        if relay:
+            facts["relayed"] = True
+        elif line.lstrip().startswith("#"):
+            facts["in_title"] = True  # an issue titled with the exception: no failure of its own before a relay
         _put(facts, "exception", exc)
         _put(facts, "device_index", int(m["dev"]) if m["dev"] else None)
         lines = [i]
@@ -619,7 +634,9 @@ def _pytorch_limit(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None
             "would exceed the allowed memory" if m["would"] else "failed")
         if "requested_bytes" in facts:
             title += f", tried to allocate {format_bytes(int(facts['requested_bytes']))}"
-        key = ("pytorch-limit", facts.get("device_index"), facts.get("requested_bytes"))
+        if episode or any("!!! Exception during processing !!!" in x for x in ev.lines[i + 1:]):
+            facts["relay_episode"] = episode  # which prompt's failure, in a log of ComfyUI's relays (repeats' identity)
+        key = ("pytorch-limit", facts.get("device_index"), facts.get("requested_bytes"), episode)
         _add(found, key, _Acc(facts, title, "error", lines, ev.ts_ns(i)))
 
 

@@ -38,7 +38,7 @@ __all__ = ["IDENTITY", "WINDOW", "merge_repeats", "same_fault"]
 IDENTITY: Mapping[str, tuple[str, ...]] = {
     # The same request failing again with other memory free on the GPU is another run's failure, not a repeat.
     KIND_CUDA_OOM: ("framework", "requested_bytes", "device_index", "worker_prefix", "tensor_shape", "pid", "allocated_bytes",
-                    "free_bytes"),
+                    "free_bytes", "relay_episode"),
     # Two reports of the kernel differ in their uptime stamp even when the same process invoked both.
     KIND_HOST_OOM: ("source", "victim_pid", "victim_process", "pod", "container", "container_id", "exit_code",
                     "kernel_uptime_s", "invoker_pid", "systemd_unit"),
@@ -178,6 +178,12 @@ def _bus_id(pci: str) -> str:
 def same_fault(a: _FindingLike, b: _FindingLike) -> bool:
     """Whether ``a`` and ``b`` report one fault (see the module's docstring)."""
     if a.kind != b.kind or a.kind not in IDENTITY:
+        return False
+    if a.kind == KIND_CUDA_OOM and b.facts.get("relayed") is True and b.facts.get("relay_episode") is not None \
+            and (a.facts.get("relay_episode") is None or a.facts.get("relayed") is True) \
+            and a.facts.get("in_title") is not True:
+        # ComfyUI logs a prompt's failure ("!!! Exception during processing !!! ...") before its traceback: such a line
+        # (``b``, the later) opens a failure of its own, never repeats an exception reported before it.
         return False
     ia, ib = _identity(a.kind, a.facts), _identity(b.kind, b.facts)
     if a.kind == KIND_HOST_OOM and (a.facts.get("source") == "systemd") != (b.facts.get("source") == "systemd"):

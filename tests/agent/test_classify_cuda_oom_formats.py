@@ -1172,3 +1172,32 @@ def test_tensorflow_1x_chunk_list_alone_is_the_bfc_dump() -> None:
 def test_a_chunk_line_from_another_program_is_silent() -> None:
     _none("2019-02-11 08:14:01.120431: I mempool/arena.cc:88] Chunk at 7f04a2000000 of size 1048576\n"
           "2019-02-11 08:14:01.120502: I mempool/arena.cc:88] Chunk at 7f04a2100000 of size 1048576")
+
+
+# ------------------------------------------------------- ComfyUI's relay of the allocator's OOM, one per prompt
+
+
+def test_comfyui_relay_line_alone_is_pytorchs_oom() -> None:
+    f = _one("2025-03-02 14:07:55,310 - root - ERROR - !!! Exception during processing !!! Allocation on device \n"
+             "2025-03-02 14:07:55,311 - root - ERROR - Traceback (most recent call last):")
+    assert f.facts["framework"] == "pytorch" and f.facts["relayed"] is True
+
+
+def test_comfyui_relay_of_another_error_is_silent() -> None:
+    _none("2025-03-02 14:07:55,310 - root - ERROR - !!! Exception during processing !!! Allocation of the node failed\n"
+          "2025-03-02 14:07:55,311 - root - ERROR - Traceback (most recent call last):")
+
+
+def test_comfyui_two_prompts_failing_are_two_faults_and_one_prompt_one(tmp_path) -> None:
+    from fleetscope.agent.tools.scan import scan_file
+
+    tail = "torch.OutOfMemoryError: Allocation on device \n\n"
+    relay = "2025-03-02 14:{m}:55,310 - root - ERROR - !!! Exception during processing !!! Allocation on device \n"
+    tb = "2025-03-02 14:{m}:55,311 - root - ERROR - Traceback (most recent call last):\n" \
+         '  File "/srv/ComfyUI/execution.py", line 327, in execute\n'
+    p = tmp_path / "comfy.log"
+    p.write_text(tail + "2025-03-02 14:05:01,002 - root - INFO - got prompt\n" + relay.format(m="07")
+                 + tb.format(m="07"), encoding="utf-8")
+    assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 2
+    p.write_text(relay.format(m="07") + tb.format(m="07") + tail, encoding="utf-8")
+    assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 1

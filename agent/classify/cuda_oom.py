@@ -245,7 +245,10 @@ _PT_START = re.compile(
     r"(?:\.|(?<=memory)(?= \(MPS allocated)|(?<=memory)(?=[\s`'\"\]]*$)"
     # Raised and quoted as an issue's title, its words may run on into the title's ("# RuntimeError: CUDA out of memory
     # in training"); anywhere else such a sentence is an application's own wording (_app_raised).
-    r"|(?(exc)(?<=memory)(?=,? (?:in|when|while|during|on|after|with|for) \S)(?P<runon>)|(?!)))"
+    r"|(?(exc)(?<=memory)(?=,? (?:in|when|while|during|on|after|with|for) \S)(?P<runon>)|(?!))"
+    # The raised line quoted in an inline code span inside a report's sentence, closed right after its first words
+    # ("I am getting a `RuntimeError: CUDA out of memory` after one epoch"): the class says it was raised.
+    r"|(?(exc)(?<=memory)(?=`)(?P<span>)|(?!)))"
 )
 _PT_REQ = re.compile(rf"Tried to allocate (?P<v>{_SZ})")
 # The device as the allocator names it: "GPU 0" (CUDA, HIP, XPU), "NPU 0" (Ascend torch_npu).
@@ -309,7 +312,8 @@ _TITLE_HEAD = re.compile(r"^\s*#{1,6}\s+[`'\"]?$")  # a markdown heading's mark,
 def _pt_starts(line: str) -> list[tuple[int, str | None, str | None]]:
     """Where each message on the line starts: (offset, exception class, backend)."""
     starts = [(m.start(), m["exc"], m["backend"]) for m in _PT_START.finditer(line)
-              if m["runon"] is None or _TITLE_HEAD.match(line[: m.start()])]
+              if (m["runon"] is None or _TITLE_HEAD.match(line[: m.start()]))
+              and (m["span"] is None or line[: m.start()].endswith("`"))]
     if starts:
         return starts
     # A piece of a message (a wrapped or cut paste) is read from the line's start: the figure a

@@ -1201,3 +1201,20 @@ def test_comfyui_two_prompts_failing_are_two_faults_and_one_prompt_one(tmp_path)
     assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 2
     p.write_text(relay.format(m="07") + tb.format(m="07") + tail, encoding="utf-8")
     assert len([f for f in scan_file(p).findings if f.kind == KIND_CUDA_OOM]) == 1
+
+
+# ------------------------------------------------------- the raised line quoted in a code span inside a report
+
+
+def test_raised_oom_quoted_in_a_span_inside_a_report_sentence_is_read() -> None:
+    found = [f for f in classify_text(
+        "Since the upgrade I get a `torch.cuda.OutOfMemoryError: CUDA out of memory` after the third validation "
+        "step, on both A10 cards.") if f.kind == KIND_CUDA_OOM]
+    assert len(found) == 1 and found[0].facts["framework"] == "pytorch"
+
+
+def test_the_words_alone_in_a_span_or_a_manuals_sentence_are_silent() -> None:
+    _none("Since the upgrade the job stops with a `CUDA out of memory` after the third validation step.")
+    assert [f for f in classify_text(
+        "The trainer catches a `torch.cuda.OutOfMemoryError: CUDA out of memory` after a step and halves the batch.")
+        if f.kind == KIND_CUDA_OOM] == []

@@ -106,6 +106,8 @@ TENSORRT: tuple[str, ...] = (
     'Failed to create engine from', 'Device memory is insufficient to use tactic',
     # TensorRT-LLM's runtime check "Assertion failed: Failed to deserialize cuda engine." quoted without its tag.
     'eserialize cuda engine',
+    # Polygraphy's loader failing to deserialize an engine, relayed alone ("Could not deserialize engine. See log ...").
+    'deserialize engine. See log',
     # onnx-tensorrt's parser ("In node -1 (parseGraph): UNSUPPORTED_NODE: ..."), by its error codes' capitals.
     'UNSUPPORTED_NODE', 'UNSUPPORTED_GRAPH', 'INVALID_NODE', 'INVALID_GRAPH', 'INVALID_VALUE',
     'MODEL_DESERIALIZE_FAILED', 'MEM_ALLOC_FAILED', 'REFIT_FAILED', 'INTERNAL_ERROR:',

@@ -180,9 +180,11 @@ _IMPL_NODE = re.compile(
 )
 _WORKSPACE_TACTICS = re.compile(r"Some tactics do not have sufficient workspace memory to run")
 # Triton's TensorRT backend when deserializeCudaEngine returns no engine: "Internal: unable to create TensorRT
-# engine" (a model's UNAVAILABLE status, the servable loader's error).
+# engine" (a model's UNAVAILABLE status, the servable loader's error). Polygraphy's EngineFromBytes loader:
+# "Could not deserialize engine. See log for details." (relayed alone by an application that wraps it).
 _DESERIALIZE = re.compile(r"(?i)deserializ\w* (?:the )?(?:cuda )?engine failed|deserializeCudaEngine failed"
-                          r"|failed to deserialize (?:the )?(?:cuda )?engine|unable to create TensorRT engine")
+                          r"|failed to deserialize (?:the )?(?:cuda )?engine|unable to create TensorRT engine"
+                          r"|could not deserialize engine\. See log for details")
 _TRTEXEC_FAILED = re.compile(r"&&&& FAILED TensorRT\.trtexec(?: \[TensorRT v(?P<v>\d{4,6})\])?")
 _CUDA_ERROR_IN = re.compile(r"Cuda Error in (?P<call>\S+?): (?P<code>\d+)(?: \((?P<name>[^)]*)\))?")
 _CUDA_INIT = re.compile(r"CUDA initialization failure with error:? (?P<code>\d+)")
@@ -383,6 +385,7 @@ class TensorRtClassifier:
             or "Serialization Error" in text
             or "ngine failed" in text
             or "eserialize cuda engine" in text
+            or "deserialize engine. See log" in text
             or "ngine build failed" in text
             or "ngine file failed" in text
             or "optimization profile" in text

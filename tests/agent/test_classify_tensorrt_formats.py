@@ -1030,3 +1030,16 @@ def test_no_implementation_for_a_foreign_node_is_read_without_code_or_tag() -> N
 def test_no_implementation_for_a_plain_name_without_code_or_tag_is_silent() -> None:
     assert [f for f in TRT.classify("my planner could not find any implementation for node conv1 in its table")
             if f.kind == KIND_TENSORRT_ERROR] == []
+
+
+# ------------------------------------------------ Polygraphy's engine loader failing, relayed alone
+
+
+def test_polygraphys_could_not_deserialize_engine_relayed_alone_is_read() -> None:
+    f = _one("Error occurred when executing UpscalerTensorrt:\n\nCould not deserialize engine. See log for details.\n")
+    assert f["category"] == "engine_deserialize_failed"
+
+
+def test_could_not_deserialize_in_other_words_is_silent() -> None:
+    assert [f for f in TRT.classify("Could not deserialize engine config from YAML. See the docs for details.")
+            if f.kind == KIND_TENSORRT_ERROR] == []

@@ -806,6 +806,9 @@ def _meminfo(ep: _Episode, line: str) -> bool:
     return False
 
 
+_ELISION = re.compile(r"\s+(?:\.\.\.|\u2026)\s+")
+
+
 def _partial_summary(kl: KernelLine, i: int, ep: _Episode | None) -> None:
     """An ``oom-kill:`` summary cut short (a pager's ">" or the end of a paste): its whole fields.
 
@@ -815,6 +818,8 @@ def _partial_summary(kl: KernelLine, i: int, ep: _Episode | None) -> None:
         return
     body = kl.body[kl.body.index("oom-kill:") + len("oom-kill:") :].rstrip()
     parts = body.rstrip(">").split(",")[:-1]  # the last field is where the line was cut
+    # A writer eliding fields in the middle ("constraint=CONSTRAINT_MEMCG ... task=java"): the fields either side whole.
+    parts = [p for part in parts for p in _ELISION.split(part)]
     f = ep.facts
     for part in parts:
         part = part.strip()  # a paste re-flowed by hand may put a space after each comma

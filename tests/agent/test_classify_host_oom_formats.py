@@ -1219,3 +1219,21 @@ def test_kill_line_in_an_inline_code_span_ends_at_the_span() -> None:
 def test_kill_words_in_an_inline_code_span_without_a_pid_are_no_kill() -> None:
     assert [f for f in HOST.classify("grep for `Killed process` to find the victim (java) in the log")
             if f.kind == KIND_HOST_OOM] == []
+
+
+# ------------------------------------------------------- a summary with fields elided by its writer
+
+
+_KILL = ("Mar 11 02:40:17 kernel: Memory cgroup out of memory: Killed process 48213 (postgres) total-vm:8812344kB, "
+         "anon-rss:4190208kB, file-rss:10420kB, shmem-rss:0kB, UID:999 pgtables:8660kB oom_score_adj:0")
+
+
+def test_an_elided_summary_keeps_the_fields_either_side_whole() -> None:
+    f = _one("Mar 11 02:40:17 kernel: oom-kill:constraint=CONSTRAINT_MEMCG ... task=postgres,pid=48213\n" + _KILL)
+    assert f.facts["constraint"] == "CONSTRAINT_MEMCG"
+
+
+def test_a_field_without_an_elision_is_not_split() -> None:
+    f = _one("Mar 11 02:40:17 kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),task=post gres,pid=48213\n"
+             + _KILL)
+    assert f.facts["constraint"] == "CONSTRAINT_MEMCG" and "..." not in str(f.facts.get("victim_process"))

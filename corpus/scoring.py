@@ -32,10 +32,10 @@ FAMILIES = (
     "trt_benchmark", TEGRASTATS, NEGATIVE,
 )
 PARTS = ("open", "sealed", "holdout2", "holdout3", "holdout4", "dev", "holdout5", "holdout6", "holdout7", "holdout8",
-         "holdout9", "holdout10", "holdout11", "holdout12", "holdout13", "all")
-# parts not read yet: scored once, their failures never listed. None now: round 13 was scored once
-# (2026-12-07 22:41 UTC) and is read since; a later round's part goes here until it is scored.
-HELD_OUT: frozenset[str] = frozenset()
+         "holdout9", "holdout10", "holdout11", "holdout12", "holdout13", "holdout14", "all")
+# parts not read yet: scored once, their failures never listed (round 14, drawn 2026-12-07
+# 23:22-23:30 UTC); a later round's part goes here until it is scored.
+HELD_OUT: frozenset[str] = frozenset({"holdout14"})
 # the parts scored and read: development data (rounds 1 to 13)
 DEV = frozenset({"open", "sealed", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6", "holdout7",
                  "holdout8", "holdout9", "holdout10", "holdout11", "holdout12", "holdout13"})

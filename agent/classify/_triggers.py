@@ -57,6 +57,8 @@ HOST_OOM: tuple[str, ...] = (
     'out_of_memory',
     # The panic out_of_memory() ends in when nothing at all could be killed, often all that a boot log shows.
     'deadlocked on memory',
+    # Batch schedulers' memory-limit kills (host_oom._RUNTIME_MORE's lsf, pbs, torque).
+    'TERM_MEMLIMIT', 'PBS: job killed', 'memory resource limit',
     'kB min:',
     'oomd attempting to kill',  # systemd-oomd naming the process it kills
     'VM: killing process',  # Linux 2.4/2.6's page-fault OOM kill

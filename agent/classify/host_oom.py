@@ -58,6 +58,9 @@ def _maybe_oom(text: str) -> bool:
         or "page allocation" in text
         or "warn_alloc" in text
         or "deadlocked on memory" in text
+        or "TERM_MEMLIMIT" in text
+        or "PBS: job killed" in text
+        or "memory resource limit" in text
         or "total pagecache" in text
         or "cgroups for killing" in text
         or "Killed /" in text
@@ -1336,9 +1339,20 @@ _RUNTIME_MORE = re.compile(
     # Flux's shell oom plugin (flux-core src/shell/oom.c), from the job cgroup's memory.events oom_kill count:
     # shell_log_error("Memory cgroup out of memory: killed %lu task%s on %s.", n, ..., hostname).
     r"|(?P<flux>\bMemory cgroup out of memory: killed (?P<fn>\d+) tasks?(?: on (?P<fhost>[\w.-]+?))?\.?(?:\s|$))"
+    # Batch schedulers killing a job at its memory limit themselves: LSF's exit reason "TERM_MEMLIMIT: job killed
+    # after reaching LSF memory usage limit." (its job report, "Exited with exit code 143." after it), PBS Pro's
+    # MoM "=>> PBS: job killed: mem 4096000kb exceeded limit 2097152kb" (also vmem, pmem, pvmem), and Torque's job
+    # mail "Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted" ("Exit_status=-10" below it).
+    r"|(?P<lsf>\bTERM_MEMLIMIT: job killed after reaching LSF memory usage limit\b)"
+    r"|(?P<pbs>\bPBS: job killed: p?v?mem \d+[kmgt]?b exceeded limit \d+[kmgt]?b\b)"
+    r"|(?P<torque>^[>\s]*Job exceeded a memory resource limit \(vmem, pvmem, etc\.\)\.? Job was aborted\b)"
 )
 _RUNTIME_MORE_WORDS = ("terminated:", "kill event", "Out Of Memory", "Exit Message", "of memory: killed",
-                       "error OOM Killed")
+                       "error OOM Killed", "TERM_MEMLIMIT", "PBS: job killed", "memory resource limit")
+# The job's exit status a scheduler's report prints a few lines after its memory-limit kill: LSF's "Exited with exit
+# code 143." and Torque's "Exit_status=-10".
+_SCHED_EXIT = re.compile(r"^\s*(?:Exited with exit code (?P<lsf>-?\d+)\.|Exit_status=(?P<torque>-?\d+)\s*$)")
+_SCHED_EXIT_LINES = {"lsf": 4, "torque": 8}
 
 
 _JSON_EXIT = re.compile(r'"?exitCode"?\s*:\s*(-?\d+)')
@@ -1378,7 +1392,9 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
     out: list[Finding] = []
     for i, line in enumerate(lines):
         if i in taken or ("OOM" not in line and "oom" not in line and "MemoryError: Container" not in line
-                          and "Out Of Memory" not in line and "of memory: killed" not in line):
+                          and "Out Of Memory" not in line and "of memory: killed" not in line
+                          and "TERM_MEMLIMIT" not in line and "PBS: job killed" not in line
+                          and "memory resource limit" not in line):
             continue
         m = _RUNTIME_OOM.search(line)
         if not m and any(w in line for w in _RUNTIME_MORE_WORDS):
@@ -1387,12 +1403,13 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
             continue
         g = m.groupdict()
         source = next(k for k in ("runc", "events", "api", "forwarded", "inline_json", "flat", "inspect", "ecs",
-                                   "ecsagent", "taskoom", "talos", "nomad", "nomadwait", "slurm", "srun", "flux")
+                                   "ecsagent", "taskoom", "talos", "nomad", "nomadwait", "slurm", "srun", "flux",
+                                   "lsf", "pbs", "torque")
                       if g.get(k))
         f: dict[str, FactValue] = {"source": {
             "inspect": "docker", "events": "docker", "api": "docker", "ecsagent": "ecs", "taskoom": "containerd",
             "forwarded": "containerd", "inline_json": "kubernetes", "flat": "kubernetes", "srun": "slurm",
-            "nomadwait": "nomad"}.get(source, source)}
+            "nomadwait": "nomad", "torque": "pbs"}.get(source, source)}
         flat_name = _FLAT_NAME.search(line, 0, m.start()) if source == "flat" else None
         ps = _ECS_PS.search(line, 0, m.end()) if source == "ecs" else None
         name = g.get("name") or (flat_name.group(1) if flat_name else ps["name"] if ps else _attr_name(line))
@@ -1418,6 +1435,12 @@ def _runtime_reports(lines: list[str], taken: set[int]) -> list[Finding]:
                 # One kill in the step: the job the batch script's shell saw killed is its victim.
                 f["victim_pid"] = int(killed["pid"])
                 f["victim_process"] = killed["cmd"].rsplit("/", 1)[-1]
+        elif source in ("lsf", "pbs", "torque"):
+            for j in range(i + 1, min(len(lines), i + 1 + _SCHED_EXIT_LINES.get(source, 0))):
+                code = _SCHED_EXIT.match(lines[j])
+                if code is not None and code[source] is not None:
+                    f["exit_code"] = int(code[source])
+                    break
         elif g.get("ncode") or g.get("wcode"):
             f["exit_code"] = int(g["ncode"] or g["wcode"])
         elif ps is not None and ps["code"] is not None:
@@ -1699,7 +1722,8 @@ class HostOomClassifier:
         if "OOM" in text:
             out.extend(_kubernetes(lines, taken))
         if "OOM" in text or "container oom" in text or "tasks/oom" in text or '"oom"' in text or "kill event" in text \
-                or "MemoryError: Container" in text or "Out Of Memory" in text or "of memory: killed" in text:
+                or "MemoryError: Container" in text or "Out Of Memory" in text or "of memory: killed" in text \
+                or "TERM_MEMLIMIT" in text or "PBS: job killed" in text or "memory resource limit" in text:
             out.extend(_runtime_reports(lines, taken))
         if "-order allocation failed" in text or "vmalloc: allocation failure" in text or "vmap allocation" in text \
                 or "vmalloc error: size" in text \

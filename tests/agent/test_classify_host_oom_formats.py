@@ -1237,3 +1237,33 @@ def test_a_field_without_an_elision_is_not_split() -> None:
     f = _one("Mar 11 02:40:17 kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),task=post gres,pid=48213\n"
              + _KILL)
     assert f.facts["constraint"] == "CONSTRAINT_MEMCG" and "..." not in str(f.facts.get("victim_process"))
+
+
+def test_batch_schedulers_memory_limit_kills() -> None:
+    # LSF's job report: the exit reason, then the exit status a line or two below it.
+    text = "\n".join([
+        "Job <4242> was submitted from host <login02> by user <ana> in cluster <hpc>.",
+        "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
+        "Exited with exit code 137.",
+    ])
+    f = _one(text)
+    assert (f.facts["source"], f.facts["exit_code"]) == ("lsf", 137)
+    # PBS Pro's MoM writing into the job's stderr.
+    assert _one("=>> PBS: job killed: vmem 9120344kb exceeded limit 8388608kb").facts["source"] == "pbs"
+    # Torque's job mail, its exit status a few lines later.
+    text = "\n".join([
+        "PBS Job Id: 991.head01",
+        "Job Name:   align",
+        "Aborted by PBS Server",
+        "Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted",
+        "See Administrator for help",
+        "Exit_status=-10",
+    ])
+    g = _one(text)
+    assert (g.facts["source"], g.facts["exit_code"]) == ("pbs", -10)
+
+
+def test_batch_scheduler_memory_limit_words_in_prose_are_silent() -> None:
+    assert HOST.classify("LSF sets TERM_MEMLIMIT when a job goes over its -M value; raise it and resubmit.") == []
+    assert HOST.classify("PBS: job killed: walltime 3605 exceeded limit 3600") == []
+    assert HOST.classify("Your job exceeded a memory resource limit, so ask for more with -l vmem=.") == []

@@ -1344,6 +1344,14 @@ _RAW = re.compile(
     r"|(?P<tv>cuda failed with error 2 out of memory)"  # spconv/tensorview's TV_CUDA_CHECK
     r"|(?P<ct2>(?i:cuda) failed with error out of memory)"  # CTranslate2's CUDA_CHECK (faster-whisper); retyped lower-case too
     r"|(?P<ggml2>CUDA error 2 at [\w./\\-]+:\d+: out of memory)"  # ggml's CUDA_CHECK: "CUDA error %d at %s:%d: %s"
+    # tinygrad's driver-API check (runtime/ops_cuda.py): RuntimeError(f"CUDA Error {status}, {cuGetErrorString}").
+    r"|(?P<tg>CUDA Error 2, out of memory)"
+    # The OptiX SDK's CUDA_CHECK (sutil/Exception.h), copied into many OptiX-based projects: "CUDA call (" #call
+    # " ) failed with error: '" cudaGetErrorString "' (file:line)"; a title may cut it after the message, and a
+    # writer may elide the call's arguments with its closing parenthesis ("CUDA call (cudaMalloc ...... failed").
+    r"|(?P<optix>CUDA call \([^\n]*?\)?\s*failed with error: '[Oo]ut of memory(?:'|\s*$))"
+    # Haskell's cuda package: CUDAException's show, "CUDA Exception: " ++ describe status (accelerate-cuda relays it).
+    r"|(?P<hs>CUDA Exception: out of memory\b)"
     # OpenCV's CUDA module: cv::Exception, >= 3.4 "error: (-217:Gpu API call) out of memory in function 'allocate'",
     # 2.4's "OpenCV Error: Gpu API call (out of memory) in CudaFuncTable::mallocPitch, file ...": the failing call named.
     r"|(?P<ocv>\(-217:Gpu API call\) out of memory(?: in function [`'\"]?(?P<ocvfn>[\w:~]+))?"
@@ -1501,7 +1509,7 @@ def _raw_cuda(ev: _Event, found: dict[tuple, _Acc], used: set[int]) -> None:
             continue
         used.add(i)
         g = m.groupdict()
-        drv = bool(g.get("drv"))
+        drv = bool(g.get("drv") or g.get("tg"))
         hip = bool(g.get("hip")) or g.get("any") in ("ROCm", "HIP")
         name = "CUDA_ERROR_OUT_OF_MEMORY" if drv else "hipErrorOutOfMemory" if hip else "cudaErrorMemoryAllocation"
         facts: dict[str, FactValue] = {"framework": "hip" if hip else "cuda", "cuda_error": name, "cuda_error_code": 2}

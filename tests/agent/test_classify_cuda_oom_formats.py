@@ -1218,3 +1218,22 @@ def test_the_words_alone_in_a_span_or_a_manuals_sentence_are_silent() -> None:
     assert [f for f in classify_text(
         "The trainer catches a `torch.cuda.OutOfMemoryError: CUDA out of memory` after a step and halves the batch.")
         if f.kind == KIND_CUDA_OOM] == []
+
+
+def test_cuda_check_wordings_of_tinygrad_optix_and_haskell_cuda() -> None:
+    # tinygrad's driver-API check, relayed by an app's own log line.
+    f = _one("Error processing request: CUDA Error 2, out of memory")
+    assert (f.facts["cuda_error"], f.facts["cuda_api"]) == ("CUDA_ERROR_OUT_OF_MEMORY", "driver")
+    # The OptiX SDK's CUDA_CHECK, whole, and a title cut after the message with the call's arguments elided.
+    g = _one("Caught exception: CUDA call (cudaMalloc( reinterpret_cast<void**>( &d_buf ), size ) ) failed with "
+             "error: 'out of memory' (/src/render/Pipeline.cpp:212)")
+    assert g.facts["cuda_error"] == "cudaErrorMemoryAllocation"
+    _one("# RuntimeError: CUDA call (cudaMalloc ... failed with error: 'out of memory")
+    # Haskell's cuda package, shown by a program that did not catch it.
+    _one("./Data/Array/Accelerate/CUDA/Execute.hs:120 (unhandled): CUDA Exception: out of memory")
+
+
+def test_cuda_check_wordings_with_other_errors_are_silent() -> None:
+    _none("Error processing request: CUDA Error 700, an illegal memory access was encountered")
+    _none("CUDA call (cudaMemcpy( d, s, n, cudaMemcpyHostToDevice ) ) failed with error: 'invalid argument' (a.cpp:9)")
+    _none("CUDA Exception: invalid device ordinal")

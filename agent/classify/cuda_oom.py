@@ -662,9 +662,11 @@ _TF_DEVICE_WHOLE = re.compile(
 # _device="/job:localhost/replica:0/task:0/gpu:0"](inputs)]]": the op's device is where its output was allocated.
 # TensorFlow 0.5 raised it with the shape as protobuf text run on after "shape" ("ResourceExhaustedError: OOM when
 # allocating tensor with shapedim { size: 10000 } dim { size: 14 }"), the failed op's "[[Node: ...]]" next.
+# A writer quoting the status with its shape cut off ends it with a full stop ("Resource exhausted: OOM when
+# allocating tensor with shape."): the same failure, its shape unknown.
 _TF_OOM_UNSHAPED = re.compile(
     r"(?:Resource exhausted|RESOURCE_EXHAUSTED|ResourceExhaustedError): OOM when allocating tensor with shape"
-    r"(?P<dims>(?:\s*dim \{ size: \d+ \})*)\s*$"
+    r"(?P<dims>(?:\s*dim \{ size: \d+ \})*)\.?\s*$"
 )
 _TF_PROTO_DIM = re.compile(r"dim \{ size: (\d+) \}")
 _TF_NODE_DEVICE = re.compile(r'\[\[Node: \S+ = \w+\[[^\n]*?_device="(?P<dev>[^"]+)"')

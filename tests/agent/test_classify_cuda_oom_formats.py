@@ -1237,3 +1237,11 @@ def test_cuda_check_wordings_with_other_errors_are_silent() -> None:
     _none("Error processing request: CUDA Error 700, an illegal memory access was encountered")
     _none("CUDA call (cudaMemcpy( d, s, n, cudaMemcpyHostToDevice ) ) failed with error: 'invalid argument' (a.cpp:9)")
     _none("CUDA Exception: invalid device ordinal")
+
+
+def test_tensorflow_status_quoted_with_its_shape_cut_ends_at_a_full_stop() -> None:
+    f = _one("> Resource exhausted: OOM when allocating tensor with shape.")
+    assert f.facts["framework"] == "tensorflow" and "tensor_shape" not in f.facts
+    # The words alone, without the status before them, and the status running on into a sentence: silent.
+    _none("OOM when allocating tensor with shape.")
+    _none("Resource exhausted: OOM when allocating tensor with shape. That is what TensorFlow says when a batch is too big.")

@@ -175,8 +175,11 @@ _REQUESTED_SIZE = re.compile(r"Requested size was (?P<bytes>\d+) bytes")
 # The builder's "no implementation" error names a node that may hold spaces, brackets and dots
 # ("{ForeignNode[177...Reshape_81 + (Unnamed Layer* 146) [Shuffle]]}"): it runs to the message's end.
 # TensorRT 8.6 adds why: "... for node X due to insufficient workspace. See verbose log for requested sizes."
+# A Myelin-fused node's name ends at its "]}" (its own brackets nest inside): a writer's sentence may run on after it
+# ("... for node {ForeignNode[12...Sigmoid_4]}. failure of TensorRT 8.6 when ...").
 _IMPL_NODE = re.compile(
-    r"(?i)could not find any implementation for node (?P<layer>.+?)(?: due to .*|, try increasing.*|\.?\s*)$"
+    r"(?i)could not find any implementation for node "
+    r"(?P<layer>\{ForeignNode\[.*?\]\}(?=[\s.,;]|$)|.+?(?=(?: due to .*|, try increasing.*|\.?\s*)$))"
 )
 _WORKSPACE_TACTICS = re.compile(r"Some tactics do not have sufficient workspace memory to run")
 # Triton's TensorRT backend when deserializeCudaEngine returns no engine: "Internal: unable to create TensorRT

@@ -1043,3 +1043,12 @@ def test_polygraphys_could_not_deserialize_engine_relayed_alone_is_read() -> Non
 def test_could_not_deserialize_in_other_words_is_silent() -> None:
     assert [f for f in TRT.classify("Could not deserialize engine config from YAML. See the docs for details.")
             if f.kind == KIND_TENSORRT_ERROR] == []
+
+
+def test_foreign_node_name_ends_at_its_brackets_when_a_sentence_runs_on() -> None:
+    facts = _one("# Could not find any implementation for node {ForeignNode[/blocks.3/Add...Mul_77]}. failure of "
+                 "TensorRT 8.6.1 when building with trtexec on an RTX 4090")
+    assert facts["layer"] == "{ForeignNode[/blocks.3/Add...Mul_77]}"
+    # A plain node name still runs to the message's end, and the words without a node stay silent.
+    assert _one("[E] 10: Could not find any implementation for node Conv_12 + Relu_13.")["layer"] == "Conv_12 + Relu_13"
+    assert TRT.classify("It could not find any implementation for node types it does not support") == []

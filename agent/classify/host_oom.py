@@ -296,8 +296,9 @@ _KILLED_REWORDED = re.compile(
 _KILL_HEAD = re.compile(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
     r"Killed process (?P<pid>\d+)(?:, UID (?P<uid0>\d+),)? \("
-    # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them.
-    r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):|,? (?:total|anon)-(?:vm?|r|rss?)?\s*$)"
+    # A name with brackets ("(sd-pam)") only before a field: at the line's end it may be cut inside them. A line cut
+    # inside its first field's name ("(xhpl) total", "(xhpl) total-", "(java) anon-r") holds its whole name.
+    r"(?:(?P<name>.*?)\)(?:, UID (?P<uid1>\d+))?(?=,? (?:total-vm|vsz|anon-rss|UID):|,? (?:total|anon)(?:-(?:vm?|r|rss?)?)?\s*$)"
     # A line whose fields the quoting elided ("Killed process 2653 (kwin_wayland) ...") ends there too.
     r"|(?P<bare>[^()]*)\)(?=[.,]?\s*$|`|,? ?(?:\.\.\.|\u2026|\[\.\.\.\])`?\s*$))"
 )

@@ -1267,3 +1267,13 @@ def test_batch_scheduler_memory_limit_words_in_prose_are_silent() -> None:
     assert HOST.classify("LSF sets TERM_MEMLIMIT when a job goes over its -M value; raise it and resubmit.") == []
     assert HOST.classify("PBS: job killed: walltime 3605 exceeded limit 3600") == []
     assert HOST.classify("Your job exceeded a memory resource limit, so ask for more with -l vmem=.") == []
+
+
+def test_kill_line_cut_inside_its_first_fields_name_keeps_the_victim() -> None:
+    f = _one("Out of memory: Killed process 40112 (mpirun) total")
+    assert (f.facts["victim_pid"], f.facts["victim_process"]) == (40112, "mpirun")
+    assert _one("[ 812.004411] Out of memory: Killed process 40113 (python3) anon").facts["victim_pid"] == 40113
+
+
+def test_kill_line_with_prose_after_the_name_stays_silent() -> None:
+    assert HOST.classify("Out of memory: Killed process 40112 (mpirun) totally froze the node") == []

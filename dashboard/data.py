@@ -17,19 +17,21 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import streamlit as st
 
 from fleetscope.collector import query as q
 from fleetscope.collector.errors import StoreUnavailable
+from fleetscope.dashboard.cli import DEFAULT_SERVE_LAST_AFTER_S, SERVE_LAST_ENV
 from fleetscope.dashboard.served_last import ServedLast
 from fleetscope.proto.vocabulary import log_levels_at_least
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 URL_KEY = "fleetscope_db_url"
 FLEET_TTL_S = 5
@@ -137,8 +139,6 @@ def status(db_url: str) -> Status:
 
 def serve_last_after_s() -> float:
     """``fleetscope dashboard --serve-last-after`` (inf: off)."""
-    from fleetscope.dashboard.cli import DEFAULT_SERVE_LAST_AFTER_S, SERVE_LAST_ENV
-
     try:
         return float(os.environ.get(SERVE_LAST_ENV, DEFAULT_SERVE_LAST_AFTER_S))
     except ValueError:
@@ -147,9 +147,21 @@ def serve_last_after_s() -> float:
 
 @st.cache_resource(show_spinner=False)
 def _fleet_answers() -> ServedLast[Any]:
-    # The Fleet page's two reads, shared by every viewer of this server: a large fleet's are
-    # served as last read while the next is read (served_last), not made for each page load.
+    # The fleet-wide reads, shared by every viewer of this server: a large fleet's are served
+    # as last read while the next is read (served_last), not made for each page load.
     return ServedLast(fresh_s=FLEET_TTL_S, stale_after_s=serve_last_after_s(), max_age_s=SLOW_TTL_S)
+
+
+def _served(key: tuple[Any, ...], db_url: str, now_ns: int, read: Callable[[q.Session, int], T]) -> T:
+    """``read(session, now_ns)``'s answer through ``_fleet_answers``. The engine is taken here,
+    on the script's thread: a background read has no Streamlit context to reach the cache by."""
+    engine = _engine(db_url)
+
+    def make(at_ns: int) -> T:
+        with _session_of(engine) as s:
+            return read(s, at_ns)
+
+    return _fleet_answers().get((*key, db_url), now_ns, make).value
 
 
 def fleet(db_url: str, now_ns: int) -> q.FleetOverview:
@@ -157,25 +169,14 @@ def fleet(db_url: str, now_ns: int) -> q.FleetOverview:
     slow to read, as last read (its ``now_ns`` says when); no sparklines (``fleet_sparklines``
     reads those for the page of the table on view: 30 minutes of every GPU of a 10,000-device
     fleet is most of the page's time, for rows nobody sees)."""
-    engine = _engine(db_url)
-
-    def read(at_ns: int) -> q.FleetOverview:
-        with _session_of(engine) as s:
-            return q.fleet_overview(session=s, now_ns=at_ns, sparklines=())
-
-    return _fleet_answers().get(("fleet", db_url), now_ns, read).value
+    return _served(("fleet",), db_url, now_ns, lambda s, at: q.fleet_overview(session=s, now_ns=at, sparklines=()))
 
 
 def fleet_sparklines(db_url: str, now_ns: int, agent_ids: tuple[str, ...]) -> dict[str, q.FleetSparklines]:
     """{agent id: the Fleet table's sparklines} of these devices (as last read, for a page slow
     to read: a 30-minute trend a few seconds older)."""
-    engine = _engine(db_url)
-
-    def read(at_ns: int) -> dict[str, q.FleetSparklines]:
-        with _session_of(engine) as s:
-            return q.fleet_sparklines(session=s, now_ns=at_ns, agent_ids=list(agent_ids))[1]
-
-    return _fleet_answers().get(("sparklines", db_url, agent_ids), now_ns, read).value
+    return _served(("sparklines", agent_ids), db_url, now_ns,
+                   lambda s, at: q.fleet_sparklines(session=s, now_ns=at, agent_ids=list(agent_ids))[1])  # fmt: skip
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)
@@ -184,17 +185,23 @@ def devices(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
         return q.list_devices(session=s, now_ns=now_ns)
 
 
-def devices_to_pick(db_url: str, now_ns: int) -> list[q.DeviceSummary]:
-    """Every device, for pickers and filters (names, labels, models): as last read for a fleet
-    slow to read (half a second at 10,000 devices), like the Fleet page's summary. A page that
-    shows a device's state or last contact reads ``devices``."""
-    engine = _engine(db_url)
+@dataclass(frozen=True)
+class DevicesToPick:
+    devices: list[q.DeviceSummary]
+    groups: dict[str, list[str]]  # q.device_groups of them: the Compare page's ready-made groups
 
-    def read(at_ns: int) -> list[q.DeviceSummary]:
-        with _session_of(engine) as s:
-            return q.list_devices(session=s, now_ns=at_ns)
 
-    return _fleet_answers().get(("devices", db_url), now_ns, read).value
+def devices_to_pick(db_url: str, now_ns: int) -> DevicesToPick:
+    """Every device and its ready-made groups, for pickers and filters (names, labels, models):
+    as last read for a fleet slow to read (half a second at 10,000 devices, and a tenth more to
+    group them), like the Fleet page's summary. A page that shows a device's state or last
+    contact reads ``devices``."""
+
+    def read(s: q.Session, at_ns: int) -> DevicesToPick:
+        every = q.list_devices(session=s, now_ns=at_ns)
+        return DevicesToPick(every, q.device_groups(every))
+
+    return _served(("devices",), db_url, now_ns, read)
 
 
 @st.cache_data(ttl=FLEET_TTL_S, show_spinner=False)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import streamlit as st
 
-from fleetscope.collector.query import DeviceSummary, GroupComparison, comparison_start, device_groups
+from fleetscope.collector.query import DeviceSummary, GroupComparison, comparison_start
 from fleetscope.dashboard import charts, data, device_options, fmt, timerange
 from fleetscope.proto.vocabulary import DEVICE_KIND_SERVER
 
@@ -32,21 +32,6 @@ LETTERS = "ABCD"
 URL_KEYS = "abcd"  # ?a=...&a=...&b=...: one repeated parameter per group
 NORMALISE = ("Absolute", "Per watt", "Per GPU")
 GIB = 1024**3
-
-
-_GROUPS_OF_LAST_LIST: list[tuple[list[DeviceSummary], dict[str, list[str]]]] = []
-
-
-def _groups_of(devices: list[DeviceSummary]) -> dict[str, list[str]]:
-    """``device_groups`` of the pickers' device list, worked out once per list read: a list
-    served as last read (``data.devices_to_pick``) is the same object until it is read again,
-    and grouping 10,000 devices takes a tenth of a second a call. Not to be changed by callers."""
-    for listed, groups in _GROUPS_OF_LAST_LIST:
-        if listed is devices:
-            return groups
-    groups = device_groups(devices)
-    _GROUPS_OF_LAST_LIST[:] = [(devices, groups)]  # holds the list: its id is not reused meanwhile
-    return groups
 
 
 def _defaults(options: list[str], devices: list[DeviceSummary]) -> list[list[str]]:
@@ -67,12 +52,11 @@ def _group_label(picks: list[str]) -> str:
 
 
 def _pickers(
-    options: list[str], devices: list[DeviceSummary], n: int
+    options: list[str], devices: list[DeviceSummary], groups_map: dict[str, list[str]], n: int
 ) -> tuple[dict[str, list[str]], dict[str, str], list[list[str]]]:
     """Groups by letter (what charts show), what each letter stands for (what tables show), and
-    each group's picks (what the URL keeps)."""
+    each group's picks (what the URL keeps); ``groups_map`` is ``device_groups(devices)``."""
     defaults = _defaults(options, devices)
-    groups_map = _groups_of(devices)
     listed = device_options.every_device_listed(options)
     cols = st.columns(n)
     out: dict[str, list[str]] = {}
@@ -309,8 +293,9 @@ def render() -> None:
         st.info(status.message)
         return
     now = timerange.now_ns()
-    devices = data.devices_to_pick(data.url(), now)
-    options = list(_groups_of(devices))
+    to_pick = data.devices_to_pick(data.url(), now)
+    devices = to_pick.devices
+    options = list(to_pick.groups)
     _from_url(options)
     top = st.columns([2, 1, 2])
     with top[0]:
@@ -318,7 +303,7 @@ def render() -> None:
     n = top[1].selectbox("Groups", [2, 3, 4], key="keep_cmp_n")
     st.session_state.setdefault("keep_cmp_norm", "Absolute")
     normalise = top[2].segmented_control("View", NORMALISE, key="keep_cmp_norm") or "Absolute"
-    groups, names, picks = _pickers(options, devices, n)
+    groups, names, picks = _pickers(options, devices, to_pick.groups, n)
     if not groups:
         _to_url(picks, None, normalise)
         st.info("Pick what to compare: a Jetson model in one group and a server GPU in the other, say.")

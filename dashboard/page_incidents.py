@@ -62,7 +62,7 @@ def _bar_step(span_s: float) -> int:
 
 def _filters(now_ns: int) -> tuple[timerange.TimeRange, list[str], list[str], tuple[str, ...] | None, str]:
     kinds = data.incident_kinds(data.url())
-    devices = data.devices_to_pick(data.url(), now_ns)
+    devices = data.devices_to_pick(data.url(), now_ns).devices
     names = [d.name for d in devices]
     labels = sorted({f"{k}={v}" for d in devices for k, v in d.labels.items()})
     params.init_from_url("inc_kinds", "kind", kinds)

@@ -27,10 +27,10 @@ from fleetscope.collector.storage.schema import Incident
 from fleetscope.proto.v1 import telemetry_pb2 as pb
 from tests.alert_receiver import Receiver
 from tests.conftest import wait_until
+from tests.corpus import require_corpus
 from tests.helpers import IdleSampler, make_agent, sample_count
 
 CLI = [sys.executable, "-m", "fleetscope.cli"]
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "tegrastats"
 IC = Incident.__table__.c
 
 
@@ -160,7 +160,7 @@ def test_latency_breach_through_the_sdk_is_an_slo_incident_and_a_regression(tmp_
 def _tegrastats_episode(path: Path) -> None:
     """A recorded Xavier NX line (JetPack 5.1.2), replayed with the GPU busy: cool at full clock,
     then heating from 70 to 97 °C while its GR3D clock is capped down to 510 MHz."""
-    line = (CORPUS / "xavier-nx-jp5.1.2-waggle.txt").read_text().strip()
+    line = (require_corpus("tegrastats") / "xavier-nx-jp5.1.2-waggle.txt").read_text().strip()
     lines = []
     for k in range(60):
         temp, mhz = (55.0, 1100) if k < 15 else (70.0 + (k - 15) * 0.6, max(510, 1100 - (k - 15) * 20))
